@@ -1,0 +1,5 @@
+import sys
+
+from kubesvc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Shared pytest configuration. Fixtures that open real servers live beside their tests."""
