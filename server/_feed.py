@@ -1,0 +1,297 @@
+"""The live change feed: a fan-out from the ingest path to WebSocket subscribers.
+
+Theory of operation: after the store commits a batch, the ingest side calls
+`ChangeFeed.publish(records)`. Publishing never blocks and never waits for a subscriber: each
+record that a subscriber's filters accept is encoded once (shared by every subscriber) and
+appended to that subscriber's queue. Each queue is bounded in messages and in bytes; a
+subscriber whose queue would exceed either bound is marked *lagged*, its queue is dropped, and
+its next `receive()` raises `SubscriberLagged` so the WebSocket handler can send
+`{"type": "resync"}` and disconnect it. Ingest therefore runs at the same speed whatever the
+subscribers do, and a slow client learns that it missed changes rather than silently missing
+them.
+
+Messages are JSON text, one per object change:
+    {"type": "ADDED"|"MODIFIED"|"DELETED", "account", "apiVersion", "kind", "namespace",
+     "name", "uid", "resourceVersion", "object": {...the object...} | null}
+and one per completed full listing, after which the store may have deleted objects that were
+not listed again (the feed does not see those deletions one by one):
+    {"type": "SYNC_END", "account", "apiVersion", "kind", "scope"}
+Bookmarks and SYNC_BEGIN markers carry nothing a subscriber can use and are not forwarded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+import trio
+
+__all__ = [
+    "ChangeFeed",
+    "FeedClosed",
+    "FeedError",
+    "FeedRecord",
+    "FeedStatistics",
+    "SubscriberLagged",
+    "Subscription",
+]
+
+# wire.EventType values (the feed only needs these four; it reads records structurally).
+_ADDED, _MODIFIED, _DELETED, _SYNC_END = 1, 2, 3, 6
+_OBJECT_TYPES = {_ADDED: "ADDED", _MODIFIED: "MODIFIED", _DELETED: "DELETED"}
+
+DEFAULT_MAX_MESSAGES = 1_000
+DEFAULT_MAX_BYTES = 16 * 2**20
+
+
+class FeedError(Exception):
+    """Root of the feed's errors.
+
+    FeedError
+    ├── SubscriberLagged   the subscriber fell behind; its queue was dropped (resync)
+    └── FeedClosed         the feed was closed (server shutting down) or the subscription ended
+    """
+
+
+class SubscriberLagged(FeedError):
+    """The subscriber's queue overflowed; it missed changes and must resync."""
+
+
+class FeedClosed(FeedError):
+    """The feed or the subscription is closed; no more messages will come."""
+
+
+class FeedRecord(Protocol):
+    """What the feed reads from a record: the fields of `wire.EventRecord` it needs."""
+
+    @property
+    def type(self) -> int: ...
+    @property
+    def account(self) -> str: ...
+    @property
+    def api_version(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def resource_version(self) -> str: ...
+    @property
+    def object(self) -> bytes: ...
+    @property
+    def scope(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FeedStatistics:
+    subscribers: int
+    published_records: int
+    delivered_messages: int
+    lagged_subscribers: int
+
+
+class Subscription:
+    """One subscriber's bounded queue of encoded messages. Made by `ChangeFeed.subscribe`."""
+
+    def __init__(
+        self,
+        accounts: frozenset[str],
+        kinds: frozenset[str],
+        max_messages: int,
+        max_bytes: int,
+    ) -> None:
+        if max_messages < 1 or max_bytes < 1:
+            raise ValueError("a subscription needs max_messages >= 1 and max_bytes >= 1")
+        self.accounts = accounts
+        self.kinds = kinds  # lower-cased
+        self._max_messages = max_messages
+        self._max_bytes = max_bytes
+        self._queue: deque[str] = deque()
+        self._queued_bytes = 0
+        self._lagged = False
+        self._closed = False
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def accepts(self, account: str, kind_lower: str) -> bool:
+        return (not self.accounts or account in self.accounts) and (
+            not self.kinds or kind_lower in self.kinds
+        )
+
+    @property
+    def lagged(self) -> bool:
+        return self._lagged
+
+    def offer(self, message: str) -> bool:
+        """Queue a message without blocking; False when this made the subscriber lag."""
+        if self._lagged or self._closed:
+            return True
+        size = len(message)
+        if len(self._queue) >= self._max_messages or self._queued_bytes + size > self._max_bytes:
+            self._lagged = True
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._lot.unpark_all()
+            return False
+        self._queue.append(message)
+        self._queued_bytes += size
+        self._lot.unpark_all()
+        return True
+
+    def close(self) -> None:
+        """End the subscription: a parked `receive()` raises FeedClosed once the queue drains."""
+        self._closed = True
+        self._lot.unpark_all()
+
+    async def receive(self) -> str:
+        """The next message, oldest first; waits for one.
+
+        Raises SubscriberLagged once the queue has overflowed (the queued messages are gone),
+        FeedClosed when the subscription or the feed is closed and nothing is left.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            if self._lagged:
+                raise SubscriberLagged("the subscriber fell behind the change feed")
+            if self._queue:
+                message = self._queue.popleft()
+                self._queued_bytes -= len(message)
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return message
+            if self._closed:
+                raise FeedClosed("the change feed subscription is closed")
+            await self._lot.park()
+
+
+class ChangeFeed:
+    """The fan-out. One per server; `publish` is called from the ingest path (sync, no I/O)."""
+
+    def __init__(
+        self,
+        *,
+        max_messages: int = DEFAULT_MAX_MESSAGES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_subscribers: int = 1_000,
+    ) -> None:
+        self._max_messages = max_messages
+        self._max_bytes = max_bytes
+        self._max_subscribers = max_subscribers
+        self._subscribers: set[Subscription] = set()
+        self._closed = False
+        self._published = 0
+        self._delivered = 0
+        self._lagged = 0
+
+    @contextmanager
+    def subscribe(
+        self,
+        *,
+        accounts: Iterable[str] = (),
+        kinds: Iterable[str] = (),
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Iterator[Subscription]:
+        """Register a subscriber for the `with` block; empty filters accept everything.
+
+        Kinds match case-insensitively. Raises FeedClosed when the feed is closed, and
+        FeedError when `max_subscribers` are already connected (every buffer has a bound).
+        """
+        if self._closed:
+            raise FeedClosed("the change feed is closed")
+        if len(self._subscribers) >= self._max_subscribers:
+            raise FeedError(f"too many feed subscribers (limit {self._max_subscribers})")
+        subscription = Subscription(
+            frozenset(accounts),
+            frozenset(k.lower() for k in kinds),
+            max_messages or self._max_messages,
+            max_bytes or self._max_bytes,
+        )
+        self._subscribers.add(subscription)
+        try:
+            yield subscription
+        finally:
+            self._subscribers.discard(subscription)
+            subscription.close()
+
+    def publish(self, records: Sequence[FeedRecord]) -> None:
+        """Offer committed records to every subscriber whose filters accept them; never blocks.
+
+        Call it after the batch's transaction committed, so that a subscriber never sees a
+        change the store does not hold.
+        """
+        self._published += len(records)
+        if not self._subscribers:
+            return
+        subscribers = list(self._subscribers)
+        for record in records:
+            kind_lower = record.kind.lower()
+            takers = [
+                s for s in subscribers if not s.lagged and s.accepts(record.account, kind_lower)
+            ]
+            if not takers:
+                continue
+            message = encode_record(record)
+            if message is None:
+                continue
+            for subscriber in takers:
+                if subscriber.offer(message):
+                    self._delivered += 1
+                else:
+                    self._lagged += 1
+
+    def close(self) -> None:
+        """Close the feed: subscribers drain what they have, then get FeedClosed."""
+        self._closed = True
+        for subscriber in list(self._subscribers):
+            subscriber.close()
+
+    def statistics(self) -> FeedStatistics:
+        return FeedStatistics(
+            subscribers=len(self._subscribers),
+            published_records=self._published,
+            delivered_messages=self._delivered,
+            lagged_subscribers=self._lagged,
+        )
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode_record(record: FeedRecord) -> str | None:
+    """The feed's JSON text for one record, or None for records the feed does not forward.
+
+    The object's JSON bytes are spliced in as they are (not decoded and re-encoded): they are
+    the API server's JSON, already validated when the agent read them.
+    """
+    change = _OBJECT_TYPES.get(record.type)
+    if change is None:
+        if record.type != _SYNC_END:
+            return None
+        header = {
+            "type": "SYNC_END",
+            "account": record.account,
+            "apiVersion": record.api_version,
+            "kind": record.kind,
+            "scope": record.scope,
+        }
+        return _encoder.encode(header).decode()
+    header = {
+        "type": change,
+        "account": record.account,
+        "apiVersion": record.api_version,
+        "kind": record.kind,
+        "namespace": record.namespace,
+        "name": record.name,
+        "uid": record.uid,
+        "resourceVersion": record.resource_version,
+    }
+    head = _encoder.encode(header)
+    body = record.object if record.object else b"null"
+    return (head[:-1] + b',"object":' + body + b"}").decode()
