@@ -1,0 +1,286 @@
+"""Sans-I/O decoders for watch streams and list pages.
+
+Theory of operation: a watch response is a stream of JSON lines ``{"type": T, "object": O}``
+cut into chunks at arbitrary places by the network. ``WatchDecoder.feed(chunk)`` keeps the
+unfinished tail of the last line (bounded by ``max_line_bytes``) and returns the events of
+every line completed by the chunk. Each line is parsed twice, both times cheaply: once for
+``type`` with ``object`` kept as raw bytes (``msgspec.Raw``), then the object for its head
+(apiVersion, kind and four metadata fields); msgspec skips every other field without building
+it. The object travels on as the API server's own bytes, copied out of the read buffer so
+that the buffer is freed (a Raw slice would keep the whole chunk alive).
+
+List pages (``decode_list_page``) are decoded the same way: ``items`` as raw values, the list
+metadata (resourceVersion, continue) parsed. Typed list items carry no apiVersion/kind; those
+are spliced in front so that every object the agent sends describes itself.
+
+No I/O and no event loop here; the reflector feeds bytes in and moves the events on.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+import msgspec
+
+from ._errors import KubeConnectionError
+from ._watch_errors import LineTooLong, WatchDecodeError
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "INITIAL_EVENTS_END",
+    "ListPage",
+    "WatchDecoder",
+    "WatchEvent",
+    "WatchStatus",
+    "decode_list_page",
+    "decode_status",
+]
+
+#: One watch line may hold one object of up to the 4 MiB message cap, plus the envelope.
+DEFAULT_MAX_LINE_BYTES: Final = 4 * 2**20 + 256 * 2**10
+
+#: The bookmark annotation that ends the initial events of a streaming list.
+INITIAL_EVENTS_END: Final = "k8s.io/initial-events-end"
+
+_OBJECT_TYPES: Final = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
+class WatchStatus(NamedTuple):
+    """A Kubernetes Status: what an ERROR event or a failed request carries."""
+
+    code: int
+    reason: str
+    message: str
+
+
+class WatchEvent(NamedTuple):
+    """One decoded watch event (or list item, then ``type`` is ``"ADDED"``).
+
+    ``object`` is the object's JSON bytes as the API server sent them (owned, not a view).
+    BOOKMARK events carry only ``resource_version`` (and ``initial_events_end``); ERROR
+    events carry ``status`` and nothing else.
+    """
+
+    type: str
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    object: bytes
+    initial_events_end: bool = False
+    status: WatchStatus | None = None
+
+
+class ListPage(NamedTuple):
+    """One page of a paged list: its items, the list's resourceVersion and continue token."""
+
+    items: list[WatchEvent]
+    resource_version: str
+    continue_token: str
+    remaining_item_count: int | None
+
+
+# --- the shapes msgspec decodes; every field it is not told about is skipped ----------------
+
+
+class _Meta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+
+
+class _Head(msgspec.Struct):
+    apiVersion: str = ""
+    kind: str = ""
+    metadata: _Meta | None = None
+
+
+class _BookmarkMeta(msgspec.Struct):
+    resourceVersion: str = ""
+    annotations: dict[str, str] | None = None
+
+
+class _Bookmark(msgspec.Struct):
+    metadata: _BookmarkMeta | None = None
+
+
+class _Status(msgspec.Struct):
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+class _Line(msgspec.Struct):
+    type: str
+    object: msgspec.Raw
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+    remainingItemCount: int | None = None
+
+
+class _ListBody(msgspec.Struct):
+    metadata: _ListMeta | None = None
+    items: list[msgspec.Raw] | None = None
+
+
+# Decoders are built once: their construction is the expensive part.
+_LINE = msgspec.json.Decoder(_Line)
+_HEAD = msgspec.json.Decoder(_Head)
+_BOOKMARK = msgspec.json.Decoder(_Bookmark)
+_STATUS = msgspec.json.Decoder(_Status)
+_LIST = msgspec.json.Decoder(_ListBody)
+_EMPTY_META: Final = _Meta()
+
+
+def decode_status(body: bytes) -> WatchStatus | None:
+    """Decode a Kubernetes Status body; None when the body is not one (HTML, empty, ...)."""
+    try:
+        status = _STATUS.decode(body)
+    except msgspec.DecodeError:
+        return None
+    return WatchStatus(status.code, status.reason, status.message)
+
+
+def _object_event(event_type: str, raw: msgspec.Raw | memoryview | bytes) -> WatchEvent:
+    head = _HEAD.decode(raw)
+    meta = head.metadata or _EMPTY_META
+    return WatchEvent(
+        event_type, meta.name, meta.namespace, meta.uid, meta.resourceVersion, bytes(raw)
+    )
+
+
+class WatchDecoder:
+    """Split a watch body into events; bounded by ``max_line_bytes`` per line.
+
+    Raises ``LineTooLong`` when a line outgrows the cap, ``WatchDecodeError`` for a line that
+    is not a watch event (with its line number), ``KubeConnectionError`` from ``end_of_stream`` when
+    the body ended inside a line. Unknown event types are returned as they are (``type`` set,
+    the rest empty) for the caller to log and skip.
+    """
+
+    __slots__ = ("_line_number", "_max_line", "_partial")
+
+    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        if max_line_bytes <= 0:
+            raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes}")
+        self._max_line = max_line_bytes
+        self._partial = bytearray()
+        self._line_number = 0
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes held of a line not finished yet."""
+        return len(self._partial)
+
+    def feed(self, data: bytes) -> list[WatchEvent]:
+        """Take the next chunk of the body; return the events of the lines it completed."""
+        events: list[WatchEvent] = []
+        start = 0
+        partial = self._partial
+        if partial:
+            newline = data.find(b"\n")
+            if newline < 0:
+                self._hold(data, 0)
+                return events
+            if len(partial) + newline > self._max_line:
+                raise LineTooLong(self._max_line, len(partial) + newline)
+            partial += data[:newline]
+            line = bytes(partial)
+            partial.clear()
+            self._decode_line(line, events)
+            start = newline + 1
+        view = memoryview(data)
+        find = data.find
+        while True:
+            newline = find(b"\n", start)
+            if newline < 0:
+                break
+            if newline - start > self._max_line:
+                raise LineTooLong(self._max_line, newline - start)
+            if newline > start:
+                self._decode_line(view[start:newline], events)
+            start = newline + 1
+        if start < len(data):
+            self._hold(view, start)
+        return events
+
+    def end_of_stream(self) -> None:
+        """Say the body ended; raises KubeConnectionError when it ended inside a line."""
+        if self._partial:
+            held = len(self._partial)
+            self._partial.clear()
+            raise KubeConnectionError(f"watch body ended inside a line ({held} bytes unfinished)")
+
+    def _hold(self, data: bytes | memoryview, start: int) -> None:
+        size = len(self._partial) + len(data) - start
+        if size > self._max_line:
+            raise LineTooLong(self._max_line, size)
+        self._partial += data[start:]
+
+    def _decode_line(self, line: bytes | memoryview, events: list[WatchEvent]) -> None:
+        self._line_number += 1
+        try:
+            event = _LINE.decode(line)
+            event_type = event.type
+            if event_type in _OBJECT_TYPES:
+                events.append(_object_event(event_type, event.object))
+            elif event_type == "BOOKMARK":
+                meta = _BOOKMARK.decode(event.object).metadata or _BookmarkMeta()
+                end = bool(meta.annotations and meta.annotations.get(INITIAL_EVENTS_END) == "true")
+                events.append(WatchEvent("BOOKMARK", "", "", "", meta.resourceVersion, b"", end))
+            elif event_type == "ERROR":
+                status = _STATUS.decode(event.object)
+                found = WatchStatus(status.code, status.reason, status.message)
+                events.append(WatchEvent("ERROR", "", "", "", "", b"", False, found))
+            else:
+                events.append(WatchEvent(event_type, "", "", "", "", b""))
+        except msgspec.DecodeError as exc:
+            if not bytes(line).strip():
+                self._line_number -= 1
+                return
+            raise WatchDecodeError(
+                f"watch line {self._line_number} ({len(line)} bytes) is not a watch event: {exc}"
+            ) from exc
+
+
+def decode_list_page(body: bytes, *, api_version: str, kind: str) -> ListPage:
+    """Decode one list page; items keep their raw bytes, with apiVersion/kind spliced in.
+
+    Raises ``WatchDecodeError`` (naming the item index when an item is bad).
+    """
+    try:
+        page = _LIST.decode(body)
+    except msgspec.DecodeError as exc:
+        problem = f"{kind} list page ({len(body)} bytes) is not a list: {exc}"
+        raise WatchDecodeError(problem) from exc
+    prefix = b'{"apiVersion":' + msgspec.json.encode(api_version) + b',"kind":'
+    prefix += msgspec.json.encode(kind)
+    items: list[WatchEvent] = []
+    for index, raw in enumerate(page.items or ()):
+        try:
+            head = _HEAD.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise WatchDecodeError(f"{kind} list item {index} is not an object: {exc}") from exc
+        meta = head.metadata or _EMPTY_META
+        data = bytes(raw)
+        if not head.kind:
+            data = _splice_type(prefix, data)
+        items.append(
+            WatchEvent("ADDED", meta.name, meta.namespace, meta.uid, meta.resourceVersion, data)
+        )
+    list_meta = page.metadata or _ListMeta()
+    return ListPage(
+        items, list_meta.resourceVersion, list_meta.continue_, list_meta.remainingItemCount
+    )
+
+
+def _splice_type(prefix: bytes, data: bytes) -> bytes:
+    """Put apiVersion and kind first in an object's JSON, without parsing the rest."""
+    body = data.lstrip()[1:].lstrip()
+    if body.startswith(b"}"):
+        return prefix + body
+    return prefix + b"," + body
