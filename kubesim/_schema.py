@@ -1,0 +1,148 @@
+"""How the lists and maps of the built-in kinds merge: the little of their OpenAPI schema we need.
+
+A real API server reads these from its OpenAPI models (``patchStrategy``/``patchMergeKey`` for
+strategic merge patch, ``x-kubernetes-list-type``/``-list-map-keys``/``-map-type`` for
+server-side apply). kubesim keeps a table keyed by the field's name and its parent, which is
+enough for the common kinds. Fields are located by ``names``: the field names from the object's
+root down to the field, list positions left out (``("spec", "template", "spec", "containers")``).
+
+Rules about ``metadata`` hold for every kind; the rest hold for the built-in kinds only, as
+custom resources without a schema treat every list as atomic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+__all__ = [
+    "BUILTIN_KINDS",
+    "ListType",
+    "is_atomic_map",
+    "smp_list_strategy",
+    "ssa_list_type",
+]
+
+BUILTIN_KINDS: Final = frozenset(
+    {
+        "Namespace", "Pod", "Service", "ConfigMap", "Secret", "ServiceAccount", "Deployment",
+        "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "Ingress", "NetworkPolicy",
+        "HorizontalPodAutoscaler", "PersistentVolumeClaim", "Role", "RoleBinding", "ClusterRole",
+        "ClusterRoleBinding", "CustomResourceDefinition", "Endpoints", "Event", "Node",
+        "PersistentVolume", "ReplicationController", "PodTemplate", "LimitRange", "ResourceQuota",
+    }
+)  # fmt: skip
+
+_CONTAINER_LISTS: Final = frozenset({"containers", "initContainers", "ephemeralContainers"})
+
+
+@dataclass(frozen=True, slots=True)
+class ListType:
+    """How server-side apply treats a list: ``map`` (items keyed by ``keys``), ``set``, ``atomic``.
+
+    ``defaults`` fills a key field an item leaves out (a port's protocol is TCP by default).
+    """
+
+    kind: Literal["map", "set", "atomic"]
+    keys: tuple[str, ...] = ()
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+
+ATOMIC: Final = ListType("atomic")
+SET: Final = ListType("set")
+
+
+def _map(*keys: str, **defaults: Any) -> ListType:
+    return ListType("map", keys, tuple(defaults.items()))
+
+
+_BY_NAME: Final = _map("name")
+_CONTAINER_PORTS: Final = _map("containerPort", "protocol", protocol="TCP")
+_SERVICE_PORTS: Final = _map("port", "protocol", protocol="TCP")
+
+# Lists keyed by name wherever they appear under a built-in kind.
+_SSA_LISTS: Final[dict[str, ListType]] = {
+    "containers": _BY_NAME,
+    "initContainers": _BY_NAME,
+    "ephemeralContainers": _BY_NAME,
+    "env": _BY_NAME,
+    "volumes": _BY_NAME,
+    "imagePullSecrets": _BY_NAME,
+    "volumeMounts": _map("mountPath"),
+    "volumeDevices": _map("devicePath"),
+    "hostAliases": _map("ip"),
+    "conditions": _map("type"),
+    "topologySpreadConstraints": _map("topologyKey", "whenUnsatisfiable"),
+}
+
+# Strategic merge patch keys (``patchMergeKey``); a list not named here is replaced whole.
+_SMP_KEYS: Final[dict[str, str]] = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "imagePullSecrets": "name",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "hostAliases": "ip",
+    "conditions": "type",
+    "topologySpreadConstraints": "topologyKey",
+}
+
+# Label selectors and Service selectors are atomic maps: one owner for the whole value.
+_ATOMIC_MAP_PARENTS: Final = frozenset({"spec", "jobTemplate"})
+
+
+def ssa_list_type(kind: str, names: tuple[str, ...]) -> ListType:
+    """The server-side apply list type of the list at ``names`` in an object of ``kind``."""
+    field = names[-1]
+    if len(names) == 2 and names[0] == "metadata":
+        if field == "finalizers":
+            return SET
+        if field == "ownerReferences":
+            return _map("uid")
+        return ATOMIC
+    if kind not in BUILTIN_KINDS:
+        return ATOMIC
+    if field == "ports":
+        if len(names) >= 2 and names[-2] in _CONTAINER_LISTS:
+            return _CONTAINER_PORTS
+        if kind == "Service" and names == ("spec", "ports"):
+            return _SERVICE_PORTS
+        return ATOMIC
+    return _SSA_LISTS.get(field, ATOMIC)
+
+
+def smp_list_strategy(kind: str, names: tuple[str, ...]) -> str | None:
+    """Strategic merge patch strategy of the list at ``names``.
+
+    Returns the merge key for a list of objects merged by key, ``""`` for a list of scalars
+    merged as a set (``metadata.finalizers``), or ``None`` for a list the patch replaces.
+    """
+    field = names[-1]
+    if len(names) == 2 and names[0] == "metadata":
+        if field == "finalizers":
+            return ""
+        if field == "ownerReferences":
+            return "uid"
+        return None
+    if kind not in BUILTIN_KINDS:
+        return None
+    if field == "ports":
+        if len(names) >= 2 and names[-2] in _CONTAINER_LISTS:
+            return "containerPort"
+        if kind == "Service" and names == ("spec", "ports"):
+            return "port"
+        return None
+    return _SMP_KEYS.get(field)
+
+
+def is_atomic_map(kind: str, names: tuple[str, ...]) -> bool:
+    """Whether the object-valued field at ``names`` is owned as one value by server-side apply."""
+    return (
+        kind in BUILTIN_KINDS
+        and names[-1] == "selector"
+        and len(names) >= 2
+        and names[-2] in _ATOMIC_MAP_PARENTS
+    )
