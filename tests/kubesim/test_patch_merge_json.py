@@ -43,23 +43,27 @@ def test_merge_patch_leaves_inputs_alone_and_shares_nothing() -> None:
     patch = {"metadata": {"labels": {"b": "2"}}, "data": {"k": [1, 2]}}
     before_obj, before_patch = copy.deepcopy(obj), copy.deepcopy(patch)
     result = apply_merge_patch(obj, patch)
-    assert obj == before_obj and patch == before_patch
+    assert obj == before_obj
+    assert patch == before_patch
     result["spec"]["list"][0]["x"] = 99
     result["data"]["k"].append(3)
-    assert obj == before_obj and patch == before_patch
+    assert obj == before_obj
+    assert patch == before_patch
 
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=5)
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=3), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3)
+    ),
     max_leaves=12,
 )
 no_null_values = st.recursive(
     st.booleans() | st.integers() | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=3), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3)
+    ),
     max_leaves=12,
 )
 
@@ -153,7 +157,8 @@ def test_copy_is_a_copy_not_an_alias() -> None:
         {"op": "replace", "path": "/c/a/b", "value": 2},
     ]
     result = apply_json_patch(DOC, ops)
-    assert result["obj"] == {"a": {"b": 1}} and result["c"] == {"a": {"b": 2}}
+    assert result["obj"] == {"a": {"b": 1}}
+    assert result["c"] == {"a": {"b": 2}}
 
 
 @pytest.mark.parametrize(
