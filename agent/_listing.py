@@ -1,0 +1,131 @@
+"""Bounded reads of whole responses, failures as Kubernetes Status errors, and the paged list.
+
+A list is read page by page (``limit`` + ``continue``), each page body whole (bounded by
+``max_page_bytes``) and decoded with its items kept raw (agent/_watchline.py). The pages go
+to the caller's ``on_page`` one at a time, so the agent holds at most one page of objects.
+A 410 on a continue token (it expired while we paged) raises ``KubeGoneError``: the caller
+starts the whole list again, as a list spread over pages of different versions is not one
+consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final
+
+from ._errors import KubeStatusError, status_error
+from ._seam import KubeResponse, KubeTransport
+from ._watch_errors import WatchDecodeError
+from ._watchline import ListPage, decode_list_page, decode_status
+
+__all__ = [
+    "DEFAULT_MAX_PAGE_BYTES",
+    "DEFAULT_PAGE_LIMIT",
+    "STATUS_BODY_LIMIT",
+    "check_status",
+    "list_pages",
+    "parse_retry_after",
+    "read_body",
+]
+
+#: Objects per list page: a page of 4.4 KB pods is about 2 MB, parsed in one piece.
+DEFAULT_PAGE_LIMIT: Final = 500
+#: A page larger than this is refused (lower ``limit`` for kinds with very large objects).
+DEFAULT_MAX_PAGE_BYTES: Final = 64 * 2**20
+#: How much of an error body is read to find the Status in it.
+STATUS_BODY_LIMIT: Final = 64 * 2**10
+
+
+async def read_body(response: KubeResponse, *, limit: int, what: str) -> bytes:
+    """Read a whole body, refusing one longer than ``limit`` bytes (WatchDecodeError)."""
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await response.receive_some():
+        size += len(chunk)
+        if size > limit:
+            raise WatchDecodeError(f"{what}: response body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+async def check_status(response: KubeResponse, *, method: str, path: str) -> None:
+    """Raise the KubeStatusError subclass for a non-2xx response (reads at most 64 KiB)."""
+    code = response.status_code
+    if 200 <= code < 300:
+        return
+    body = b""
+    try:
+        body = await read_body(response, limit=STATUS_BODY_LIMIT, what=f"{method} {path}")
+    except WatchDecodeError:
+        pass  # an oversize error body: the code alone still says what happened
+    status = decode_status(body)
+    if status is not None:
+        message, reason = status.message, status.reason
+    else:
+        message, reason = body[:200].decode("utf-8", "replace"), ""
+    raise status_error(
+        code,
+        message,
+        reason=reason,
+        method=method,
+        path=path,
+        retry_after=parse_retry_after(response.headers.get("retry-after")),
+    )
+
+
+def status_from_event(code: int, reason: str, message: str, *, path: str) -> KubeStatusError:
+    """The error a watch ERROR event stands for (a Status in the stream, not an HTTP status)."""
+    return status_error(code or 500, message, reason=reason, method="WATCH", path=path)
+
+
+async def list_pages(
+    transport: KubeTransport,
+    path: str,
+    *,
+    api_version: str,
+    kind: str,
+    on_page: Callable[[ListPage], Awaitable[None]],
+    headers: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    limit: int = DEFAULT_PAGE_LIMIT,
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+) -> str:
+    """List a collection page by page; return the list's resourceVersion.
+
+    ``on_page`` is awaited once per page, in order, before the next page is requested (so
+    backpressure from it slows the listing). Raises KubeStatusError subclasses
+    (KubeGoneError when a continue token expired), KubeConnectionError, WatchDecodeError.
+    """
+    continue_token = ""
+    while True:
+        query = dict(params or {})
+        query["limit"] = str(limit)
+        if continue_token:
+            query["continue"] = continue_token
+        async with transport.stream("GET", path, params=query, headers=headers) as response:
+            await check_status(response, method="LIST", path=path)
+            body = await read_body(response, limit=max_page_bytes, what=f"list {path}")
+        page = decode_list_page(body, api_version=api_version, kind=kind)
+        del body  # the items own copies of their bytes; let the page buffer go now
+        await on_page(page)
+        if not page.continue_token:
+            return page.resource_version
+        continue_token = page.continue_token
