@@ -1,1 +1,73 @@
-"""wire package."""
+"""kubesvc's wire protocol: the protobuf messages, the event-record framing and the trio bridge.
+
+- ``wire.messages``: the betterproto messages of kubesvc.proto (AgentMessage, ServerMessage, ...).
+- Event records (sans-I/O): :class:`EventRecord`, :func:`encode_events`, :func:`decode_events`.
+- The bridge (trio API over grpclib): :func:`open_loop`, :func:`open_connection`, :func:`serve`.
+- Errors: one tree rooted at :class:`WireError` (see wire._errors).
+"""
+
+from . import messages
+from ._bridge import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    CallInfo,
+    ClientStream,
+    Handler,
+    Keepalive,
+    ServerStream,
+    open_connection,
+    open_loop,
+    serve,
+)
+from ._errors import (
+    ConnectionLost,
+    EndOfStream,
+    MessageTooLarge,
+    ProtocolViolation,
+    RecordError,
+    Refuse,
+    RemoteRefused,
+    Status,
+    StreamClosed,
+    WireError,
+)
+from ._records import (
+    DEFAULT_LIMITS,
+    EventRecord,
+    EventType,
+    RecordLimits,
+    decode_events,
+    encode_events,
+)
+
+#: Sent in Hello.protocol_version; see kubesvc.proto for when it changes.
+PROTOCOL_VERSION: int = int(messages.ProtocolVersion.CURRENT)
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "PROTOCOL_VERSION",
+    "CallInfo",
+    "ClientStream",
+    "ConnectionLost",
+    "EndOfStream",
+    "EventRecord",
+    "EventType",
+    "Handler",
+    "Keepalive",
+    "MessageTooLarge",
+    "ProtocolViolation",
+    "RecordError",
+    "RecordLimits",
+    "Refuse",
+    "RemoteRefused",
+    "ServerStream",
+    "Status",
+    "StreamClosed",
+    "WireError",
+    "decode_events",
+    "encode_events",
+    "messages",
+    "open_connection",
+    "open_loop",
+    "serve",
+]

@@ -1,0 +1,579 @@
+"""The one place where trio meets grpclib (asyncio): a trio client and a trio server for Connect.
+
+Theory of operation. Every process runs trio; :func:`open_loop` runs an asyncio loop inside it
+(trio-asyncio). grpclib runs on that loop. Trio code crosses into asyncio once per message:
+``ClientStream.send`` encodes the protobuf on the trio side, checks its size, then makes one
+``aio_as_trio`` call into grpclib's ``send_message``; ``receive`` makes one call that returns
+the message's bytes and decodes them back on the trio side. grpclib's codec here is the
+identity on bytes, so no protobuf work happens on the asyncio side. HTTP/2 credit is given
+back when grpclib's ``recv_message`` consumes the data, i.e. only when the trio side calls
+``receive()``: backpressure reaches the socket.
+
+Server calls. grpclib runs each call in an asyncio task (:meth:`_ConnectService._handle`),
+which starts the trio handler as a task in :func:`serve`'s own nursery (so serve owns every
+handler) and waits for it. When the peer resets the stream or the connection dies, grpclib
+cancels that asyncio task; the bridge then marks the :class:`ServerStream` lost and cancels
+the operation the handler is waiting on, which surfaces as :class:`ConnectionLost`.
+
+Cancellation from trio: cancelling ``send``/``receive`` resets the gRPC stream (a half-done
+message would corrupt it otherwise); the stream raises StreamClosed afterwards.
+
+Errors from grpclib, h2, ssl and sockets are translated here into wire's tree (_errors.py).
+Known limit: grpclib buffers an incoming message before the size check can run, so
+``max_message_size`` bounds what the application sees, while the HTTP/2 window (4 MiB per
+stream and per connection) bounds what is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
+
+import betterproto
+import h2.exceptions
+import trio
+import trio_asyncio
+from grpclib.client import Channel
+from grpclib.client import Stream as _GrpcClientStream
+from grpclib.config import Configuration
+from grpclib.const import Cardinality
+from grpclib.const import Handler as _GrpcHandler
+from grpclib.const import Status as _GrpcStatus
+from grpclib.encoding.base import CodecBase
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.exceptions import ProtocolError as _GrpcProtocolError
+from grpclib.protocol import H2Protocol
+from grpclib.server import Server
+from grpclib.server import Stream as _GrpcServerStream
+
+from ._errors import (
+    ConnectionLost,
+    EndOfStream,
+    MessageTooLarge,
+    ProtocolViolation,
+    Refuse,
+    RemoteRefused,
+    Status,
+    StreamClosed,
+    WireError,
+)
+from .messages import CONNECT_METHOD, AgentMessage, ServerMessage
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "CallInfo",
+    "ClientStream",
+    "Handler",
+    "Keepalive",
+    "ServerStream",
+    "open_connection",
+    "open_loop",
+    "serve",
+]
+
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 2**20
+# Cleanup after cancellation is shielded; this bounds how long it may take.
+_CLEANUP_SECONDS = 5.0
+_T = TypeVar("_T")
+_M = TypeVar("_M", bound=betterproto.Message)
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    """HTTP/2 PING every ``interval`` seconds while a call is open; a peer that does not answer
+    within ``timeout`` seconds is dead and the connection is closed (ConnectionLost)."""
+
+    interval: float = 20.0
+    timeout: float = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """What the server knows about a call: its metadata (``authorization`` carries the bearer
+    token), the client's TLS certificate (``ssl.getpeercert()`` form, None without mTLS) and
+    its address."""
+
+    metadata: dict[str, str]
+    peer_cert: dict[str, Any] | None
+    peer: tuple[str, int] | None
+
+
+Handler = Callable[["ServerStream", CallInfo], Awaitable[None]]
+
+
+class _RawCodec(CodecBase):
+    """grpclib codec that passes bytes through: protobuf work stays on the trio side."""
+
+    __content_subtype__ = "proto"
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        assert isinstance(message, bytes)
+        return message
+
+    def decode(self, data: bytes, message_type: Any) -> bytes:
+        return data
+
+
+def _config(keepalive: Keepalive | None, server_hostname: str | None = None) -> Configuration:
+    if keepalive is None:
+        return Configuration(ssl_target_name_override=server_hostname)
+    return Configuration(
+        _keepalive_time=keepalive.interval,
+        _keepalive_timeout=keepalive.timeout,
+        # grpclib stops pinging an idle stream after 2 pings by default; a dead peer must be
+        # noticed on a quiet stream too, so ping for as long as a call is open.
+        _http2_max_pings_without_data=0,
+        _http2_min_sent_ping_interval_without_data=keepalive.interval,
+        ssl_target_name_override=server_hostname,
+    )
+
+
+def _encode(message: betterproto.Message, limit: int) -> bytes:
+    data = bytes(message)
+    if len(data) > limit:
+        raise MessageTooLarge(len(data), limit, direction="outgoing")
+    return data
+
+
+def _decode(data: bytes, message_type: type[_M], limit: int) -> _M:
+    if len(data) > limit:
+        raise MessageTooLarge(len(data), limit, direction="incoming")
+    try:
+        return message_type().parse(data)
+    except Exception as exc:  # betterproto raises assorted errors on bad input
+        raise ProtocolViolation(
+            f"received bytes that are not a valid {message_type.__name__}: {exc!r}"
+        ) from exc
+
+
+def _lost(exc: BaseException, what: str) -> ConnectionLost:
+    return ConnectionLost(f"{what}: {exc}" if str(exc) else f"{what}: {type(exc).__name__}")
+
+
+# Failures that mean "the peer or the network broke it" when they escape grpclib.
+_BROKEN = (StreamTerminatedError, h2.exceptions.H2Error, ConnectionError, ssl.SSLError, OSError)
+
+
+@asynccontextmanager
+async def open_loop() -> AsyncIterator[None]:
+    """Run the asyncio loop the bridge needs, for the duration of the block. Open it once, at
+    the process entry point (or per test)."""
+    async with trio_asyncio.open_loop():
+        yield
+
+
+# ---- client ----------------------------------------------------------------------------------
+
+
+class ClientStream:
+    """The agent's end of one Connect call. Made by :func:`open_connection`, which owns it."""
+
+    def __init__(self, max_message_size: int) -> None:
+        self._limit = max_message_size
+        self._channel: Channel | None = None
+        self._grpc: _GrpcClientStream[bytes, bytes] | None = None
+        self._ended = False
+        self._closed = False
+        # Once the call is over, every later operation raises this (a copy of) again.
+        self._terminal: WireError | None = None
+
+    async def send(self, message: AgentMessage) -> None:
+        """Send one message. Raises MessageTooLarge (nothing sent, the stream stays usable),
+        ConnectionLost, RemoteRefused, EndOfStream or StreamClosed."""
+        data = _encode(message, self._limit)
+        await self._op(self._aio_send, data)
+
+    async def receive(self) -> ServerMessage:
+        """Wait for the server's next message. Raises EndOfStream when the server ended the call
+        with OK, RemoteRefused(status, message) for any other status, ConnectionLost,
+        MessageTooLarge, ProtocolViolation or StreamClosed."""
+        data = await self._op(self._aio_receive)
+        return _decode(data, ServerMessage, self._limit)
+
+    async def end(self) -> None:
+        """Finish our side (half-close): the server's receive() raises EndOfStream; receiving
+        what the server still sends keeps working."""
+        await self._op(self._aio_end)
+
+    async def aclose(self) -> None:
+        """Reset the call if it is still open and close the connection. Idempotent; shielded and
+        bounded, so it is safe in a cancelled scope."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._terminal is None:
+            self._terminal = StreamClosed("the stream was closed by aclose()")
+        with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
+            await trio_asyncio.aio_as_trio(self._aio_teardown)()
+
+    async def _op(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        if self._terminal is not None:
+            raise _again(self._terminal)
+        try:
+            result: _T = await trio_asyncio.aio_as_trio(fn)(*args)
+            return result
+        except trio.Cancelled:
+            # A message may be half-sent or half-read: the stream cannot be used any more.
+            self._terminal = StreamClosed("an operation on the stream was cancelled")
+            await self.aclose()
+            raise
+        except WireError as exc:
+            self._terminal = exc
+            raise
+
+    async def _aio_open(
+        self,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None,
+        metadata: Mapping[str, str],
+        config: Configuration,
+    ) -> None:
+        self._channel = Channel(host, port, ssl=ssl_context, codec=_RawCodec(), config=config)
+        grpc = self._channel.request(
+            CONNECT_METHOD, Cardinality.STREAM_STREAM, bytes, bytes, metadata=dict(metadata)
+        )
+        await grpc.__aenter__()
+        self._grpc = grpc
+        try:
+            # Connect and send the headers now, so a refused connection shows at open.
+            await grpc.send_request()
+        except _BROKEN as exc:
+            raise _lost(exc, f"cannot open a Connect call to {host}:{port}") from exc
+
+    async def _aio_send(self, data: bytes) -> None:
+        assert self._grpc is not None
+        try:
+            await self._grpc.send_message(data)
+        except _BROKEN as exc:
+            await self._aio_finish(exc)
+        except _GrpcProtocolError as exc:  # e.g. our side already ended
+            raise StreamClosed(f"cannot send: {exc}") from exc
+
+    async def _aio_receive(self) -> bytes:
+        assert self._grpc is not None
+        try:
+            data = await self._grpc.recv_message()
+        except GRPCError as exc:  # a trailers-only response: refused before any message
+            raise _refused(exc) from exc
+        except _BROKEN as exc:
+            await self._aio_finish(exc)
+        if data is None:
+            await self._aio_finish(None)
+        assert data is not None
+        return data
+
+    async def _aio_end(self) -> None:
+        assert self._grpc is not None
+        if self._ended:
+            return
+        try:
+            await self._grpc.end()
+        except _BROKEN as exc:
+            await self._aio_finish(exc)
+        self._ended = True
+
+    async def _aio_finish(self, exc: BaseException | None) -> NoReturn:
+        """The call is over (the server ended it, or it broke): raise what it ended with."""
+        grpc = self._grpc
+        assert grpc is not None
+        if exc is None and not self._ended:
+            try:
+                await grpc.end()  # grpclib reads the trailers only once our side has ended
+                self._ended = True
+            except (*_BROKEN, _GrpcProtocolError) as end_exc:
+                exc = end_exc
+        terminated = StreamTerminatedError(str(exc)) if exc is not None else None
+        try:
+            # With a StreamTerminatedError, grpclib raises the status the trailers carried.
+            await grpc.__aexit__(type(terminated) if terminated else None, terminated, None)
+        except GRPCError as status_exc:
+            raise _refused(status_exc) from status_exc
+        except _BROKEN as broken:
+            raise _lost(broken, "the connection broke") from broken
+        if exc is not None:
+            raise _lost(exc, "the server or the network broke the stream") from exc
+        raise EndOfStream("the server ended the call")
+
+    async def _aio_teardown(self) -> None:
+        grpc, self._grpc = self._grpc, None
+        if grpc is not None:
+            closed = StreamClosed("closed")
+            try:
+                await grpc.__aexit__(StreamClosed, closed, None)  # resets the HTTP/2 stream
+            except Exception:  # the call is being thrown away; its errors mean nothing now
+                pass
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+
+def _refused(exc: GRPCError) -> RemoteRefused:
+    return RemoteRefused(Status(exc.status.value), exc.message or "")
+
+
+def _again(exc: WireError) -> WireError:
+    """A fresh exception equal to ``exc``, so a reraise does not grow its traceback."""
+    if isinstance(exc, RemoteRefused):
+        return RemoteRefused(exc.status, exc.message)
+    if isinstance(exc, MessageTooLarge):
+        return MessageTooLarge(exc.size, exc.limit, direction=exc.direction)
+    return type(exc)(*exc.args)
+
+
+@asynccontextmanager
+async def open_connection(
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    keepalive: Keepalive | None = Keepalive(),
+) -> AsyncIterator[ClientStream]:
+    """Open one Connect call over its own HTTP/2 connection; yield its :class:`ClientStream`.
+
+    ``ssl_context`` enables TLS (add a client certificate to it for mTLS); ALPN is set to h2 on
+    it. ``server_hostname`` overrides the name the server certificate must match. ``metadata``
+    is sent as call headers (lower-case keys), e.g. ``{"authorization": "Bearer ..."}``.
+    Raises ConnectionLost when the server cannot be reached. The call is reset and the
+    connection closed when the block exits.
+    """
+    if ssl_context is not None:
+        ssl_context.set_alpn_protocols(["h2"])
+    stream = ClientStream(max_message_size)
+    try:
+        await trio_asyncio.aio_as_trio(stream._aio_open)(
+            host, port, ssl_context, metadata or {}, _config(keepalive, server_hostname)
+        )
+        yield stream
+    finally:
+        await stream.aclose()
+
+
+# ---- server ----------------------------------------------------------------------------------
+
+
+class ServerStream:
+    """The server's end of one Connect call, given to the handler. The bridge owns it."""
+
+    def __init__(self, grpc: _GrpcServerStream[bytes, bytes], max_message_size: int) -> None:
+        self._grpc = grpc
+        self._limit = max_message_size
+        self._lost_reason: str | None = None
+        self._finished = False
+        self._end_seen = False
+        self._op_scope: trio.CancelScope | None = None
+
+    async def receive(self) -> AgentMessage:
+        """Wait for the client's next message. Raises EndOfStream when the client finished its
+        side, ConnectionLost when it reset the stream or the connection died, MessageTooLarge,
+        ProtocolViolation, or StreamClosed after the handler's call is over."""
+        if self._end_seen:
+            raise EndOfStream("the client finished sending")
+        data = await self._op(self._grpc.recv_message)
+        if data is None:
+            self._end_seen = True
+            raise EndOfStream("the client finished sending")
+        return _decode(data, AgentMessage, self._limit)
+
+    async def send(self, message: ServerMessage) -> None:
+        """Send one message. Raises MessageTooLarge (nothing sent), ConnectionLost or
+        StreamClosed."""
+        data = _encode(message, self._limit)
+        await self._op(self._grpc.send_message, data)
+
+    async def _op(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        if self._lost_reason is not None:
+            raise ConnectionLost(self._lost_reason)
+        if self._finished:
+            raise StreamClosed("the call is over; its stream cannot be used")
+        with trio.CancelScope() as scope:
+            self._op_scope = scope
+            try:
+                result: _T = await trio_asyncio.aio_as_trio(fn)(*args)
+                return result
+            except _BROKEN as exc:
+                self._lost_reason = f"the client or the network broke the stream: {exc}"
+                raise ConnectionLost(self._lost_reason) from exc
+            finally:
+                self._op_scope = None
+        # Only _lose() cancels this scope.
+        raise ConnectionLost(self._lost_reason or "the stream was lost")
+
+    def _lose(self, reason: str) -> None:
+        """Called on the asyncio side when grpclib gives up on the call."""
+        if self._lost_reason is None:
+            self._lost_reason = reason
+        if self._op_scope is not None:
+            self._op_scope.cancel()
+
+
+class _HandlerCancelled:
+    """Marks a handler that trio cancelled: its call is reset rather than ended with OK."""
+
+
+_Outcome = BaseException | _HandlerCancelled | None
+
+
+class _ConnectService:
+    """grpclib's view of the service: one STREAM_STREAM method whose calls run trio handlers."""
+
+    def __init__(self, handler: Handler, nursery: trio.Nursery, max_message_size: int) -> None:
+        self._handler = handler
+        self._nursery = nursery
+        self._limit = max_message_size
+
+    def __mapping__(self) -> dict[str, _GrpcHandler]:
+        return {CONNECT_METHOD: _GrpcHandler(self._handle, Cardinality.STREAM_STREAM, bytes, bytes)}
+
+    async def _handle(self, grpc: _GrpcServerStream[bytes, bytes]) -> None:  # asyncio side
+        peer = grpc.peer
+        call = CallInfo(
+            metadata={k: v for k, v in grpc.metadata.items() if isinstance(v, str)}
+            if grpc.metadata is not None
+            else {},
+            peer_cert=peer.cert() if peer is not None else None,
+            peer=peer.addr() if peer is not None else None,
+        )
+        stream = ServerStream(grpc, self._limit)
+        done: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+        self._nursery.start_soon(self._run, stream, call, done)
+        try:
+            outcome = await asyncio.shield(done)
+        except asyncio.CancelledError:
+            stream._lose("the client reset the stream or the connection was lost")
+            raise
+        if isinstance(outcome, _HandlerCancelled):
+            await grpc.cancel()  # RST_STREAM: the client sees ConnectionLost
+        elif isinstance(outcome, Refuse):
+            raise GRPCError(_GrpcStatus(outcome.status.value), outcome.message)
+        elif isinstance(outcome, MessageTooLarge):
+            raise GRPCError(_GrpcStatus.RESOURCE_EXHAUSTED, str(outcome))
+        elif isinstance(outcome, ProtocolViolation):
+            raise GRPCError(_GrpcStatus.INVALID_ARGUMENT, str(outcome))
+        elif outcome is not None:
+            raise GRPCError(_GrpcStatus.INTERNAL, "internal server error")
+
+    async def _run(
+        self, stream: ServerStream, call: CallInfo, done: asyncio.Future[_Outcome]
+    ) -> None:  # trio side, in serve()'s nursery
+        outcome: _Outcome = _HandlerCancelled()
+        try:
+            await self._handler(stream, call)
+            outcome = None
+        except (Refuse, MessageTooLarge, ProtocolViolation) as exc:
+            outcome = exc
+        except WireError:
+            outcome = None  # the call is already over (lost, ended, closed)
+        except Exception as exc:
+            # A bug in the handler: the call ends with INTERNAL and the error propagates out of
+            # serve(), as trio's own serve_listeners does.
+            outcome = exc
+            raise
+        finally:
+            stream._finished = True
+            if not done.done():
+                done.set_result(outcome)
+
+
+class _Server(Server):
+    """grpclib's Server, also closing open connections when it closes (grpclib only cancels the
+    calls, which would leave clients waiting on a silent connection)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+
+    def _protocol_factory(self) -> H2Protocol:
+        protocol: H2Protocol = super()._protocol_factory()
+        self._protocols.add(protocol)
+        return protocol
+
+    def close_connections(self) -> None:
+        for protocol in list(self._protocols):
+            connection = getattr(protocol, "connection", None)
+            if connection is not None:
+                connection.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve(
+    handler: Handler,
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    keepalive: Keepalive | None = Keepalive(),
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve Connect on ``host:port`` until cancelled; ``task_status.started(port)`` reports the
+    bound port (useful with port 0).
+
+    Each call runs ``await handler(stream, call)`` as a trio task owned by this function. The
+    call ends with OK when the handler returns, with a handler's :class:`Refuse` status, with
+    RESOURCE_EXHAUSTED / INVALID_ARGUMENT when the client's message was oversize / malformed
+    and the handler let that error propagate; a cancelled handler resets the stream. Any other
+    exception ends the call with INTERNAL and propagates out of serve(). ``ssl_context`` (a
+    server context; set ``verify_mode = CERT_REQUIRED`` and load a CA for mTLS) enables TLS.
+    On exit, listening stops, open calls are cancelled and connections are closed.
+    """
+    if ssl_context is not None:
+        ssl_context.set_alpn_protocols(["h2"])
+    sock = _bind(host, port)
+    bound_port: int = sock.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        service = _ConnectService(handler, nursery, max_message_size)
+        server = await trio_asyncio.aio_as_trio(_aio_start)(
+            service, sock, ssl_context, _config(keepalive)
+        )
+        try:
+            task_status.started(bound_port)
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
+                await trio_asyncio.aio_as_trio(_aio_stop)(server)
+
+
+async def _aio_start(
+    service: _ConnectService,
+    sock: socket.socket,
+    ssl_context: ssl.SSLContext | None,
+    config: Configuration,
+) -> _Server:
+    server = _Server([service], codec=_RawCodec(), config=config)
+    try:
+        await server.start(sock=sock, ssl=ssl_context)
+    except BaseException:
+        sock.close()
+        raise
+    return server
+
+
+async def _aio_stop(server: _Server) -> None:
+    server.close()
+    server.close_connections()
+    await server.wait_closed()
