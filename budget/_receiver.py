@@ -1,0 +1,171 @@
+"""The consuming end of the event channel: take batches, acknowledge them, close."""
+
+from __future__ import annotations
+
+import math
+from types import TracebackType
+
+import trio
+
+from ._state import Batch, ChannelState, ChannelStatistics
+
+
+def _check_limits(max_entries: int, max_bytes: int) -> None:
+    if type(max_entries) is not int or max_entries < 1:
+        raise ValueError(f"max_entries: must be an int >= 1, got {max_entries!r}")
+    if type(max_bytes) is not int or max_bytes < 1:
+        raise ValueError(f"max_bytes: must be an int >= 1, got {max_bytes!r}")
+
+
+class EventReceiver:
+    """The consuming end: take batches, acknowledge them, close when done. One task at a
+    time may wait on it (a second raises trio.BusyResourceError)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: ChannelState) -> None:
+        self._state = state
+
+    def receive_batch_nowait(self, max_entries: int = 200, max_bytes: int = 512 * 1024) -> Batch:
+        """Take the oldest pending entries: at most ``max_entries`` and ``max_bytes`` (a lone
+        entry larger than ``max_bytes`` comes alone). Their bytes stay reserved until
+        ``acknowledge``. Raises WouldBlock (nothing pending), EndOfChannel (nothing pending
+        and every sender closed), ClosedResourceError (this receiver closed).
+        """
+        _check_limits(max_entries, max_bytes)
+        state = self._state
+        if state.receiver_closed:
+            raise trio.ClosedResourceError("this event receiver was closed")
+        queue = state.queue
+        if not len(queue):
+            if state.open_senders == 0:
+                raise trio.EndOfChannel
+            raise trio.WouldBlock
+        entries, size = queue.take(max_entries, max_bytes)
+        room_task = state.room_task
+        if room_task is not None and len(queue) + state.room_needed <= queue.max_pending_entries:
+            state.room_task = None
+            trio.lowlevel.reschedule(room_task)
+        return Batch(state, entries, size)
+
+    async def receive_batch(self, max_entries: int = 200, max_bytes: int = 512 * 1024) -> Batch:
+        """Wait until at least one entry is pending, then ``receive_batch_nowait``.
+
+        Always a checkpoint; if cancelled, nothing was taken.
+        """
+        _check_limits(max_entries, max_bytes)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            batch = self.receive_batch_nowait(max_entries, max_bytes)
+        except trio.WouldBlock:
+            pass
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return batch
+        while True:
+            await self._park(1, math.inf, wake_on_blocked=False)
+            try:
+                return self.receive_batch_nowait(max_entries, max_bytes)
+            except trio.WouldBlock:
+                continue
+
+    async def wait_pending(self, min_entries: int, min_bytes: int) -> None:
+        """Return once ``min_entries`` entries or ``min_bytes`` bytes are pending, or as soon
+        as waiting longer is pointless: every sender is closed, or a sender is blocked
+        (nothing more can arrive until something is taken). Meant for linger, under
+        ``trio.move_on_after``. Always a checkpoint. Raises ClosedResourceError once closed.
+        """
+        _check_limits(min_entries, min_bytes)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._pending_enough(min_entries, min_bytes):
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return
+        while not self._pending_enough(min_entries, min_bytes):
+            await self._park(min_entries, min_bytes, wake_on_blocked=True)
+
+    def _pending_enough(self, min_entries: int, min_bytes: int) -> bool:
+        state = self._state
+        if state.receiver_closed:
+            raise trio.ClosedResourceError("this event receiver was closed")
+        queue = state.queue
+        return (
+            len(queue) >= min_entries
+            or queue.pending_bytes >= min_bytes
+            or state.open_senders == 0
+            or bool(state.slow_scopes)
+        )
+
+    async def _park(self, want_entries: int, want_bytes: float, *, wake_on_blocked: bool) -> None:
+        state = self._state
+        if state.receiver_task is not None:
+            raise trio.BusyResourceError("another task is already waiting on this receiver")
+        state.receiver_task = trio.lowlevel.current_task()
+        state.want_entries = want_entries
+        state.want_bytes = want_bytes
+        state.wake_on_blocked = wake_on_blocked
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            state.receiver_task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def acknowledge(self, batch: Batch) -> None:
+        """Release the bytes of ``batch`` (taken from this receiver). Not a checkpoint.
+
+        After close() this does nothing (close already returned the bytes). Raises
+        ValueError for a batch of another channel or one acknowledged before.
+        """
+        state = self._state
+        if batch._state is not state:
+            raise ValueError("acknowledge: this batch was taken from another channel")
+        if batch._acknowledged:
+            raise ValueError("acknowledge: this batch was already acknowledged")
+        batch._acknowledged = True
+        if state.receiver_closed:
+            return
+        state.queue.acknowledge(batch.size, len(batch.entries))
+        state.budget.release(batch.size)
+
+    def close(self) -> None:
+        """Drop what is pending, return every pending and in-flight byte to the budget, and
+        wake waiting senders (BrokenResourceError) and a waiting receive
+        (ClosedResourceError). Idempotent."""
+        state = self._state
+        if state.receiver_closed:
+            return
+        state.receiver_closed = True
+        state.budget.release(state.queue.clear())
+        for scope in list(state.slow_scopes):
+            scope.cancel()
+        state.wake_receiver()
+
+    async def aclose(self) -> None:
+        """``close()``, then a checkpoint."""
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+    def statistics(self) -> ChannelStatistics:
+        return self._state.statistics()
+
+    def __enter__(self) -> EventReceiver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> EventReceiver:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
