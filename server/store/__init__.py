@@ -1,0 +1,37 @@
+"""The server's cache store: one interface (``Store``), SQLite behind it by default."""
+
+from ._protocol import Store
+from ._records import (
+    AccountRecord,
+    AccountState,
+    AgentRecord,
+    BatchOutcome,
+    ObjectPage,
+    ObjectRef,
+    OperationEvent,
+    OperationRecord,
+    ResumePoint,
+    StoredObject,
+    group_of,
+)
+from ._schema import MIGRATIONS, Migration
+from ._sqlite import SqliteStore, open_sqlite_store
+
+__all__ = [
+    "MIGRATIONS",
+    "AccountRecord",
+    "AccountState",
+    "AgentRecord",
+    "BatchOutcome",
+    "Migration",
+    "ObjectPage",
+    "ObjectRef",
+    "OperationEvent",
+    "OperationRecord",
+    "ResumePoint",
+    "SqliteStore",
+    "Store",
+    "StoredObject",
+    "group_of",
+    "open_sqlite_store",
+]

@@ -1,0 +1,95 @@
+"""The one interface the rest of the server uses to reach the cache store.
+
+SQLite implements it today (``open_sqlite_store``); a PostgreSQL store for several server
+replicas can implement the same Protocol later without touching its callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from wire import EventRecord
+
+from ._records import (
+    AccountRecord,
+    AgentRecord,
+    BatchOutcome,
+    ObjectPage,
+    OperationEvent,
+    OperationRecord,
+    ResumePoint,
+    StoredObject,
+)
+
+
+class Store(Protocol):
+    """The cache store. Every method is one transaction; all raise StoreError on failure."""
+
+    async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
+        """Apply one account's records in one transaction (sync brackets, resume points).
+
+        Raises InvalidRecord (nothing applied) when a record belongs to another account or
+        cannot be stored.
+        """
+        ...
+
+    async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        """Like apply_batch for records of any accounts: one transaction for the whole batch."""
+        ...
+
+    async def get_object(
+        self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str
+    ) -> StoredObject | None:
+        """One object by coordinates; the kind compares case-insensitively."""
+        ...
+
+    async def query_objects(
+        self,
+        account: str | None = None,
+        kind: str | None = None,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        limit: int = 500,
+        continue_token: str | None = None,
+        *,
+        group: str | None = None,
+    ) -> ObjectPage:
+        """A page of objects in coordinate order; raises InvalidQuery for a bad selector/token."""
+        ...
+
+    async def count_objects(self, account: str | None = None, kind: str | None = None) -> int:
+        """How many objects match (for /metrics and admin views)."""
+        ...
+
+    async def resume_points(self, account: str) -> list[ResumePoint]:
+        """The stored resourceVersions of an account's watches (callers filter by age)."""
+        ...
+
+    async def upsert_account(self, record: AccountRecord) -> None: ...
+
+    async def get_account(self, name: str) -> AccountRecord | None: ...
+
+    async def list_accounts(self) -> list[AccountRecord]: ...
+
+    async def delete_account(self, name: str) -> bool:
+        """Delete the account, its objects, resume points and sync state; False if unknown."""
+        ...
+
+    async def upsert_agent(self, record: AgentRecord) -> None: ...
+
+    async def delete_agent(self, session_id: str) -> None: ...
+
+    async def list_agents(self) -> list[AgentRecord]: ...
+
+    async def record_operation(self, record: OperationRecord, message: str = "") -> None:
+        """Insert or update an operation and append its state to the history, atomically."""
+        ...
+
+    async def get_operation(self, operation_id: str) -> OperationRecord | None: ...
+
+    async def list_operations(
+        self, account: str | None = None, limit: int = 100
+    ) -> list[OperationRecord]: ...
+
+    async def operation_history(self, operation_id: str) -> list[OperationEvent]: ...

@@ -1,0 +1,165 @@
+"""The plain records the store reads and writes (no I/O here)."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class AccountState(enum.StrEnum):
+    """Account states, named as the Armory plugin names them."""
+
+    INACTIVE = "INACTIVE"
+    TO_MIGRATE = "TO_MIGRATE"
+    ACTIVATING = "ACTIVATING"
+    ACTIVE = "ACTIVE"
+    TO_DEACTIVATE = "TO_DEACTIVATE"
+    DEACTIVATING = "DEACTIVATING"
+    FAILED = "FAILED"
+    ORPHANED = "ORPHANED"
+    DELETING = "DELETING"
+    DELETE_FAILED = "DELETE_FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class AccountRecord:
+    """One account as persisted (the Armory "Account record fields").
+
+    ``kube_host`` and ``cert_fingerprint`` are the cluster identity ("" until an agent
+    registers the account); ``orphaned_at_ms`` is set while the account is ORPHANED.
+    """
+
+    name: str
+    kube_host: str = ""
+    cert_fingerprint: str = ""
+    kube_version: str = ""
+    status: AccountState = AccountState.INACTIVE
+    error_message: str = ""
+    retry_count: int = 0
+    dynamic: bool = False
+    permissions: dict[str, list[str]] = field(default_factory=dict)
+    properties: dict[str, Any] = field(default_factory=dict)
+    zone_id: str = ""
+    last_updated_ms: int = 0
+    connections: list[dict[str, Any]] = field(default_factory=list)
+    orphaned_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """One cached Kubernetes object; ``body`` is its JSON bytes (Secrets: metadata only)."""
+
+    account: str
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    body: bytes
+    updated_at_ms: int = 0
+
+    @property
+    def group(self) -> str:
+        return group_of(self.api_version)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The coordinates of an object (used for the objects a sync bracket swept away)."""
+
+    account: str
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """The last resourceVersion stored for one watch: (account, api_version, kind, scope).
+
+    ``scope`` is "" for a cluster-wide watch, else its namespace. A watch whose sync bracket
+    is still open has no resume point (objects' own versions from a list are not resumable).
+    """
+
+    api_version: str
+    kind: str
+    scope: str
+    resource_version: str
+    updated_at_ms: int
+
+    def age_ms(self, now_ms: int) -> int:
+        return max(0, now_ms - self.updated_at_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """What one committed batch changed: counts, and the objects sync brackets swept away."""
+
+    upserted: int = 0
+    deleted: int = 0
+    swept: tuple[ObjectRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectPage:
+    """One page of a query; ``next_token`` is None on the last page."""
+
+    objects: list[StoredObject]
+    next_token: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRecord:
+    """A connected agent session, as the REST API lists it (``/armory/agents``)."""
+
+    session_id: str
+    agent_id: str
+    instance_id: str = ""
+    agent_version: str = ""
+    server_id: str = ""
+    peer: str = ""
+    accounts: list[str] = field(default_factory=list)
+    connected_at_ms: int = 0
+    last_seen_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    """An operation sent to an agent, and its outcome once known (issue 6 builds on it)."""
+
+    id: str
+    account: str
+    type: str
+    payload_json: str = "{}"
+    state: str = "PENDING"
+    created_ms: int = 0
+    updated_ms: int = 0
+    result_json: str = ""
+    error_message: str = ""
+    error_code: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OperationEvent:
+    """One line of an operation's history."""
+
+    operation_id: str
+    at_ms: int
+    state: str
+    message: str = ""
+
+
+_CORE_VERSION = re.compile(r"v\d+((alpha|beta)\d+)?")
+
+
+def group_of(api_version_or_group: str) -> str:
+    """The API group of ``apps/v1`` (``apps``), ``v1`` (``""``, core) or a bare group (itself)."""
+    if "/" in api_version_or_group:
+        return api_version_or_group.split("/", 1)[0]
+    if _CORE_VERSION.fullmatch(api_version_or_group):
+        return ""
+    return api_version_or_group

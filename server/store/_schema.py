@@ -1,0 +1,120 @@
+"""The SQLite schema, as an ordered list of migrations.
+
+``schema_version`` holds one row per applied migration. Opening a database applies the
+missing steps in order, each in its own transaction; a database newer than this code is
+refused (SchemaError) rather than guessed at. Never edit a released step: append a new one.
+
+Objects live in a rowid table with a unique index on their coordinates and the body as the
+last column: measured here (500 rows of 4.4 KB per transaction, WAL, synchronous=NORMAL)
+that inserts ~30-35k rows/s and updates ~45k/s, where WITHOUT ROWID keyed by the
+coordinates was about half as fast; keeping the small columns before the body keeps them on
+the row's first page.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from .._errors import SchemaError
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "accounts, agents, objects, resource versions, sync state, operations",
+        (
+            "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            "INSERT INTO meta(key, value) VALUES ('epoch', '0')",
+            """CREATE TABLE accounts(
+                name TEXT PRIMARY KEY, kube_host TEXT NOT NULL, cert_fingerprint TEXT NOT NULL,
+                kube_version TEXT NOT NULL, status TEXT NOT NULL, error_message TEXT NOT NULL,
+                retry_count INTEGER NOT NULL, dynamic INTEGER NOT NULL, permissions TEXT NOT NULL,
+                properties TEXT NOT NULL, zone_id TEXT NOT NULL, last_updated_ms INTEGER NOT NULL,
+                connections TEXT NOT NULL, orphaned_at_ms INTEGER)""",
+            """CREATE TABLE agents(
+                session_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, instance_id TEXT NOT NULL,
+                agent_version TEXT NOT NULL, server_id TEXT NOT NULL, peer TEXT NOT NULL,
+                accounts TEXT NOT NULL, connected_at_ms INTEGER NOT NULL,
+                last_seen_ms INTEGER NOT NULL)""",
+            """CREATE TABLE objects(
+                id INTEGER PRIMARY KEY, account TEXT NOT NULL, grp TEXT NOT NULL,
+                kind TEXT NOT NULL COLLATE NOCASE, namespace TEXT NOT NULL, name TEXT NOT NULL,
+                api_version TEXT NOT NULL, uid TEXT NOT NULL, resource_version TEXT NOT NULL,
+                epoch INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL, labels TEXT,
+                body BLOB NOT NULL)""",
+            "CREATE UNIQUE INDEX objects_key ON objects(account, grp, kind, namespace, name)",
+            """CREATE TABLE resource_versions(
+                account TEXT NOT NULL, api_version TEXT NOT NULL, kind TEXT NOT NULL,
+                scope TEXT NOT NULL, resource_version TEXT NOT NULL,
+                updated_at_ms INTEGER NOT NULL,
+                PRIMARY KEY(account, api_version, kind, scope))""",
+            """CREATE TABLE sync_state(
+                account TEXT NOT NULL, grp TEXT NOT NULL, kind TEXT NOT NULL COLLATE NOCASE,
+                scope TEXT NOT NULL, begin_epoch INTEGER NOT NULL, started_at_ms INTEGER NOT NULL,
+                PRIMARY KEY(account, grp, kind, scope))""",
+            """CREATE TABLE operations(
+                id TEXT PRIMARY KEY, account TEXT NOT NULL, type TEXT NOT NULL,
+                payload_json TEXT NOT NULL, state TEXT NOT NULL, created_ms INTEGER NOT NULL,
+                updated_ms INTEGER NOT NULL, result_json TEXT NOT NULL,
+                error_message TEXT NOT NULL, error_code TEXT NOT NULL)""",
+            "CREATE INDEX operations_account ON operations(account, created_ms)",
+            """CREATE TABLE operation_history(
+                id INTEGER PRIMARY KEY, operation_id TEXT NOT NULL, at_ms INTEGER NOT NULL,
+                state TEXT NOT NULL, message TEXT NOT NULL)""",
+            "CREATE INDEX operation_history_op ON operation_history(operation_id, id)",
+        ),
+    ),
+)
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    """The highest applied migration (0 for a new database)."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version("
+        "version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL, description TEXT NOT NULL)"
+    )
+    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(
+    conn: sqlite3.Connection, now_ms: int, migrations: tuple[Migration, ...] = MIGRATIONS
+) -> int:
+    """Apply the missing migrations in order; returns the resulting version.
+
+    Raises SchemaError when the database is newer than ``migrations`` or a step fails (that
+    step is rolled back; earlier steps stay applied).
+    """
+    version = current_version(conn)
+    known = migrations[-1].version if migrations else 0
+    if version > known:
+        raise SchemaError(
+            f"the database has schema version {version}, newer than this server knows ({known})"
+        )
+    for step in migrations:
+        if step.version <= version:
+            continue
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in step.statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version(version, applied_at_ms, description) VALUES (?,?,?)",
+                (step.version, now_ms, step.description),
+            )
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise SchemaError(
+                f"migration {step.version} ({step.description}) failed: {exc}"
+            ) from exc
+        version = step.version
+    return version

@@ -1,0 +1,153 @@
+"""The SQLite store: SqliteCore driven from trio through one serialized worker thread."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import ParamSpec, TypeVar
+
+import trio
+
+from wire import EventRecord
+
+from .._errors import StoreClosed
+from ._records import (
+    AccountRecord,
+    AgentRecord,
+    BatchOutcome,
+    ObjectPage,
+    OperationEvent,
+    OperationRecord,
+    ResumePoint,
+    StoredObject,
+)
+from ._sqlite_core import SqliteCore, wall_clock_ms
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class SqliteStore:
+    """The Store on SQLite. Calls run one at a time in a worker thread (a limiter of 1).
+
+    A call cancelled while its statement runs waits for the thread to finish (trio's
+    to_thread is not abandoned), so a transaction is either committed or rolled back, never
+    left half done. Obtain one with ``open_sqlite_store``.
+    """
+
+    def __init__(self, core: SqliteCore, limiter: trio.CapacityLimiter) -> None:
+        self._core: SqliteCore | None = core
+        self._limiter = limiter
+
+    async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        if self._core is None:
+            raise StoreClosed("the store is closed")
+        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._limiter)
+
+    @property
+    def _c(self) -> SqliteCore:
+        if self._core is None:
+            raise StoreClosed("the store is closed")
+        return self._core
+
+    async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
+        return await self._run(self._c.apply_events, records, account)
+
+    async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        return await self._run(self._c.apply_events, records, None)
+
+    async def get_object(
+        self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str
+    ) -> StoredObject | None:
+        return await self._run(
+            self._c.get_object, account, api_version_or_group, kind, namespace, name
+        )
+
+    async def query_objects(
+        self,
+        account: str | None = None,
+        kind: str | None = None,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        limit: int = 500,
+        continue_token: str | None = None,
+        *,
+        group: str | None = None,
+    ) -> ObjectPage:
+        return await self._run(
+            self._c.query_objects,
+            account,
+            group,
+            kind,
+            namespace,
+            label_selector,
+            limit,
+            continue_token,
+        )
+
+    async def count_objects(self, account: str | None = None, kind: str | None = None) -> int:
+        return await self._run(self._c.count_objects, account, kind)
+
+    async def resume_points(self, account: str) -> list[ResumePoint]:
+        return await self._run(self._c.resume_points, account)
+
+    async def upsert_account(self, record: AccountRecord) -> None:
+        await self._run(self._c.upsert_account, record)
+
+    async def get_account(self, name: str) -> AccountRecord | None:
+        return await self._run(self._c.get_account, name)
+
+    async def list_accounts(self) -> list[AccountRecord]:
+        return await self._run(self._c.list_accounts)
+
+    async def delete_account(self, name: str) -> bool:
+        return await self._run(self._c.delete_account, name)
+
+    async def upsert_agent(self, record: AgentRecord) -> None:
+        await self._run(self._c.upsert_agent, record)
+
+    async def delete_agent(self, session_id: str) -> None:
+        await self._run(self._c.delete_agent, session_id)
+
+    async def list_agents(self) -> list[AgentRecord]:
+        return await self._run(self._c.list_agents)
+
+    async def record_operation(self, record: OperationRecord, message: str = "") -> None:
+        await self._run(self._c.record_operation, record, message)
+
+    async def get_operation(self, operation_id: str) -> OperationRecord | None:
+        return await self._run(self._c.get_operation, operation_id)
+
+    async def list_operations(
+        self, account: str | None = None, limit: int = 100
+    ) -> list[OperationRecord]:
+        return await self._run(self._c.list_operations, account, limit)
+
+    async def operation_history(self, operation_id: str) -> list[OperationEvent]:
+        return await self._run(self._c.operation_history, operation_id)
+
+    async def aclose(self) -> None:
+        """Close the connection (after any call in progress); later calls raise StoreClosed."""
+        core, self._core = self._core, None
+        if core is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(core.close, limiter=self._limiter)
+
+
+@asynccontextmanager
+async def open_sqlite_store(
+    path: str, *, now_ms: Callable[[], int] = wall_clock_ms
+) -> AsyncIterator[SqliteStore]:
+    """Open (creating and migrating as needed) the SQLite store at ``path`` or ``":memory:"``.
+
+    ``now_ms`` stamps resume points and records (wall-clock milliseconds by default, so ages
+    survive restarts). Raises StoreError/SchemaError when the file cannot be opened or
+    migrated. The store is closed on exit.
+    """
+    limiter = trio.CapacityLimiter(1)
+    core = await trio.to_thread.run_sync(SqliteCore, path, now_ms, limiter=limiter)
+    store = SqliteStore(core, limiter)
+    try:
+        yield store
+    finally:
+        await store.aclose()

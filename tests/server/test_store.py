@@ -1,0 +1,344 @@
+"""The SQLite store: batches, sync brackets, resume points, queries, Secrets, migrations."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import trio
+
+from server import InvalidQuery, InvalidRecord, SchemaError, StoreClosed
+from server.store import (
+    MIGRATIONS,
+    AccountRecord,
+    AccountState,
+    OperationRecord,
+    open_sqlite_store,
+)
+from wire import EventRecord, EventType
+
+ACCOUNT = "prod"
+
+
+def obj(
+    name: str,
+    *,
+    namespace: str = "default",
+    kind: str = "Pod",
+    api_version: str = "v1",
+    rv: str = "1",
+    labels: dict[str, str] | None = None,
+    etype: EventType = EventType.ADDED,
+    account: str = ACCOUNT,
+    extra: dict[str, object] | None = None,
+) -> EventRecord:
+    body = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "resourceVersion": rv,
+            "labels": labels or {},
+        },
+        **(extra or {}),
+    }
+    return EventRecord(
+        int(etype),
+        account,
+        api_version,
+        kind,
+        namespace,
+        name,
+        f"uid-{name}",
+        rv,
+        json.dumps(body).encode(),
+        "",  # a cluster-wide watch
+    )
+
+
+def marker(
+    etype: EventType, *, kind: str = "Pod", api_version: str = "v1", rv: str = "", scope: str = ""
+) -> EventRecord:
+    return EventRecord(int(etype), ACCOUNT, api_version, kind, "", "", "", rv, b"", scope)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+async def test_upsert_get_delete_in_order() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            out = await store.apply_batch(
+                ACCOUNT, [obj("a"), obj("b"), obj("a", rv="2", etype=EventType.MODIFIED)]
+            )
+            assert (out.upserted, out.deleted) == (3, 0)
+            a = await store.get_object(ACCOUNT, "v1", "pod", "default", "a")
+            assert a is not None
+            assert a.resource_version == "2"
+            assert a.group == ""
+            assert json.loads(a.body)["metadata"]["name"] == "a"
+            # delete then re-add inside one batch keeps the order
+            await store.apply_batch(ACCOUNT, [obj("b", etype=EventType.DELETED), obj("b", rv="5")])
+            b = await store.get_object(ACCOUNT, "", "Pod", "default", "b")
+            assert b is not None
+            assert b.resource_version == "5"
+            await store.apply_batch(ACCOUNT, [obj("b", etype=EventType.DELETED)])
+            assert await store.get_object(ACCOUNT, "v1", "Pod", "default", "b") is None
+            assert await store.count_objects(ACCOUNT) == 1
+
+
+async def test_group_not_version_is_the_key() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            await store.apply_batch(ACCOUNT, [obj("d", kind="Deployment", api_version="apps/v1")])
+            for ref in ("apps", "apps/v1", "apps/v1beta2"):
+                found = await store.get_object(ACCOUNT, ref, "deployment", "default", "d")
+                assert found is not None
+                assert found.api_version == "apps/v1"
+            assert await store.get_object(ACCOUNT, "v1", "Deployment", "default", "d") is None
+
+
+async def test_sync_bracket_deletes_objects_not_seen() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            await store.apply_batch(
+                ACCOUNT,
+                [obj("old1"), obj("keep"), obj("old2", namespace="x"), obj("svc", kind="Service")],
+            )
+            out = await store.apply_batch(
+                ACCOUNT, [marker(EventType.SYNC_BEGIN), obj("keep", rv="7"), obj("new", rv="8")]
+            )
+            assert out.swept == ()
+            out = await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_END, rv="9")])
+            assert sorted(r.name for r in out.swept) == ["old1", "old2"]
+            page = await store.query_objects(account=ACCOUNT)
+            assert sorted(o.name for o in page.objects) == ["keep", "new", "svc"]
+
+
+async def test_namespaced_sync_scope_only_touches_its_namespace() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            await store.apply_batch(ACCOUNT, [obj("a", namespace="n1"), obj("b", namespace="n2")])
+            out = await store.apply_batch(
+                ACCOUNT,
+                [marker(EventType.SYNC_BEGIN, scope="n1"), marker(EventType.SYNC_END, scope="n1")],
+            )
+            assert [r.name for r in out.swept] == ["a"]
+            assert await store.get_object(ACCOUNT, "v1", "Pod", "n2", "b") is not None
+
+
+async def test_sync_end_without_begin_sweeps_nothing() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            await store.apply_batch(ACCOUNT, [obj("a")])
+            out = await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_END, rv="3")])
+            assert out.swept == ()
+            assert await store.count_objects() == 1
+
+
+async def test_resume_points_follow_watch_positions_not_list_items() -> None:
+    clock = Clock()
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:", now_ms=clock) as store:
+            await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_BEGIN), obj("a", rv="50")])
+            assert await store.resume_points(ACCOUNT) == []  # bracket open: no resume point
+            clock.ms += 10
+            await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_END, rv="60")])
+            (point,) = await store.resume_points(ACCOUNT)
+            assert (point.kind, point.scope, point.resource_version) == ("Pod", "", "60")
+            assert point.age_ms(clock.ms + 5) == 5
+            bookmark = EventRecord(
+                int(EventType.BOOKMARK), ACCOUNT, "v1", "Pod", "", "", "", "75", b"", ""
+            )
+            await store.apply_batch(ACCOUNT, [obj("b", rv="70"), bookmark])
+            (point,) = await store.resume_points(ACCOUNT)
+            assert point.resource_version == "75"
+            # a new listing withdraws the resume point until it ends
+            await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_BEGIN)])
+            assert await store.resume_points(ACCOUNT) == []
+
+
+async def test_secret_data_is_never_stored() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            secret = obj(
+                "s",
+                kind="Secret",
+                extra={"data": {"password": "aHVudGVyMg=="}, "stringData": {"x": "y"}},
+            )
+            await store.apply_batch(ACCOUNT, [secret])
+            stored = await store.get_object(ACCOUNT, "v1", "Secret", "default", "s")
+            assert stored is not None
+            body = json.loads(stored.body)
+            assert "data" not in body
+            assert "stringData" not in body
+            assert b"aHVudGVyMg" not in stored.body
+            garbage = EventRecord(
+                int(EventType.ADDED),
+                ACCOUNT,
+                "v1",
+                "Secret",
+                "default",
+                "g",
+                "u",
+                "1",
+                b"not json data=hunter2",
+                "",
+            )
+            await store.apply_batch(ACCOUNT, [garbage])
+            stored = await store.get_object(ACCOUNT, "v1", "Secret", "default", "g")
+            assert stored is not None
+            assert b"hunter2" not in stored.body
+
+
+async def test_bad_record_rolls_back_the_whole_batch() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            bad = EventRecord(
+                int(EventType.ADDED),
+                ACCOUNT,
+                "v1",
+                "Pod",
+                "default",
+                "bad",
+                "u",
+                "1",
+                b"{not json",
+                "",
+            )
+            with pytest.raises(InvalidRecord, match=r"record 2 .*not valid"):
+                await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_BEGIN), obj("a"), bad])
+            with pytest.raises(InvalidRecord, match="not 'prod'"):
+                await store.apply_batch(ACCOUNT, [obj("x", account="other")])
+            assert await store.count_objects() == 0
+            # the rolled-back SYNC_BEGIN left no open bracket behind
+            await store.apply_batch(ACCOUNT, [obj("b"), marker(EventType.SYNC_END)])
+            assert await store.count_objects() == 1
+
+
+async def test_query_pages_and_label_selectors() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            records = [
+                obj(f"p{i:02}", labels={"app": "web" if i % 2 else "db", "tier": str(i % 3)})
+                for i in range(25)
+            ]
+            await store.apply_batch(ACCOUNT, records)
+            names: list[str] = []
+            token = None
+            while True:
+                page = await store.query_objects(
+                    account=ACCOUNT, kind="pod", limit=10, continue_token=token
+                )
+                names += [o.name for o in page.objects]
+                if page.next_token is None:
+                    break
+                token = page.next_token
+            assert names == sorted(r.name for r in records)
+            web = await store.query_objects(label_selector="app=web,tier in (0, 1)")
+            assert {o.name for o in web.objects} == {
+                f"p{i:02}" for i in range(25) if i % 2 and i % 3 in (0, 1)
+            }
+            not_db = await store.query_objects(label_selector="app!=db,!missing")
+            assert len(not_db.objects) == 12
+            with pytest.raises(InvalidQuery, match="label selector"):
+                await store.query_objects(label_selector="app=(")
+            with pytest.raises(InvalidQuery, match="continue token"):
+                await store.query_objects(continue_token="garbage!")
+            with pytest.raises(InvalidQuery, match="limit"):
+                await store.query_objects(limit=0)
+
+
+async def test_accounts_roundtrip_and_delete_cascades() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            record = AccountRecord(
+                name=ACCOUNT,
+                kube_host="10.0.0.1:6443",
+                cert_fingerprint="ab",
+                status=AccountState.ACTIVE,
+                permissions={"READ": ["dev"]},
+                properties={"kinds": ["pod"]},
+                orphaned_at_ms=None,
+            )
+            await store.upsert_account(record)
+            got = await store.get_account(ACCOUNT)
+            assert got is not None
+            assert got.permissions == {"READ": ["dev"]}
+            assert got.status is AccountState.ACTIVE
+            await store.apply_batch(ACCOUNT, [obj("a"), marker(EventType.SYNC_BEGIN)])
+            assert await store.delete_account(ACCOUNT)
+            assert not await store.delete_account(ACCOUNT)
+            assert await store.list_accounts() == []
+            assert await store.count_objects() == 0
+            assert await store.resume_points(ACCOUNT) == []
+
+
+async def test_operations_and_history() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            op = OperationRecord(id="op1", account=ACCOUNT, type="deployManifest")
+            await store.record_operation(op, "sent")
+            await store.record_operation(
+                OperationRecord(
+                    id="op1", account=ACCOUNT, type="deployManifest", state="DONE", result_json="{}"
+                ),
+                "ok",
+            )
+            got = await store.get_operation("op1")
+            assert got is not None
+            assert got.state == "DONE"
+            assert [e.state for e in await store.operation_history("op1")] == ["PENDING", "DONE"]
+            assert [o.id for o in await store.list_operations(ACCOUNT)] == ["op1"]
+
+
+async def test_reopening_a_file_keeps_objects_brackets_and_resume_points(tmp_path: Path) -> None:
+    path = str(tmp_path / "cache.db")
+    with trio.fail_after(10):
+        async with open_sqlite_store(path) as store:
+            await store.apply_batch(
+                ACCOUNT, [obj("gone"), marker(EventType.SYNC_BEGIN), obj("kept")]
+            )
+        async with open_sqlite_store(path) as store:
+            out = await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_END, rv="10")])
+            assert [r.name for r in out.swept] == ["gone"]
+            assert [p.resource_version for p in await store.resume_points(ACCOUNT)] == ["10"]
+        conn = sqlite3.connect(path)
+        try:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            versions = [v for (v,) in conn.execute("SELECT version FROM schema_version")]
+            assert versions == [m.version for m in MIGRATIONS]
+        finally:
+            conn.close()
+
+
+async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "future.db")
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE schema_version(version INTEGER PRIMARY KEY, applied_at_ms INTEGER,"
+        " description TEXT)"
+    )
+    conn.execute("INSERT INTO schema_version VALUES (99, 0, 'from the future')")
+    conn.commit()
+    conn.close()
+    with trio.fail_after(10), pytest.raises(SchemaError, match="version 99"):
+        async with open_sqlite_store(path):
+            pass
+
+
+async def test_closed_store_refuses_calls() -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(":memory:") as store:
+            pass
+        with pytest.raises(StoreClosed):
+            await store.count_objects()
