@@ -31,7 +31,7 @@ __all__ = [
     "ListPage",
     "WatchDecoder",
     "WatchEvent",
-    "WatchStatus",
+    "StatusInfo",
     "decode_list_page",
     "decode_status",
 ]
@@ -45,7 +45,7 @@ INITIAL_EVENTS_END: Final = "k8s.io/initial-events-end"
 _OBJECT_TYPES: Final = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
-class WatchStatus(NamedTuple):
+class StatusInfo(NamedTuple):
     """A Kubernetes Status: what an ERROR event or a failed request carries."""
 
     code: int
@@ -68,7 +68,7 @@ class WatchEvent(NamedTuple):
     resource_version: str
     object: bytes
     initial_events_end: bool = False
-    status: WatchStatus | None = None
+    status: StatusInfo | None = None
 
 
 class ListPage(NamedTuple):
@@ -136,13 +136,13 @@ _LIST = msgspec.json.Decoder(_ListBody)
 _EMPTY_META: Final = _Meta()
 
 
-def decode_status(body: bytes) -> WatchStatus | None:
+def decode_status(body: bytes) -> StatusInfo | None:
     """Decode a Kubernetes Status body; None when the body is not one (HTML, empty, ...)."""
     try:
         status = _STATUS.decode(body)
     except msgspec.DecodeError:
         return None
-    return WatchStatus(status.code, status.reason, status.message)
+    return StatusInfo(status.code, status.reason, status.message)
 
 
 def _object_event(event_type: str, raw: msgspec.Raw | memoryview | bytes) -> WatchEvent:
@@ -234,7 +234,7 @@ class WatchDecoder:
                 events.append(WatchEvent("BOOKMARK", "", "", "", meta.resourceVersion, b"", end))
             elif event_type == "ERROR":
                 status = _STATUS.decode(event.object)
-                found = WatchStatus(status.code, status.reason, status.message)
+                found = StatusInfo(status.code, status.reason, status.message)
                 events.append(WatchEvent("ERROR", "", "", "", "", b"", False, found))
             else:
                 events.append(WatchEvent(event_type, "", "", "", "", b""))

@@ -1,0 +1,445 @@
+"""One reflector: a kind of one account (cluster-wide or in one namespace) into the budget.
+
+Theory of operation (DESIGN section 3):
+
+1. With no resourceVersion to resume from, list: SYNC_BEGIN, every object page by page,
+   SYNC_END carrying the list's resourceVersion, all under both initial-list caps. Or, when
+   enabled and the server supports it, the streaming list (a watch with
+   ``sendInitialEvents=true``) whose initial events are bracketed the same way and end at the
+   bookmark annotated ``k8s.io/initial-events-end``.
+2. Watch from the resourceVersion (bookmarks on, ``timeoutSeconds`` spread at random so
+   watches do not end together). Every event and bookmark advances the resume point once its
+   group of events is in the channel. One network read becomes one ``send_many``.
+3. The watch ends: a timeout or a disconnect resumes from the last version (no list); 410 or
+   an ERROR event with 410 forgets the version and lists again; 429/5xx and network errors
+   back off with jitter (honouring Retry-After); 401/403/404/406 mark the kind unavailable
+   (state + hook) and retry slowly. Nothing here ends the reflector but cancellation or a
+   closed channel.
+4. An inactivity deadline (one cancel scope, pushed forward by every read that yields
+   events, suspended while the channel applies backpressure) ends a watch whose connection
+   went silent; the watch then resumes.
+
+The reflector keeps no objects: its memory is one read chunk, one line and one list page.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, NoReturn, Protocol
+
+import trio
+
+from budget import Entry, EntryKind, EventSender
+from wire import EventRecord, EventType
+
+from ._backoff import Backoff
+from ._discovery import WatchTarget
+from ._errors import (
+    KubeConnectionError,
+    KubeForbiddenError,
+    KubeGoneError,
+    KubeNotFoundError,
+    KubeStatusError,
+    KubeUnauthorizedError,
+)
+from ._listing import (
+    DEFAULT_MAX_PAGE_BYTES,
+    DEFAULT_PAGE_LIMIT,
+    check_status,
+    list_pages,
+    status_from_event,
+)
+from ._resourceversion import ResourceVersionTracker
+from ._scrub import Scrubber
+from ._seam import KubeTransport
+from ._tasks import AccountListCaps
+from ._watch_errors import WatchDecodeError
+from ._watchline import DEFAULT_MAX_LINE_BYTES, ListPage, WatchDecoder, WatchEvent
+
+__all__ = [
+    "BookmarkKey",
+    "Reflector",
+    "ReflectorHooks",
+    "ReflectorSettings",
+    "ReflectorState",
+]
+
+#: Accept headers that make the API server send Secrets as metadata only.
+SECRET_LIST_ACCEPT: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+SECRET_WATCH_ACCEPT: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+#: Bytes charged per record on top of its object and names (framing, the Entry itself).
+RECORD_OVERHEAD: Final = 64
+
+_ENTRY_KINDS: Final = {
+    "ADDED": (EventType.ADDED, EntryKind.UPSERT_ADDED),
+    "MODIFIED": (EventType.MODIFIED, EntryKind.UPSERT_MODIFIED),
+    "DELETED": (EventType.DELETED, EntryKind.DELETED),
+}
+_UNAVAILABLE: Final = (KubeForbiddenError, KubeNotFoundError, KubeUnauthorizedError)
+_STREAMING_REFUSED: Final = frozenset({400, 422})
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectorSettings:
+    """How a reflector lists and watches; defaults suit a real API server."""
+
+    page_limit: int = DEFAULT_PAGE_LIMIT
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    #: ``timeoutSeconds`` of each watch, drawn at random in this range (as client-go does).
+    watch_timeout_seconds: tuple[int, int] = (300, 600)
+    #: A watch that yields nothing (not even a bookmark) for this long is dropped and resumed.
+    inactivity_seconds: float = 150.0
+    #: Try the streaming list (sendInitialEvents) first; falls back when the server refuses.
+    streaming_list: bool = False
+    strip_managed_fields: bool = True
+    #: After a 401/403/404/406 the kind is retried this often (±20 % jitter).
+    unavailable_retry_seconds: float = 300.0
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class BookmarkKey:
+    """The coalescing key of bookmarks: one pending bookmark per (account, kind, scope)."""
+
+    account: str
+    api_version: str
+    kind: str
+    scope: str
+
+
+@dataclass(slots=True)
+class ReflectorState:
+    """What a reflector reports (for /watches, /ready and metrics); written only by it."""
+
+    target: WatchTarget
+    available: bool = True
+    reason: str = ""
+    synced: bool = False
+    resource_version: str = ""
+    lists: int = 0
+    watches: int = 0
+    relists: int = 0
+    stalls: int = 0
+    events: int = 0
+    event_bytes: int = 0
+    streaming: bool = False
+    last_error: str = ""
+
+
+class ReflectorHooks(Protocol):
+    """Metric hooks; called from the reflector's task, must not block."""
+
+    def kind_unavailable(self, account: str, target: WatchTarget, reason: str) -> None: ...
+
+    def kind_available(self, account: str, target: WatchTarget) -> None: ...
+
+    def request(self, account: str, verb: str, target: WatchTarget) -> None: ...
+
+
+class _NoHooks:
+    def kind_unavailable(self, account: str, target: WatchTarget, reason: str) -> None:
+        pass
+
+    def kind_available(self, account: str, target: WatchTarget) -> None:
+        pass
+
+    def request(self, account: str, verb: str, target: WatchTarget) -> None:
+        pass
+
+
+class _StreamingUnsupported(Exception):
+    """The server ignored sendInitialEvents (no initial-events-end bookmark came)."""
+
+
+@dataclass(slots=True)
+class _Initial:
+    """A streaming list in progress: the caps it holds until its initial events end."""
+
+    caps: AccountListCaps
+    holder: object = field(default_factory=object)
+    done: bool = False
+
+
+class Reflector:
+    """Streams one watch target of one account into the budget channel.
+
+    ``resume_from`` is where the caller wants to start: None lists first; a resourceVersion
+    (for example the resume point the server returned) watches from it, and a 410 on it
+    lists. ``send`` is the reflector's own clone of the channel's sender; the reflector never
+    closes it. ``run`` returns only by cancellation or when the channel is closed (then
+    trio.BrokenResourceError / ClosedResourceError / budget.BudgetClosed propagate).
+    """
+
+    def __init__(
+        self,
+        *,
+        account: str,
+        target: WatchTarget,
+        transport: KubeTransport,
+        send: EventSender,
+        caps: AccountListCaps,
+        settings: ReflectorSettings | None = None,
+        resume_from: str | None = None,
+        hooks: ReflectorHooks | None = None,
+    ) -> None:
+        self.account = account
+        self.target = target
+        self.state = ReflectorState(target)
+        self._transport = transport
+        self._send = send
+        self._caps = caps
+        self._settings = settings or ReflectorSettings()
+        self._tracker = ResourceVersionTracker(resume_from)
+        self._hooks: ReflectorHooks = hooks or _NoHooks()
+        self._scrubber = Scrubber(strip_managed_fields=self._settings.strip_managed_fields)
+        self._streaming = self._settings.streaming_list
+        info = target.kind
+        self._api_version = info.api_version
+        self._kind = info.kind
+        self._path = target.path
+        self._is_secret = info.group == "" and info.kind == "Secret"
+        secret = self._is_secret
+        self._list_headers = {"Accept": SECRET_LIST_ACCEPT if secret else "application/json"}
+        self._watch_headers = {"Accept": SECRET_WATCH_ACCEPT if secret else "application/json"}
+        self._fixed_size = RECORD_OVERHEAD + len(account) + len(info.api_version) + len(info.kind)
+        self._bookmark_key = BookmarkKey(account, info.api_version, info.kind, target.scope)
+        self._random = random.Random()
+
+    @property
+    def resource_version(self) -> str | None:
+        """The version a watch would resume from now (None: the next step is a list)."""
+        return self._tracker.current
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """List/watch forever. See the module docstring for what happens on each failure."""
+        task_status.started()
+        settings = self._settings
+        backoff = Backoff(base=settings.backoff_base, max_delay=settings.backoff_max)
+        while True:
+            delay = 0.0
+            try:
+                if self._tracker.needs_list and self._streaming:
+                    await self._watch(streaming=True)
+                else:
+                    if self._tracker.needs_list:
+                        await self._list()
+                    started = trio.current_time()
+                    await self._watch(streaming=False)
+                    if trio.current_time() - started < 1.0:
+                        # A watch that ends at once, again and again, must not spin.
+                        delay = backoff.next_delay()
+                    else:
+                        backoff.reset()
+            except KubeGoneError:
+                self._tracker.expired()
+                self.state.relists += 1
+                delay = backoff.next_delay() if self._tracker.expired_count > 1 else 0.0
+            except _UNAVAILABLE as exc:
+                self._mark_unavailable(exc)
+                self._tracker.expired()
+                spread = settings.unavailable_retry_seconds * 0.2
+                delay = settings.unavailable_retry_seconds + self._random.uniform(-spread, spread)
+            except KubeStatusError as exc:
+                if exc.code == 406:
+                    self._mark_unavailable(exc)
+                    delay = settings.unavailable_retry_seconds
+                elif self._streaming and exc.code in _STREAMING_REFUSED:
+                    self._streaming = False  # the server refused the streaming-list params
+                else:
+                    self.state.last_error = str(exc)
+                    delay = backoff.next_delay(at_least=exc.retry_after or 0.0)
+            except _StreamingUnsupported:
+                self._streaming = False
+            except (KubeConnectionError, WatchDecodeError) as exc:
+                self.state.last_error = str(exc)
+                delay = backoff.next_delay()
+            if delay > 0:
+                await trio.sleep(delay)
+
+    # --- list ---------------------------------------------------------------------------
+
+    async def _list(self) -> None:
+        """One full list between sync markers, under both initial-list caps."""
+        async with self._caps.initial_list():
+            self.state.lists += 1
+            self._hooks.request(self.account, "list", self.target)
+            await self._send.send(self._marker(EventType.SYNC_BEGIN, ""))
+            resource_version = await list_pages(
+                self._transport,
+                self._path,
+                api_version=self._api_version,
+                kind=self._kind,
+                on_page=self._send_page,
+                headers=self._list_headers,
+                limit=self._settings.page_limit,
+                max_page_bytes=self._settings.max_page_bytes,
+            )
+            await self._send.send(self._marker(EventType.SYNC_END, resource_version))
+        self._tracker.listed(resource_version)
+        self._synced(resource_version)
+
+    async def _send_page(self, page: ListPage) -> None:
+        entries = self._entries(page.items, None)
+        if entries:
+            await self._send.send_many(entries)
+
+    # --- watch --------------------------------------------------------------------------
+
+    async def _watch(self, *, streaming: bool) -> None:
+        """One watch request, until it ends; raises on the failures ``run`` sorts out."""
+        low, high = self._settings.watch_timeout_seconds
+        params = {
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self._random.randint(low, high)),
+        }
+        initial: _Initial | None = None
+        if streaming:
+            params["sendInitialEvents"] = "true"
+            params["resourceVersionMatch"] = "NotOlderThan"
+            initial = _Initial(self._caps)
+            await initial.caps.acquire(initial.holder)
+        else:
+            params["resourceVersion"] = self._tracker.current or ""
+        try:
+            await self._watch_request(params, initial)
+        finally:
+            if initial is not None and not initial.done:
+                initial.caps.release(initial.holder)
+        if initial is not None and not initial.done:
+            # The watch ended before the initial events did: the server does not support
+            # the streaming list (or cut it); list the plain way from now on.
+            raise _StreamingUnsupported
+
+    async def _watch_request(self, params: dict[str, str], initial: _Initial | None) -> None:
+        inactivity = self._settings.inactivity_seconds
+        decoder = WatchDecoder(max_line_bytes=self._settings.max_line_bytes)
+        self.state.watches += 1
+        self._hooks.request(self.account, "watch", self.target)
+        with trio.CancelScope() as idle:
+            idle.deadline = trio.current_time() + inactivity
+            async with self._transport.stream(
+                "GET", self._path, params=params, headers=self._watch_headers
+            ) as response:
+                await check_status(response, method="WATCH", path=self._path)
+                if initial is not None:
+                    self.state.streaming = True
+                    await self._send.send(self._marker(EventType.SYNC_BEGIN, ""))
+                while chunk := await response.receive_some():
+                    events = decoder.feed(chunk)
+                    if not events:
+                        continue
+                    # Backpressure is not inactivity: no deadline while the channel waits.
+                    idle.deadline = math.inf
+                    await self._deliver(events, initial)
+                    idle.deadline = trio.current_time() + inactivity
+                decoder.end_of_stream()
+        if idle.cancelled_caught:
+            self.state.stalls += 1
+            self.state.last_error = f"no event for {inactivity} s: watch dropped and resumed"
+
+    async def _deliver(self, events: Sequence[WatchEvent], initial: _Initial | None) -> None:
+        """Send one read's events as one group, then advance the resume point."""
+        in_initial = initial is not None and not initial.done
+        entries = self._entries(events, initial)
+        if entries:
+            await self._send.send_many(entries)
+        failure: WatchEvent | None = None
+        for event in events:
+            if event.type == "ERROR":
+                failure = event
+                break
+            if in_initial:
+                if event.initial_events_end and initial is not None:
+                    in_initial = False
+                    initial.done = True
+                    initial.caps.release(initial.holder)
+                    self._tracker.listed(event.resource_version)
+                    self._synced(event.resource_version)
+            else:
+                self._tracker.observed(event.resource_version)
+        self.state.resource_version = self._tracker.current or ""
+        if failure is not None and failure.status is not None:
+            status = failure.status
+            raise status_from_event(status.code, status.reason, status.message, path=self._path)
+
+    # --- records ------------------------------------------------------------------------
+
+    def _entries(self, events: Sequence[WatchEvent], initial: _Initial | None) -> list[Entry]:
+        """The channel entries for a group of events (stops at an ERROR event)."""
+        entries: list[Entry] = []
+        account, api_version, kind = self.account, self._api_version, self._kind
+        omit = self.target.omit_namespaces
+        fixed = self._fixed_size
+        in_initial = initial is not None and not initial.done
+        received = 0
+        for event in events:
+            kinds = _ENTRY_KINDS.get(event.type)
+            if kinds is not None:
+                if omit and event.namespace in omit:
+                    continue
+                data = self._scrubber.secret(event.object) if self._is_secret else (
+                    self._scrubber.clean(event.object)
+                )
+                received += len(data)
+                record = EventRecord(
+                    kinds[0], account, api_version, kind, event.namespace, event.name,
+                    event.uid, event.resource_version, data,
+                )
+                size = fixed + len(data) + len(event.name) + len(event.namespace)
+                key = (account, api_version, kind, event.namespace, event.name)
+                entries.append(Entry(key, kinds[1], size, record))
+            elif event.type == "BOOKMARK":
+                if in_initial and event.initial_events_end:
+                    in_initial = False
+                    entries.append(self._marker(EventType.SYNC_END, event.resource_version))
+                elif not in_initial:
+                    entries.append(self._bookmark(event.resource_version))
+            elif event.type == "ERROR":
+                break
+            # Unknown event types are skipped: the API may grow new ones.
+        self.state.events += len(entries)
+        self.state.event_bytes += received
+        return entries
+
+    def _marker(self, event_type: EventType, resource_version: str) -> Entry:
+        scope = self.target.scope
+        record = EventRecord(
+            event_type, self.account, self._api_version, self._kind, "", "", "",
+            resource_version, b"", scope,
+        )
+        return Entry(None, EntryKind.BARRIER, self._fixed_size + len(scope), record)
+
+    def _bookmark(self, resource_version: str) -> Entry:
+        scope = self.target.scope
+        record = EventRecord(
+            EventType.BOOKMARK, self.account, self._api_version, self._kind, "", "", "",
+            resource_version, b"", scope,
+        )
+        return Entry(self._bookmark_key, EntryKind.BOOKMARK, self._fixed_size + len(scope), record)
+
+    # --- state --------------------------------------------------------------------------
+
+    def _synced(self, resource_version: str) -> None:
+        self.state.synced = True
+        self.state.resource_version = resource_version
+        if not self.state.available:
+            self.state.available = True
+            self.state.reason = ""
+            self._hooks.kind_available(self.account, self.target)
+
+    def _mark_unavailable(self, exc: KubeStatusError) -> None:
+        reason = f"{exc.code} {exc.reason}: {exc.message}".strip()
+        self.state.last_error = reason
+        if self.state.available or self.state.reason != reason:
+            self.state.available = False
+            self.state.reason = reason
+            self._hooks.kind_unavailable(self.account, self.target, reason)
