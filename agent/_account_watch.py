@@ -1,0 +1,133 @@
+"""All the reflectors of one account: discover, start one per target, rediscover, stop.
+
+``run_account`` is the role the agent's composition starts per account (and cancels to stop
+or restart it). It discovers the kinds, applies the account's filters, starts one reflector
+per watch target in its own cancel scope, and every ``discovery_interval`` seconds discovers
+again: new targets (a CRD installed) start, vanished ones (a CRD removed) are cancelled.
+A failed rediscovery keeps the running reflectors as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import trio
+
+from budget import EventSender
+
+from ._backoff import Backoff
+from ._config_schema import AccountConfig
+from ._discovery import KindFilter, WatchTarget, diff_targets, discover, select_targets
+from ._errors import KubeConnectionError, KubeStatusError
+from ._reflector import Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
+from ._seam import KubeTransport
+from ._tasks import ListCaps
+from ._watch_errors import WatchDecodeError
+
+__all__ = ["AccountWatchStatus", "ResumeKey", "run_account"]
+
+#: (api_version, kind, scope): how the server names a resume point.
+ResumeKey = tuple[str, str, str]
+
+
+@dataclass(slots=True)
+class AccountWatchStatus:
+    """What one account's watches are doing (for /watches, /ready and the Hello's KindInfo)."""
+
+    account: str
+    reflectors: dict[WatchTarget, ReflectorState] = field(default_factory=dict)
+    discovered: bool = False
+    discovery_error: str = ""
+    #: group versions legacy discovery could not read: (path, why)
+    discovery_failures: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def synced(self) -> bool:
+        """Every available kind has finished its initial list."""
+        return self.discovered and all(
+            state.synced or not state.available for state in self.reflectors.values()
+        )
+
+
+@dataclass(slots=True)
+class _Running:
+    scope: trio.CancelScope
+    reflector: Reflector
+
+
+async def run_account(
+    account: AccountConfig,
+    transport: KubeTransport,
+    send: EventSender,
+    *,
+    caps: ListCaps,
+    settings: ReflectorSettings | None = None,
+    resume: Mapping[ResumeKey, str] | None = None,
+    status: AccountWatchStatus | None = None,
+    hooks: ReflectorHooks | None = None,
+    discovery_interval: float = 120.0,
+    task_status: trio.TaskStatus[AccountWatchStatus] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Watch every selected kind of ``account`` until cancelled.
+
+    ``resume`` maps (api_version, kind, scope) to the resourceVersion to resume from (the
+    server's resume points); targets without one list first. ``send`` is cloned per
+    reflector and not closed here. ``task_status.started(status)`` is called once the first
+    discovery succeeded and its reflectors started. Discovery failures are retried with
+    backoff and reported in ``status.discovery_error``.
+    """
+    status = status or AccountWatchStatus(account.name)
+    kind_filter = KindFilter.from_account(account)
+    account_caps = caps.for_account(account.name)
+    resume = dict(resume or {})
+    running: dict[WatchTarget, _Running] = {}
+    backoff = Backoff(base=1.0, max_delay=60.0)
+
+    async def reflect(reflector: Reflector, own: EventSender, scope: trio.CancelScope) -> None:
+        # The task owns its sender clone from its first instant, so it is closed however
+        # the task ends (stopped by a rediscovery, the account stopped, the channel broken).
+        async with own:
+            with scope:
+                await reflector.run()
+
+    async with trio.open_nursery() as nursery:
+        started = False
+        while True:
+            try:
+                result = await discover(transport)
+            except (KubeStatusError, KubeConnectionError, WatchDecodeError) as exc:
+                status.discovery_error = str(exc)
+                await trio.sleep(backoff.next_delay())
+                continue
+            backoff.reset()
+            status.discovery_error = ""
+            status.discovery_failures = result.failed
+            targets = select_targets(result.kinds, kind_filter)
+            diff = diff_targets(running, targets)
+            for target in diff.removed:
+                running.pop(target).scope.cancel()
+                status.reflectors.pop(target, None)
+            for target in diff.added:
+                info = target.kind
+                own = send.clone()
+                reflector = Reflector(
+                    account=account.name,
+                    target=target,
+                    transport=transport,
+                    send=own,
+                    caps=account_caps,
+                    settings=settings,
+                    resume_from=resume.pop((info.api_version, info.kind, target.scope), None),
+                    hooks=hooks,
+                )
+                scope = trio.CancelScope()
+                running[target] = _Running(scope, reflector)
+                status.reflectors[target] = reflector.state
+                nursery.start_soon(reflect, reflector, own, scope)
+            status.discovered = True
+            if not started:
+                started = True
+                task_status.started(status)
+            await trio.sleep(discovery_interval)
