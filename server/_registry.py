@@ -1,0 +1,328 @@
+"""The account registry: which agent session serves which account (sans-I/O).
+
+Theory of operation. An account is identified by its name and its cluster (API host and the
+SHA-256 fingerprint of the API server's certificate). Sessions register the accounts their
+agent serves. Per account the sessions form a queue: the first is PRIMARY (streams events,
+runs operations), the others STANDBY. A name already bound to a different cluster is
+REJECTED with a reason. When a session ends, the next in line is promoted (a RoleChange the
+caller turns into an Assignment). An account nobody serves turns ORPHANED; ``expire(now)``
+removes it once the grace period has passed, unless a registration restored it to ACTIVE.
+
+Nothing here does I/O or reads a clock: the caller passes ``now_ms`` and persists what
+``take_changes()`` returns (records to upsert, names to delete).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ._errors import AccountExists, UnknownAccount
+from .store import AccountRecord, AccountState
+
+DEFAULT_ORPHAN_GRACE_MS = 600_000
+
+
+class Role(enum.IntEnum):
+    """A session's role for one account (the values of the protocol's AccountAssignment)."""
+
+    PRIMARY = 1
+    STANDBY = 2
+    REJECTED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What an agent says about one account it wants to serve."""
+
+    name: str
+    kube_host: str
+    cert_fingerprint: str
+    kube_version: str = ""
+    properties: dict[str, Any] = field(default_factory=dict)
+    permissions: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChange:
+    """A session's role for an account changed (or was first decided)."""
+
+    session_id: str
+    account: str
+    role: Role
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What to persist: the current records of changed accounts, and removed names."""
+
+    upserts: list[AccountRecord]
+    deletes: list[str]
+
+
+@dataclass(slots=True)
+class _Session:
+    agent_id: str
+    accounts: list[str] = field(default_factory=list)
+
+
+_SERVABLE = {
+    AccountState.INACTIVE, AccountState.ACTIVATING, AccountState.ACTIVE, AccountState.FAILED,
+    AccountState.ORPHANED, AccountState.TO_MIGRATE,
+}  # fmt: skip
+
+
+class Registry:
+    """Accounts, their states and the sessions serving them. Not thread-safe; no I/O.
+
+    ``records`` are the persisted accounts: those that were ACTIVE (served before a restart)
+    start ORPHANED at ``now_ms``, so they are kept for the grace period for their agents to
+    come back, and removed after it.
+    """
+
+    def __init__(
+        self,
+        records: Iterable[AccountRecord] = (),
+        *,
+        now_ms: int = 0,
+        orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS,
+    ) -> None:
+        self.orphan_grace_ms = orphan_grace_ms
+        self._accounts: dict[str, AccountRecord] = {}
+        self._holders: dict[str, list[str]] = {}
+        self._sessions: dict[str, _Session] = {}
+        self._dirty: set[str] = set()
+        self._deleted: set[str] = set()
+        for record in records:
+            self._accounts[record.name] = record
+            if record.status is AccountState.ACTIVE or record.connections:
+                self._orphan(record.name, now_ms)
+
+    # -- views --------------------------------------------------------------------------
+
+    def get(self, name: str) -> AccountRecord | None:
+        return self._accounts.get(name)
+
+    def accounts(self) -> list[AccountRecord]:
+        return [self._accounts[n] for n in sorted(self._accounts)]
+
+    def holders(self, name: str) -> list[str]:
+        """Session ids serving ``name``, the PRIMARY first."""
+        return list(self._holders.get(name, ()))
+
+    def primary(self, name: str) -> str | None:
+        holders = self._holders.get(name)
+        return holders[0] if holders else None
+
+    def role(self, session_id: str, name: str) -> Role | None:
+        holders = self._holders.get(name, [])
+        if session_id not in holders:
+            return None
+        return Role.PRIMARY if holders[0] == session_id else Role.STANDBY
+
+    def session_accounts(self, session_id: str) -> list[str]:
+        session = self._sessions.get(session_id)
+        return list(session.accounts) if session else []
+
+    def agent_of(self, session_id: str) -> str | None:
+        session = self._sessions.get(session_id)
+        return session.agent_id if session else None
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def open_session(self, session_id: str, agent_id: str) -> None:
+        if session_id in self._sessions:
+            raise ValueError(f"session {session_id} is already open")
+        self._sessions[session_id] = _Session(agent_id)
+
+    def register(self, session_id: str, claim: Claim, now_ms: int) -> RoleChange:
+        """Decide ``session_id``'s role for ``claim.name`` (idempotent for a held account)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        if (role := self.role(session_id, claim.name)) is not None:
+            return RoleChange(session_id, claim.name, role)
+        record = self._accounts.get(claim.name)
+        if record is not None:
+            refusal = self._refusal(record, claim)
+            if refusal:
+                return RoleChange(session_id, claim.name, Role.REJECTED, refusal)
+        holders = self._holders.setdefault(claim.name, [])
+        holders.append(session_id)
+        session.accounts.append(claim.name)
+        base = record or AccountRecord(name=claim.name)
+        self._put(
+            replace(
+                base,
+                kube_host=claim.kube_host,
+                cert_fingerprint=claim.cert_fingerprint,
+                kube_version=claim.kube_version or base.kube_version,
+                properties=claim.properties or base.properties,
+                permissions=claim.permissions or base.permissions,
+                status=AccountState.ACTIVE,
+                error_message="",
+                orphaned_at_ms=None,
+                last_updated_ms=now_ms,
+                connections=self._connections(claim.name),
+            )
+        )
+        role = Role.PRIMARY if holders[0] == session_id else Role.STANDBY
+        return RoleChange(session_id, claim.name, role)
+
+    @staticmethod
+    def _refusal(record: AccountRecord, claim: Claim) -> str:
+        bound = record.kube_host or record.cert_fingerprint
+        if bound and (record.kube_host, record.cert_fingerprint) != (
+            claim.kube_host,
+            claim.cert_fingerprint,
+        ):
+            return (
+                f"account {claim.name!r} is held by another cluster (API host "
+                f"{record.kube_host or '?'}, certificate {record.cert_fingerprint[:16] or '?'}); "
+                f"this agent's cluster is {claim.kube_host or '?'} "
+                f"({claim.cert_fingerprint[:16] or '?'})"
+            )
+        if record.status not in _SERVABLE:
+            return f"account {claim.name!r} is {record.status}; it cannot be served now"
+        return ""
+
+    def unregister(self, session_id: str, name: str, now_ms: int) -> list[RoleChange]:
+        """``session_id`` stops serving ``name``; returns the promotion it causes, if any."""
+        session = self._sessions.get(session_id)
+        if session is None or name not in session.accounts:
+            return []
+        session.accounts.remove(name)
+        return self._release(session_id, name, now_ms)
+
+    def close_session(self, session_id: str, now_ms: int) -> list[RoleChange]:
+        """The session ended: release its accounts; returns the promotions to announce."""
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return []
+        changes: list[RoleChange] = []
+        for name in session.accounts:
+            changes += self._release(session_id, name, now_ms)
+        return changes
+
+    def _release(self, session_id: str, name: str, now_ms: int) -> list[RoleChange]:
+        holders = self._holders.get(name, [])
+        was_primary = bool(holders) and holders[0] == session_id
+        if session_id in holders:
+            holders.remove(session_id)
+        if name not in self._accounts:
+            return []
+        if not holders:
+            self._holders.pop(name, None)
+            self._orphan(name, now_ms)
+            return []
+        self._put(replace(self._accounts[name], connections=self._connections(name)))
+        if was_primary:
+            return [RoleChange(holders[0], name, Role.PRIMARY, "promoted: the primary left")]
+        return []
+
+    def _orphan(self, name: str, now_ms: int) -> None:
+        record = self._accounts[name]
+        if record.status is AccountState.ACTIVE:
+            record = replace(record, status=AccountState.ORPHANED, orphaned_at_ms=now_ms)
+        self._put(replace(record, connections=[], last_updated_ms=now_ms))
+
+    # -- time ---------------------------------------------------------------------------
+
+    def next_expiry_ms(self) -> int | None:
+        """When the earliest ORPHANED account is due for removal (None if none is)."""
+        due = [
+            r.orphaned_at_ms + self.orphan_grace_ms
+            for r in self._accounts.values()
+            if r.status is AccountState.ORPHANED and r.orphaned_at_ms is not None
+        ]
+        return min(due, default=None)
+
+    def expire(self, now_ms: int) -> list[str]:
+        """Remove the ORPHANED accounts whose grace period has passed; returns their names."""
+        gone = [
+            r.name
+            for r in self._accounts.values()
+            if r.status is AccountState.ORPHANED
+            and r.orphaned_at_ms is not None
+            and r.orphaned_at_ms + self.orphan_grace_ms <= now_ms
+        ]
+        for name in gone:
+            self._remove(name)
+        return gone
+
+    # -- operator requests (REST) -------------------------------------------------------
+
+    def add(self, records: Sequence[AccountRecord], now_ms: int) -> None:
+        """Add accounts (INACTIVE unless given otherwise); all or none: AccountExists."""
+        names = [r.name for r in records]
+        taken = sorted({n for n in names if n in self._accounts or names.count(n) > 1})
+        if taken:
+            raise AccountExists(taken)
+        for record in records:
+            self._put(replace(record, last_updated_ms=now_ms))
+
+    def set_state(
+        self, name: str, state: AccountState, now_ms: int, *, zone_id: str | None = None
+    ) -> AccountRecord:
+        """Set an account's state (PATCH /armory/accounts); raises UnknownAccount."""
+        record = self._accounts.get(name)
+        if record is None:
+            raise UnknownAccount(name)
+        changed = replace(
+            record,
+            status=state,
+            zone_id=record.zone_id if zone_id is None else zone_id,
+            orphaned_at_ms=now_ms if state is AccountState.ORPHANED else None,
+            last_updated_ms=now_ms,
+        )
+        self._put(changed)
+        return changed
+
+    def delete(self, name: str) -> list[RoleChange]:
+        """Forget an account; the sessions serving it are told it is REJECTED (deleted)."""
+        if name not in self._accounts:
+            raise UnknownAccount(name)
+        changes = [
+            RoleChange(s, name, Role.REJECTED, f"account {name!r} was deleted")
+            for s in self._holders.get(name, [])
+        ]
+        for session_id in self._holders.get(name, []):
+            self._sessions[session_id].accounts.remove(name)
+        self._remove(name)
+        return changes
+
+    # -- persistence --------------------------------------------------------------------
+
+    def take_changes(self) -> Changes:
+        """The records changed and names removed since the last call (then forgotten)."""
+        upserts = [self._accounts[n] for n in sorted(self._dirty) if n in self._accounts]
+        changes = Changes(upserts, sorted(self._deleted))
+        self._dirty.clear()
+        self._deleted.clear()
+        return changes
+
+    def _put(self, record: AccountRecord) -> None:
+        self._accounts[record.name] = record
+        self._dirty.add(record.name)
+        self._deleted.discard(record.name)
+
+    def _remove(self, name: str) -> None:
+        self._accounts.pop(name, None)
+        self._holders.pop(name, None)
+        self._dirty.discard(name)
+        self._deleted.add(name)
+
+    def _connections(self, name: str) -> list[dict[str, Any]]:
+        holders = self._holders.get(name, [])
+        return [
+            {
+                "agentId": self._sessions[s].agent_id,
+                "sessionId": s,
+                "role": "PRIMARY" if i == 0 else "STANDBY",
+            }
+            for i, s in enumerate(holders)
+            if s in self._sessions
+        ]
