@@ -13,17 +13,28 @@ from ._errors import (
     StoreError,
     UnknownAccount,
 )
+from ._feed import ChangeFeed, FeedClosed, FeedError, SubscriberLagged
+from ._manifest_status import ManifestStatus, compute_status
+from ._moniker import Moniker, moniker_for
 
 __all__ = [
     "AccountExists",
     "AuthError",
+    "ChangeFeed",
     "ConfigError",
+    "FeedClosed",
+    "FeedError",
     "InvalidQuery",
     "InvalidRecord",
+    "ManifestStatus",
+    "Moniker",
     "RegistryError",
     "SchemaError",
     "ServerError",
     "StoreClosed",
     "StoreError",
+    "SubscriberLagged",
     "UnknownAccount",
+    "compute_status",
+    "moniker_for",
 ]

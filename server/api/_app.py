@@ -1,0 +1,305 @@
+"""The REST API application (Starlette) and its server (Hypercorn on trio).
+
+Every endpoint is declared once in `ENDPOINTS`: the router and the OpenAPI document at
+/openapi.json are both made from that list.
+"""
+
+from __future__ import annotations
+
+import math
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+
+from . import _armory as armory
+from . import _clouddriver as clouddriver
+from . import _own as own
+from ._context import ApiContext, ApiState
+from ._errors import EXCEPTION_HANDLERS
+from ._feed_ws import events_feed
+from ._metrics import ApiMetrics, MetricsMiddleware
+from ._routing import Endpoint, Param, openapi_document, routes_for
+
+__all__ = ["DEFAULT_PORT", "ENDPOINTS", "MAX_BODY_BYTES", "build_app", "serve_api"]
+
+DEFAULT_PORT = 7002
+MAX_BODY_BYTES = 4 * 2**20
+API_VERSION = "1"
+
+_ACCOUNTS = "Armory accounts"
+_AGENTS = "Armory agents"
+_CLOUDDRIVER = "Clouddriver"
+_OWN = "kubesvc"
+
+_EXPAND = Param("expand", "true adds namespaces, spinnakerKindMap, ...", type="boolean")
+_INCLUDE_EVENTS = Param(
+    "includeEvents", "include the Kubernetes Events about the object (default true)", type="boolean"
+)
+_NAME = Param("name", 'URL-encoded "<kind> <name>", e.g. "deployment my-app"', where="path")
+_LOCATION = Param("location", "the namespace; _ for cluster-scoped objects", where="path")
+_CRITERIA = Param(
+    "criteria", "newest, second_newest (or second-newest), oldest, largest, smallest", where="path"
+)
+_ACCOUNT_LIST = "a JSON list [{name, zoneId?, kubeconfigFile?}]"
+_DEFINITION = (
+    "an account definition: name plus one of kubeconfigContents, kubeconfigFile, "
+    "serviceAccount, and any kubernetes.accounts[] field"
+)
+_E400 = "a malformed body or parameter (the message names it)"
+_E404 = "unknown account, agent or object"
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    # Armory plugin: accounts.
+    Endpoint("GET", "/armory/accounts", armory.list_accounts, "List accounts", _ACCOUNTS),
+    Endpoint(
+        "POST",
+        "/armory/accounts",
+        armory.add_accounts,
+        "Add accounts as INACTIVE",
+        _ACCOUNTS,
+        body=_ACCOUNT_LIST,
+        responses={202: "the accounts added", 400: _E400, 409: "names already present (names)"},
+    ),
+    Endpoint(
+        "PATCH",
+        "/armory/accounts",
+        armory.update_accounts,
+        "Change accounts' states",
+        _ACCOUNTS,
+        body="a JSON list [{name, state, zoneId?, kubeconfigFile?}]",
+        responses={200: "the accounts after the change", 400: _E400, 404: _E404},
+    ),
+    Endpoint(
+        "DELETE",
+        "/armory/accounts",
+        armory.delete_accounts,
+        "Delete accounts",
+        _ACCOUNTS,
+        body='a JSON list of names ["a", ...]',
+        responses={200: "the names deleted", 400: _E400, 404: _E404},
+    ),
+    Endpoint(
+        "POST",
+        "/armory/accounts/dynamic",
+        armory.create_dynamic_account,
+        "Create a dynamic account and push it to an agent",
+        _ACCOUNTS,
+        body=_DEFINITION,
+        responses={
+            202: "stored; agentId says where it was pushed (null: nowhere yet)",
+            400: _E400,
+            409: "the account exists",
+        },
+    ),
+    Endpoint(
+        "PUT",
+        "/armory/accounts/dynamic",
+        armory.update_dynamic_account,
+        "Create or update a dynamic account and push it to an agent",
+        _ACCOUNTS,
+        body=_DEFINITION,
+        responses={
+            202: "stored; agentId says where it was pushed (null: nowhere yet)",
+            400: _E400,
+            409: "the account exists and is not dynamic",
+        },
+    ),
+    Endpoint(
+        "GET",
+        "/armory/accounts/{name}",
+        armory.get_account,
+        "One account",
+        _ACCOUNTS,
+        responses={200: "the account", 404: _E404},
+    ),
+    Endpoint(
+        "DELETE",
+        "/armory/accounts/{name}",
+        armory.delete_account,
+        "Delete one account and its cached objects",
+        _ACCOUNTS,
+        responses={200: "deleted", 404: _E404},
+    ),
+    # Armory plugin: agents and clouddrivers.
+    Endpoint("GET", "/armory/agents", armory.list_agents, "Connected agents", _AGENTS),
+    Endpoint(
+        "GET",
+        "/armory/agents/{agentId}",
+        armory.get_agent,
+        "One agent",
+        _AGENTS,
+        responses={200: "the agent", 404: _E404},
+    ),
+    Endpoint(
+        "POST",
+        "/armory/agent/{agentId}/disconnect",
+        armory.disconnect_agent,
+        "End an agent's sessions",
+        _AGENTS,
+        responses={200: "how many sessions were ended", 404: _E404},
+    ),
+    Endpoint("GET", "/armory/clouddrivers", armory.list_clouddrivers, "Server replicas", _AGENTS),
+    Endpoint(
+        "GET",
+        "/armory/clouddrivers/{id}",
+        armory.get_clouddriver,
+        "One server replica",
+        _AGENTS,
+        responses={200: "the replica", 404: "unknown id"},
+    ),
+    Endpoint(
+        "GET",
+        "/agents/kubernetes/accounts/{name}",
+        armory.kubernetes_account,
+        "An agent account with its namespaces",
+        _ACCOUNTS,
+        responses={200: "the account", 404: _E404},
+    ),
+    Endpoint(
+        "GET",
+        "/agents/kubernetes/accounts/{name}/namespaces",
+        armory.kubernetes_account_namespaces,
+        "An account's namespaces",
+        _ACCOUNTS,
+        responses={200: "a list of names", 404: _E404},
+    ),
+    # Clouddriver reads.
+    Endpoint(
+        "GET",
+        "/credentials",
+        clouddriver.list_credentials,
+        "Accounts (Clouddriver)",
+        _CLOUDDRIVER,
+        params=(_EXPAND,),
+        responses={200: "the accounts", 400: _E400},
+    ),
+    Endpoint(
+        "GET",
+        "/credentials/{account}",
+        clouddriver.get_credentials,
+        "One account, expanded (Clouddriver)",
+        _CLOUDDRIVER,
+        responses={200: "the account", 404: "Account does not exist (name: X)"},
+    ),
+    Endpoint(
+        "GET",
+        "/manifests/{account}/{location}/{name}",
+        clouddriver.get_manifest,
+        "One object with moniker, status, artifacts and events",
+        _CLOUDDRIVER,
+        params=(_LOCATION, _NAME, _INCLUDE_EVENTS),
+        responses={200: "the manifest", 400: _E400, 404: _E404},
+    ),
+    Endpoint(
+        "GET",
+        "/manifests/{account}/{name}",
+        clouddriver.get_cluster_scoped_manifest,
+        "One cluster-scoped object",
+        _CLOUDDRIVER,
+        params=(_NAME, _INCLUDE_EVENTS),
+        responses={200: "the manifest", 400: _E400, 404: _E404},
+    ),
+    Endpoint(
+        "GET",
+        "/manifests/{account}/{location}/{kind}/cluster/{app}/{cluster}",
+        clouddriver.list_cluster,
+        "The objects of a Spinnaker cluster, oldest first",
+        _CLOUDDRIVER,
+        params=(_LOCATION,),
+        responses={200: "a list of {kind, namespace, name}", 404: _E404},
+    ),
+    Endpoint(
+        "GET",
+        "/manifests/{account}/{location}/{kind}/cluster/{app}/{cluster}/dynamic/{criteria}",
+        clouddriver.dynamic_cluster_target,
+        "Pick one object of a cluster by criteria",
+        _CLOUDDRIVER,
+        params=(_LOCATION, _CRITERIA),
+        responses={
+            200: "{kind, namespace, name}",
+            400: "unknown criteria",
+            404: "unknown account or nothing fits",
+        },
+    ),
+    # kubesvc's own.
+    Endpoint(
+        "GET",
+        "/v1/objects",
+        own.query_objects,
+        "Query cached objects, paginated",
+        _OWN,
+        params=(
+            Param("account", "only this account"),
+            Param("kind", "only this kind (case-insensitive)"),
+            Param("namespace", "only this namespace (empty: cluster-scoped objects)"),
+            Param("labelSelector", "a Kubernetes label selector"),
+            Param("limit", "page size, 1..10000 (default 500)", type="integer"),
+            Param("continue", "the token from the previous page"),
+        ),
+        responses={200: "{items, continue}", 400: _E400},
+    ),
+    Endpoint(
+        "WEBSOCKET",
+        "/v1/events",
+        events_feed,
+        "The live change feed (WebSocket)",
+        _OWN,
+        params=(
+            Param("account", "only these accounts (repeat or comma-separate)", repeated=True),
+            Param("kind", "only these kinds (repeat or comma-separate)", repeated=True),
+        ),
+        responses={101: "switching to the WebSocket protocol"},
+    ),
+    Endpoint("GET", "/health", own.health, "Liveness", _OWN),
+    Endpoint("GET", "/metrics", own.metrics, "Prometheus metrics", _OWN),
+    Endpoint("GET", "/openapi.json", own.openapi, "This document", _OWN),
+)
+
+
+def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> Starlette:
+    """The ASGI app over `state`. Metrics go to `registry` (a new one when None), never to the
+    process-global registry, so that several servers can live in one process (the tests)."""
+    metrics = ApiMetrics(registry or CollectorRegistry(auto_describe=True), state.feed)
+    app = Starlette(
+        routes=routes_for(ENDPOINTS),
+        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
+        exception_handlers=EXCEPTION_HANDLERS,
+        max_body_size=MAX_BODY_BYTES,
+    )
+    app.state.ctx = ApiContext(state=state, metrics=metrics)
+    app.state.openapi = openapi_document(ENDPOINTS, title="kubesvc server", version=API_VERSION)
+    return app
+
+
+async def serve_api(
+    state: ApiState,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    *,
+    registry: CollectorRegistry | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the REST API until cancelled; `task_status.started(port)` with the bound port
+    (useful with port 0)."""
+    config = Config()
+    config.bind = [f"{host}:{port}"]
+    config.accesslog = None
+    config.graceful_timeout = 1.0
+    app = build_app(state, registry=registry)
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(_serve_forever, app, config)
+        task_status.started(int(binds[0].rsplit(":", 1)[1]))
+
+
+async def _serve_forever(
+    app: Starlette, config: Config, *, task_status: trio.TaskStatus[list[str]]
+) -> None:
+    await serve(app, config, shutdown_trigger=_never, task_status=task_status)  # type: ignore[arg-type]
+
+
+async def _never() -> None:
+    await trio.sleep(math.inf)

@@ -1,0 +1,118 @@
+"""What the REST API needs from the rest of the server, and request helpers.
+
+`ApiState` is the seam: the server's `ServerState` (sessions, registry, store, feed) satisfies
+it structurally. `StandaloneState` is the API's own implementation for a server running with
+no gRPC sessions (a read-only replica, the tests of the API): it stores dynamic accounts and
+disconnects nobody.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+from starlette.requests import HTTPConnection, Request
+
+from .._feed import ChangeFeed
+from ..store import Store, StoredObject
+from ._errors import BadRequest
+from ._metrics import ApiMetrics
+
+__all__ = ["ApiContext", "ApiState", "StandaloneState", "context", "iterate_objects", "json_body"]
+
+# Object scans (events of an object, cluster lookups) stop here: every answer has a bound.
+MAX_SCAN_OBJECTS = 100_000
+
+
+class ApiState(Protocol):
+    """The server as the REST API sees it."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def feed(self) -> ChangeFeed: ...
+
+    @property
+    def server_id(self) -> str: ...
+
+    async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:
+        """Send a dynamic account definition to a connected agent (service mode).
+
+        Returns the agent id it went to, or None when no agent can take it now.
+        """
+        ...
+
+    async def disconnect_agent(self, agent_id: str) -> int:
+        """End every session of `agent_id`; returns how many were ended."""
+        ...
+
+
+@dataclass(slots=True)
+class StandaloneState:
+    """An `ApiState` with a store and a feed and no agent sessions."""
+
+    store: Store
+    feed: ChangeFeed
+    server_id: str = "kubesvc-server"
+
+    async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:
+        return None
+
+    async def disconnect_agent(self, agent_id: str) -> int:
+        return 0
+
+
+@dataclass(slots=True)
+class ApiContext:
+    """Per-app context, reachable from every request as `context(request)`."""
+
+    state: ApiState
+    metrics: ApiMetrics
+
+
+def context(connection: HTTPConnection) -> ApiContext:
+    ctx = connection.app.state.ctx
+    assert isinstance(ctx, ApiContext)
+    return ctx
+
+
+async def json_body(request: Request) -> Any:
+    """The request's JSON body; BadRequest saying why when it is missing or not JSON."""
+    raw = await request.body()
+    if not raw.strip():
+        raise BadRequest("the request body is empty; a JSON body is required")
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from exc
+
+
+async def iterate_objects(
+    store: Store,
+    *,
+    account: str,
+    kind: str,
+    namespace: str | None,
+    group: str | None = None,
+) -> AsyncIterator[StoredObject]:
+    """Every stored object matching, page by page, stopping after MAX_SCAN_OBJECTS."""
+    token: str | None = None
+    seen = 0
+    while True:
+        page = await store.query_objects(
+            account=account,
+            kind=kind,
+            namespace=namespace,
+            limit=1000,
+            continue_token=token,
+            group=group,
+        )
+        for obj in page.objects:
+            yield obj
+        seen += len(page.objects)
+        token = page.next_token
+        if token is None or seen >= MAX_SCAN_OBJECTS:
+            return

@@ -1,0 +1,95 @@
+"""The REST API's Prometheus metrics, in a registry per server, and the middleware that
+counts requests by route template."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .._feed import ChangeFeed
+
+__all__ = ["ApiMetrics", "MetricsMiddleware"]
+
+
+class _FeedCollector(Collector):
+    """The feed's counters, read at scrape time (the feed itself stays free of metrics)."""
+
+    def __init__(self, feed: ChangeFeed) -> None:
+        self._feed = feed
+
+    def collect(self) -> Any:
+        stats = self._feed.statistics()
+        yield GaugeMetricFamily(
+            "kubesvc_server_feed_subscribers",
+            "Connected change-feed subscribers",
+            stats.subscribers,
+        )
+        yield CounterMetricFamily(
+            "kubesvc_server_feed_published_records",
+            "Records offered to the change feed",
+            stats.published_records,
+        )
+        yield CounterMetricFamily(
+            "kubesvc_server_feed_lagged_subscribers",
+            "Subscribers disconnected because they fell behind",
+            stats.lagged_subscribers,
+        )
+
+
+class ApiMetrics:
+    """The REST API's metrics, in a registry of their own (one per server, not the global)."""
+
+    def __init__(self, registry: CollectorRegistry, feed: ChangeFeed) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "kubesvc_server_http_requests",
+            "HTTP requests answered by the REST API",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "kubesvc_server_http_request_seconds",
+            "Time to answer a REST request",
+            ["method", "route"],
+            registry=registry,
+        )
+        self.cached_objects = Gauge(
+            "kubesvc_server_cached_objects", "Objects in the cache store", registry=registry
+        )
+        registry.register(_FeedCollector(feed))
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request by its route template (never the raw path, which
+    would give every object its own label value)."""
+
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        started = time.monotonic()
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = str(scope.get("method", ""))
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(method, template).observe(time.monotonic() - started)
