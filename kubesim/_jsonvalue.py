@@ -4,15 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 __all__ = ["clone", "json_equal", "type_name"]
 
 
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
 def clone(value: Any) -> Any:
-    """A deep copy of a JSON value; several times faster than ``copy.deepcopy`` on objects."""
+    """A deep copy of a JSON value, several times faster than ``copy.deepcopy``.
+
+    NaN and infinities (not JSON, though Python's ``json`` reads them) become null.
+    """
+    if isinstance(value, dict | list):
+        try:
+            # A round trip through msgspec's C codec is the fastest copy of a JSON tree.
+            return _decode(_encode(value))
+        except (TypeError, ValueError, OverflowError):
+            return _clone(value)  # not plain JSON (a tuple key, a huge int): copy by hand
+    return value
+
+
+def _clone(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: clone(v) if isinstance(v, dict | list) else v for k, v in value.items()}
+        return {k: _clone(v) if isinstance(v, dict | list) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [clone(v) if isinstance(v, dict | list) else v for v in value]
+        return [_clone(v) if isinstance(v, dict | list) else v for v in value]
     return value
 
 

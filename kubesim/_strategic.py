@@ -49,7 +49,8 @@ def apply_strategic_merge_patch(obj: dict[str, Any], patch: Any, kind: str) -> d
             "application/apply-patch+yaml",
             code=415,
         )
-    result = _merge_map(obj, patch, kind, ())
+    # One deep copy up front; the merge then edits that copy in place.
+    result = _merge_map(clone(obj), patch, kind, ())
     if result is None:
         raise PatchError('"$patch": "delete" cannot delete the whole object')
     return result
@@ -58,7 +59,7 @@ def apply_strategic_merge_patch(obj: dict[str, Any], patch: Any, kind: str) -> d
 def _merge_map(
     original: Any, patch: dict[str, Any], kind: str, names: tuple[str, ...]
 ) -> dict[str, Any] | None:
-    """Merge ``patch`` into (a copy of) ``original``; None means the map is deleted."""
+    """Merge ``patch`` into ``original`` (ours to change); None means the map is deleted."""
     directive = patch.get("$patch")
     if directive is not None:
         if directive == "delete":
@@ -67,7 +68,7 @@ def _merge_map(
             return _merge_map({}, {k: v for k, v in patch.items() if k != "$patch"}, kind, names)
         if directive != "merge":
             raise PatchError(f"{_where(names)}: unknown $patch directive {directive!r}")
-    result: dict[str, Any] = clone(original) if isinstance(original, dict) else {}
+    result: dict[str, Any] = original if isinstance(original, dict) else {}
     retain: Any = None
     orders: dict[str, Any] = {}
     for key, value in patch.items():
@@ -120,7 +121,7 @@ def _merge_list(original: Any, patch: list[Any], kind: str, names: tuple[str, ..
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
         rest = [i for i in patch if not (isinstance(i, dict) and i.get("$patch") == "replace")]
         return _merge_list([], rest, kind, names)
-    items: list[Any] = clone(original) if isinstance(original, list) else []
+    items: list[Any] = original if isinstance(original, list) else []
     position = {
         item[key]: index
         for index, item in enumerate(items)
