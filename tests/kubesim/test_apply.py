@@ -291,14 +291,14 @@ def test_two_appliers_own_their_labels(mine: dict[str, str], theirs: dict[str, s
         }
 
     live = server_side_apply(None, cm(theirs), manager="them", force=False, now=T0)
-    try:
-        result = server_side_apply(live, cm(mine), manager="me", force=False, now=T1)
-    except ApplyConflict as exc:
-        # a conflict is exactly a key both set to different values
-        clashing = {k for k in mine if k in theirs and mine[k] != theirs[k]}
-        assert {p for _, p in exc.conflicts} == {f".metadata.labels.{k}" for k in clashing}
-        assert clashing
+    # a conflict is exactly a key both set to different values
+    clashing = {k for k in mine if k in theirs and mine[k] != theirs[k]}
+    if clashing:
+        with pytest.raises(ApplyConflict) as info:
+            server_side_apply(live, cm(mine), manager="me", force=False, now=T1)
+        assert {p for _, p in info.value.conflicts} == {f".metadata.labels.{k}" for k in clashing}
         return
+    result = server_side_apply(live, cm(mine), manager="me", force=False, now=T1)
     assert result["metadata"].get("labels", {}) == {**theirs, **mine}
 
 
