@@ -41,7 +41,7 @@ def config(replicas: int | None = 3, image: str = "nginx:1", **labels: str) -> d
 
 
 def entry(obj: dict[str, Any], manager: str, operation: str = "Apply") -> dict[str, Any]:
-    found = [
+    found: list[dict[str, Any]] = [
         e
         for e in obj["metadata"]["managedFields"]
         if e["manager"] == manager and e["operation"] == operation
