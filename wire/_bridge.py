@@ -403,10 +403,23 @@ class ServerStream:
             except _BROKEN as exc:
                 self._lost_reason = f"the client or the network broke the stream: {exc}"
                 raise ConnectionLost(self._lost_reason) from exc
+            except trio.Cancelled:
+                if not scope.cancel_called:
+                    # The handler was cancelled: a message may be half-done, so reset the call.
+                    self._finished = True
+                    with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
+                        await trio_asyncio.aio_as_trio(self._aio_reset)()
+                raise
             finally:
                 self._op_scope = None
         # Only _lose() cancels this scope.
         raise ConnectionLost(self._lost_reason or "the stream was lost")
+
+    async def _aio_reset(self) -> None:
+        try:
+            await self._grpc.cancel()
+        except (*_BROKEN, _GrpcProtocolError):
+            pass  # already reset, or the connection is gone: either way the call is over
 
     def _lose(self, reason: str) -> None:
         """Called on the asyncio side when grpclib gives up on the call."""
@@ -452,7 +465,7 @@ class _ConnectService:
             stream._lose("the client reset the stream or the connection was lost")
             raise
         if isinstance(outcome, _HandlerCancelled):
-            await grpc.cancel()  # RST_STREAM: the client sees ConnectionLost
+            await stream._aio_reset()  # RST_STREAM: the client sees ConnectionLost
         elif isinstance(outcome, Refuse):
             raise GRPCError(_GrpcStatus(outcome.status.value), outcome.message)
         elif isinstance(outcome, MessageTooLarge):

@@ -1,0 +1,263 @@
+"""The bridge with a real client and a real server on 127.0.0.1 under trio (real time)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import trio
+
+import wire
+from wire import messages as m
+
+from ._loop import in_loop
+
+
+def batch(seq: int, records: bytes = b"") -> m.AgentMessage:
+    return m.AgentMessage(event_batch=m.EventBatch(seq=seq, records=records, count=0))
+
+
+async def ack_handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+    """Acks every batch until the client finishes."""
+    while True:
+        try:
+            message = await stream.receive()
+        except wire.EndOfStream:
+            return
+        await stream.send(m.ServerMessage(ack=m.Ack(seq=message.event_batch.seq)))
+
+
+@in_loop
+async def test_round_trip_with_metadata_and_peer() -> None:
+    seen: list[wire.CallInfo] = []
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        seen.append(call)
+        hello = await stream.receive()
+        await stream.send(
+            m.ServerMessage(welcome=m.Welcome(session_token="s-1", server_id=hello.hello.agent_id))
+        )
+        await ack_handler(stream, call)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection(
+                "127.0.0.1", port, metadata={"authorization": "Bearer t0k3n"}
+            ) as stream:
+                await stream.send(m.AgentMessage(hello=m.Hello(protocol_version=1, agent_id="a-1")))
+                welcome = await stream.receive()
+                assert welcome.welcome.session_token == "s-1"
+                assert welcome.welcome.server_id == "a-1"
+                for seq in range(1, 20):
+                    await stream.send(batch(seq, b"r" * seq))
+                    assert (await stream.receive()).ack.seq == seq
+                await stream.end()
+                with pytest.raises(wire.EndOfStream):
+                    await stream.receive()
+                with pytest.raises(wire.EndOfStream):  # sticky: the call is over
+                    await stream.receive()
+            nursery.cancel_scope.cancel()
+    (call,) = seen
+    assert call.metadata["authorization"] == "Bearer t0k3n"
+    assert call.peer is not None
+    assert call.peer[0] == "127.0.0.1"
+    assert call.peer_cert is None
+
+
+@in_loop
+async def test_several_concurrent_streams() -> None:
+    async def client(port: int, index: int) -> None:
+        async with wire.open_connection("127.0.0.1", port) as stream:
+            for seq in range(index * 100, index * 100 + 30):
+                await stream.send(batch(seq))
+                assert (await stream.receive()).ack.seq == seq
+            await stream.end()
+            with pytest.raises(wire.EndOfStream):
+                await stream.receive()
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, ack_handler, "127.0.0.1", 0)
+            async with trio.open_nursery() as clients:
+                for index in range(5):
+                    clients.start_soon(client, port, index)
+            nursery.cancel_scope.cancel()
+
+
+@in_loop
+async def test_refuse_reaches_the_client_with_status_and_message() -> None:
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        if call.metadata.get("authorization") != "Bearer good":
+            raise wire.Refuse(wire.Status.UNAUTHENTICATED, "bad token for agent x")
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection(
+                "127.0.0.1", port, metadata={"authorization": "Bearer bad"}
+            ) as stream:
+                with pytest.raises(wire.RemoteRefused) as info:
+                    await stream.receive()
+                assert info.value.status is wire.Status.UNAUTHENTICATED
+                assert info.value.message == "bad token for agent x"
+                with pytest.raises(wire.RemoteRefused):  # sticky
+                    await stream.send(batch(1))
+            nursery.cancel_scope.cancel()
+
+
+@in_loop
+async def test_refuse_after_messages_were_exchanged() -> None:
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        await stream.receive()
+        await stream.send(m.ServerMessage(ack=m.Ack(seq=1)))
+        raise wire.Refuse(wire.Status.PERMISSION_DENIED, "account prod belongs to another cluster")
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                await stream.send(batch(1))
+                assert (await stream.receive()).ack.seq == 1
+                with pytest.raises(wire.RemoteRefused) as info:
+                    await stream.receive()
+                assert info.value.status is wire.Status.PERMISSION_DENIED
+                assert "another cluster" in info.value.message
+            nursery.cancel_scope.cancel()
+
+
+@in_loop
+async def test_oversize_message_is_refused_on_both_sides() -> None:
+    limit = 64 * 1024
+    big = batch(1, b"x" * (limit + 1))
+    errors: list[BaseException] = []
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        try:
+            await stream.receive()
+        except wire.MessageTooLarge as exc:
+            errors.append(exc)
+            raise
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(
+                functools.partial(wire.serve, handler, "127.0.0.1", 0, max_message_size=limit)
+            )
+            # Our own limit: refused before anything is sent; the stream stays usable.
+            async with wire.open_connection("127.0.0.1", port, max_message_size=limit) as stream:
+                with pytest.raises(wire.MessageTooLarge, match=r"outgoing message of 65\d+ bytes"):
+                    await stream.send(big)
+                await stream.end()
+                with pytest.raises(wire.EndOfStream):
+                    await stream.receive()
+            # The server's limit: the call ends with RESOURCE_EXHAUSTED and says why.
+            async with wire.open_connection(
+                "127.0.0.1", port, max_message_size=4 * limit
+            ) as stream:
+                await stream.send(big)
+                with pytest.raises(wire.RemoteRefused) as info:
+                    await stream.receive()
+                assert info.value.status is wire.Status.RESOURCE_EXHAUSTED
+                assert f"exceeds the limit of {limit} bytes" in info.value.message
+            nursery.cancel_scope.cancel()
+    (error,) = errors
+    assert "incoming message" in str(error)
+
+
+@in_loop
+async def test_client_cancellation_resets_the_stream() -> None:
+    server_saw: list[BaseException] = []
+    handler_started = trio.Event()
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        handler_started.set()
+        try:
+            await stream.receive()
+        except wire.WireError as exc:
+            server_saw.append(exc)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                await handler_started.wait()
+                with trio.move_on_after(0.2) as scope:
+                    await stream.receive()
+                assert scope.cancelled_caught
+                with pytest.raises(wire.StreamClosed, match="cancelled"):
+                    await stream.send(batch(1))
+            while not server_saw:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert isinstance(server_saw[0], wire.ConnectionLost)
+
+
+@in_loop
+async def test_server_handler_cancellation_resets_the_stream() -> None:
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        with trio.move_on_after(0.2):
+            await stream.receive()
+        with pytest.raises(wire.StreamClosed):
+            await stream.send(m.ServerMessage(ack=m.Ack(seq=1)))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                with pytest.raises(wire.ConnectionLost):
+                    await stream.receive()
+            nursery.cancel_scope.cancel()
+
+
+@in_loop
+async def test_server_shutdown_is_connection_lost_for_the_client() -> None:
+    handler_started = trio.Event()
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        handler_started.set()
+        await trio.sleep_forever()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as outer:
+            server_scope = trio.CancelScope()
+
+            async def run_server(task_status: trio.TaskStatus[int]) -> None:
+                with server_scope:
+                    await wire.serve(handler, "127.0.0.1", 0, task_status=task_status)
+
+            port = await outer.start(run_server)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                await handler_started.wait()
+                server_scope.cancel()
+                with pytest.raises(wire.ConnectionLost):
+                    await stream.receive()
+
+
+@in_loop
+async def test_connect_to_a_closed_port_is_connection_lost() -> None:
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there now
+    with trio.fail_after(10), pytest.raises(wire.ConnectionLost, match=f"127.0.0.1:{port}"):
+        async with wire.open_connection("127.0.0.1", port):
+            pass
+
+
+@in_loop
+async def test_malformed_protobuf_from_the_client_is_refused() -> None:
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        await stream.receive()
+
+    # An EventBatch field whose body ends in the middle of a varint.
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                await stream._op(stream._aio_send, b"\x12\x03\x08")
+                with pytest.raises(wire.RemoteRefused) as info:
+                    await stream.receive()
+                assert info.value.status is wire.Status.INVALID_ARGUMENT
+                assert "not a valid AgentMessage" in info.value.message
+            nursery.cancel_scope.cancel()
