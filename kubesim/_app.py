@@ -1,0 +1,194 @@
+"""The ASGI application: route, authenticate, authorize, count, inject faults, dispatch.
+
+Routes: health probes and discovery, ``/kubesim/...`` (admin: faults and counters), and the
+resource paths ``/api/v1/[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]`` and the same
+under ``/apis/{group}/{version}``. Every ApiError is answered here, once, as a Status.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from kubesim import _status
+from kubesim._auth import User, Users
+from kubesim._cluster import Cluster
+from kubesim._errors import ApiError
+from kubesim._faults import Faults, RequestCounters
+from kubesim._h_admin import serve_admin
+from kubesim._h_discovery import DiscoveryDocs, serve_discovery
+from kubesim._h_read import (
+    ReadTarget,
+    Wakeups,
+    WatchDropped,
+    serve_get,
+    serve_list,
+    serve_watch,
+    watch_options,
+)
+from kubesim._h_write import serve_write
+from kubesim._http import Receive, Request, Scope, Send, negotiate_metadata, respond, respond_error
+from kubesim._watch import WatchCursor
+
+__all__ = ["ApiApp"]
+
+_HEALTH = {"/healthz", "/readyz", "/livez"}
+_VERB_BY_METHOD = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+class ApiApp:
+    """The simulated API server as a raw ASGI app (no framework: it is on the hot path)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        users: Users,
+        faults: Faults,
+        counters: RequestCounters,
+        peer_names: dict[tuple[str, int], str],
+    ) -> None:
+        self.cluster = cluster
+        self.users = users
+        self.faults = faults
+        self.counters = counters
+        self.peer_names = peer_names  # client address -> client-certificate common name
+        self.wakeups = Wakeups()
+        self.discovery = DiscoveryDocs(cluster)
+        self.server_address = ""
+        self.unsubscribe = cluster.subscribe(self.wakeups.notify)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request.from_scope(scope, receive)
+        try:
+            await self._dispatch(request, send)
+        except WatchDropped:
+            return  # returning mid-body makes Hypercorn cut the stream: a dropped watch
+        except ApiError as exc:
+            retry_after = None
+            if exc.details and isinstance(exc.details.get("retryAfterSeconds"), int):
+                retry_after = exc.details["retryAfterSeconds"]
+            await respond_error(send, exc, retry_after)
+
+    def _authenticate(self, request: Request) -> User:
+        header = request.headers.get("authorization", "")
+        if header[:7].lower() == "bearer ":
+            user = self.users.by_token(header[7:].strip())
+            if user is not None:
+                return user
+            raise _status.unauthorized()
+        client = request.scope.get("client")
+        if client is not None:
+            name = self.peer_names.get((client[0], client[1]))
+            if name is not None:
+                user = self.users.by_cert_name(name)
+                if user is not None:
+                    return user
+        raise _status.unauthorized()
+
+    async def _dispatch(self, request: Request, send: Send) -> None:
+        path = request.path.rstrip("/") or "/"
+        if path in _HEALTH:
+            await respond(send, 200, b"ok", "text/plain; charset=utf-8")
+            return
+        request.user = self._authenticate(request)
+        if path == "/version":
+            await respond(send, 200, _encode_version(self.cluster), "application/json")
+            return
+        if path.startswith("/kubesim/"):
+            if not request.user.is_admin:
+                raise ApiError(403, "Forbidden", f'User "{request.user.name}" is not an admin')
+            await serve_admin(request, send, self.faults, self.counters, self.cluster)
+            return
+        parts = [p for p in path.split("/") if p]
+        is_api = parts[:1] == ["api"] and len(parts) <= 2
+        if parts in (["api"], ["apis"]) or is_api or (parts[:1] == ["apis"] and len(parts) <= 3):
+            if request.method != "GET":
+                raise _status.method_not_allowed(request.method)
+            await serve_discovery(request, send, self.discovery, self.server_address)
+            return
+        await self._resource(request, send, parts)
+
+    def _target(self, parts: list[str]) -> tuple[ReadTarget, str | None]:
+        if parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise _status.path_not_found("/" + "/".join(parts))
+        namespace: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            inner = self.cluster.registry.lookup(group, version, rest[2])
+            if inner is not None and inner.namespaced:
+                namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise _status.path_not_found("/" + "/".join(parts))
+        rtype = self.cluster.resolve(group, version, rest[0])
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if sub is not None and sub not in rtype.subresources:
+            raise _status.path_not_found("/" + "/".join(parts))
+        if rtype.namespaced and name is not None and namespace is None:
+            raise _status.path_not_found("/" + "/".join(parts))
+        return ReadTarget(rtype, namespace, name), sub
+
+    async def _resource(self, request: Request, send: Send, parts: list[str]) -> None:
+        target, sub = self._target(parts)
+        rtype = target.rtype
+        method = request.method
+        if method == "GET":
+            if target.name is not None:
+                verb = "get"
+            else:
+                verb = "watch" if request.flag("watch") else "list"
+        elif method == "DELETE" and target.name is None:
+            verb = "deletecollection"
+        elif method in _VERB_BY_METHOD:
+            verb = _VERB_BY_METHOD[method]
+            if (verb == "create") != (target.name is None):
+                raise _status.method_not_allowed(method)
+        else:
+            raise _status.method_not_allowed(method)
+        resource = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
+        request.verb, request.resource = verb, resource
+        assert request.user is not None
+        if not request.user.allows(verb, rtype):
+            raise _status.forbidden(request.user.name, verb, rtype, target.namespace)
+        self.counters.record(verb, resource)
+        injected = self.faults.take_failure(verb, resource)
+        if injected is not None:
+            raise injected[0]
+        if self.faults.delay:
+            await trio.sleep(self.faults.delay)
+        if verb != "watch":
+            stall = self.faults.take_stall()
+            if stall:
+                await trio.sleep(stall)
+        accept = request.headers.get("accept")
+        if verb == "get" and sub is None:
+            await serve_get(
+                self.cluster, target, request, send, negotiate_metadata(accept, as_list=False)
+            )
+        elif verb == "list":
+            await serve_list(
+                self.cluster, target, request, send, negotiate_metadata(accept, as_list=True)
+            )
+        elif verb == "watch":
+            options = watch_options(target, request, negotiate_metadata(accept, as_list=False))
+            cursor = WatchCursor(self.cluster, rtype, options)
+            await serve_watch(
+                cursor,
+                request,
+                send,
+                self.wakeups,
+                bookmark_interval=self.cluster.config.bookmark_interval,
+                fault=self.faults.take_watch_fault(),
+            )
+        else:
+            await serve_write(self.cluster, target, sub, request, send)
+
+
+def _encode_version(cluster: Cluster) -> bytes:
+    import msgspec
+
+    return msgspec.json.encode(cluster.config.version)

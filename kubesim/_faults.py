@@ -1,0 +1,151 @@
+"""Injected faults and request counters, for tests (sans-I/O: the server asks, these answer).
+
+Faults are armed from Python (``server.faults``) or the admin endpoint and consumed by the
+requests they hit: ``fail_next(3, status=429)`` fails exactly the next three API requests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from kubesim._errors import ApiError
+
+__all__ = ["Faults", "RequestCounters", "WatchFault"]
+
+_REASONS = {
+    429: ("TooManyRequests", "Too many requests, please try again later."),
+    500: ("InternalError", "Internal error occurred: injected by kubesim"),
+    502: ("InternalError", "bad gateway: injected by kubesim"),
+    503: ("ServiceUnavailable", "The server is currently unable to handle the request"),
+    504: ("Timeout", "The server was unable to return a response in the time allotted"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WatchFault:
+    """What to do to one watch: drop its connection or stall it after some events/bytes."""
+
+    drop_after_events: int | None = None
+    drop_after_bytes: int | None = None
+    stall_after_events: int | None = None
+    stall_seconds: float = math.inf
+
+
+@dataclass(slots=True)
+class _Failure:
+    remaining: int
+    status: int
+    retry_after: int | None
+    resource: str | None
+    verb: str | None
+
+
+@dataclass(slots=True)
+class _ArmedWatchFault:
+    remaining: int
+    fault: WatchFault
+
+
+class Faults:
+    """The faults armed now. Each ``arm`` call adds to what is pending."""
+
+    def __init__(self) -> None:
+        self._failures: list[_Failure] = []
+        self._watch_faults: list[_ArmedWatchFault] = []
+        self.delay = 0.0  # seconds added before every API response
+        self.stall_next = 0  # how many next non-watch responses stall
+        self.stall_seconds = math.inf
+
+    def fail_next(
+        self,
+        count: int = 1,
+        *,
+        status: int = 429,
+        retry_after: int | None = 1,
+        resource: str | None = None,
+        verb: str | None = None,
+    ) -> None:
+        """Fail the next ``count`` API requests (of ``verb`` on ``resource`` if given) with
+        ``status`` (429 with Retry-After, or 500/502/503/504)."""
+        if status not in _REASONS:
+            raise ValueError(f"status must be one of {sorted(_REASONS)}, got {status}")
+        self._failures.append(_Failure(count, status, retry_after, resource, verb))
+
+    def drop_watches(
+        self, *, after_events: int | None = None, after_bytes: int | None = None, count: int = 1
+    ) -> None:
+        """Cut the connection of the next ``count`` watches after N events or N bytes."""
+        fault = WatchFault(drop_after_events=after_events, drop_after_bytes=after_bytes)
+        self._watch_faults.append(_ArmedWatchFault(count, fault))
+
+    def stall_watches(
+        self, *, after_events: int = 0, seconds: float = math.inf, count: int = 1
+    ) -> None:
+        """Stop sending on the next ``count`` watches after N events, for ``seconds``."""
+        fault = WatchFault(stall_after_events=after_events, stall_seconds=seconds)
+        self._watch_faults.append(_ArmedWatchFault(count, fault))
+
+    def stall_responses(self, *, seconds: float = math.inf, count: int = 1) -> None:
+        """Hold the next ``count`` non-watch responses for ``seconds`` before answering."""
+        self.stall_next = count
+        self.stall_seconds = seconds
+
+    def slow(self, delay: float) -> None:
+        """Delay every API response by ``delay`` seconds (0 turns it off)."""
+        self.delay = max(0.0, delay)
+
+    def clear(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def take_failure(self, verb: str, resource: str) -> tuple[ApiError, int | None] | None:
+        """The injected error for this request, if one is armed (and consume it)."""
+        for failure in self._failures:
+            if failure.resource not in (None, resource) or failure.verb not in (None, verb):
+                continue
+            failure.remaining -= 1
+            if failure.remaining <= 0:
+                self._failures.remove(failure)
+            reason, message = _REASONS[failure.status]
+            details = {"retryAfterSeconds": failure.retry_after} if failure.retry_after else None
+            return ApiError(failure.status, reason, message, details), failure.retry_after
+        return None
+
+    def take_watch_fault(self) -> WatchFault | None:
+        if not self._watch_faults:
+            return None
+        armed = self._watch_faults[0]
+        armed.remaining -= 1
+        if armed.remaining <= 0:
+            self._watch_faults.pop(0)
+        return armed.fault
+
+    def take_stall(self) -> float:
+        if self.stall_next <= 0:
+            return 0.0
+        self.stall_next -= 1
+        return self.stall_seconds
+
+
+class RequestCounters:
+    """How many requests of each verb reached each resource (``"pods"``, ``"deployments.apps"``)."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+
+    def record(self, verb: str, resource: str) -> None:
+        self._counts[(verb, resource)] += 1
+
+    def count(self, verb: str, resource: str | None = None) -> int:
+        """Requests of ``verb`` (on ``resource``, or on all resources when None)."""
+        if resource is not None:
+            return self._counts[(verb, resource)]
+        return sum(n for (v, _), n in self._counts.items() if v == verb)
+
+    def snapshot(self) -> dict[str, int]:
+        """``{"list pods": 2, "watch deployments.apps": 1, ...}``."""
+        return {f"{verb} {resource}": n for (verb, resource), n in sorted(self._counts.items())}
+
+    def reset(self) -> None:
+        self._counts.clear()

@@ -1,0 +1,219 @@
+"""The network edge: Hypercorn's HTTP/1.1 + HTTP/2 protocol machinery on our own trio listener.
+
+Why our own listener: Hypercorn does not tell the ASGI app which client certificate a TLS
+connection presented. We accept connections ourselves, finish the TLS handshake, note the
+peer certificate's common name under the client's (host, port), then hand the stream to
+Hypercorn's per-connection ``TCPServer``; the app looks the name up by ``scope["client"]``.
+"""
+
+from __future__ import annotations
+
+import ssl
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+import yaml
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+
+from kubesim._app import ApiApp
+from kubesim._auth import User, Users
+from kubesim._certs import CertificateAuthority, KeyPair
+from kubesim._cluster import Cluster
+from kubesim._faults import Faults, RequestCounters
+
+__all__ = ["Server", "open_server"]
+
+
+def _hypercorn_config() -> HypercornConfig:
+    config = HypercornConfig()
+    config.accesslog = None
+    config.errorlog = None
+    config.keep_alive_timeout = 3600
+    config.read_timeout = None
+    # One agent runs one watch per kind over one HTTP/2 connection: allow many streams.
+    config.h2_max_concurrent_streams = 1000
+    config.h2_max_inbound_frame_size = 2**20
+    config.include_server_header = False
+    return config
+
+
+class Server:
+    """A running kubesim API server (from :func:`open_server`)."""
+
+    def __init__(self, cluster: Cluster, users: Users, tls: bool, host: str) -> None:
+        self.cluster = cluster
+        self.users = users
+        self.faults = Faults()
+        self.requests = RequestCounters()
+        self.tls = tls
+        self.host = host
+        self.port = 0
+        self._peer_names: dict[tuple[str, int], str] = {}
+        self.app = ApiApp(cluster, users, self.faults, self.requests, self._peer_names)
+        self.ca = CertificateAuthority() if tls else None
+        self._serving: KeyPair | None = None
+        self._ssl_context: ssl.SSLContext | None = None
+        if self.ca is not None:
+            self._serving = self.ca.issue_server([host, "localhost", "127.0.0.1"])
+            self._ssl_context = self._make_ssl_context(self.ca, self._serving)
+
+    @staticmethod
+    def _make_ssl_context(ca: CertificateAuthority, serving: KeyPair) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        with tempfile.TemporaryDirectory() as tmp:
+            cert, key = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+            cert.write_bytes(serving.cert_pem)
+            key.write_bytes(serving.key_pem)
+            context.load_cert_chain(cert, key)
+        context.load_verify_locations(cadata=ca.cert_pem.decode())
+        context.verify_mode = ssl.CERT_OPTIONAL  # a client cert is one way to log in, not the only
+        context.set_alpn_protocols(["h2", "http/1.1"])
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        return context
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def ca_pem(self) -> bytes | None:
+        """The CA certificate that signed the serving certificate (None without TLS)."""
+        return self.ca.cert_pem if self.ca else None
+
+    def add_user(self, name: str, grants: dict[str, Any] | None = None) -> User:
+        """Register a user (every verb on everything unless ``grants`` says otherwise)."""
+        user = User(name) if grants is None else User(name, grants=grants)
+        return self.users.add(user)
+
+    def client_certificate(self, user: str) -> KeyPair:
+        """A client certificate for ``user`` signed by the server's CA (TLS servers only)."""
+        if self.ca is None:
+            raise RuntimeError("client certificates need a server opened with tls=True")
+        return self.ca.issue_client(user)
+
+    def kubeconfig(self, path: str | Path, user: str = "admin", *, auth: str = "token") -> Path:
+        """Write a kubeconfig for ``user`` (``auth`` "token" or "cert"); returns its path.
+
+        Raises KeyError for an unknown user and ValueError for "cert" without TLS.
+        """
+        path = Path(path)
+        known = self.users[user]
+        cluster: dict[str, Any] = {"server": self.url}
+        if self.ca is not None:
+            import base64
+
+            cluster["certificate-authority-data"] = base64.b64encode(self.ca.cert_pem).decode()
+        credentials: dict[str, Any]
+        if auth == "token":
+            credentials = {"token": known.token}
+        elif auth == "cert":
+            if self.ca is None:
+                raise ValueError("client-certificate auth needs a server opened with tls=True")
+            import base64
+
+            pair = self.ca.issue_client(user)
+            credentials = {
+                "client-certificate-data": base64.b64encode(pair.cert_pem).decode(),
+                "client-key-data": base64.b64encode(pair.key_pem).decode(),
+            }
+        else:
+            raise ValueError(f'auth must be "token" or "cert", got {auth!r}')
+        document = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kubesim", "cluster": cluster}],
+            "users": [{"name": user, "user": credentials}],
+            "contexts": [{"name": "kubesim", "context": {"cluster": "kubesim", "user": user}}],
+            "current-context": "kubesim",
+        }
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        return path
+
+    async def serve(
+        self, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Accept connections until cancelled; ``task_status.started(port)`` once listening."""
+        listeners = await trio.open_tcp_listeners(port, host=self.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        self.app.server_address = f"{self.host}:{self.port}"
+        config = _hypercorn_config()
+        context = WorkerContext(None)
+        wrapped = ASGIWrapper(self.app)  # type: ignore[arg-type]
+        handler = partial(self._connection, wrapped, config, context)
+        async with trio.open_nursery() as nursery:
+            task_status.started(self.port)
+            await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+
+    async def _connection(
+        self,
+        app: ASGIWrapper,
+        config: HypercornConfig,
+        context: WorkerContext,
+        stream: trio.SocketStream,
+    ) -> None:
+        connection: Any = stream
+        peer: tuple[str, int] | None = None
+        if self._ssl_context is not None:
+            tls = trio.SSLStream(stream, self._ssl_context, server_side=True, https_compatible=True)
+            try:
+                with trio.fail_after(10):
+                    await tls.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError):
+                await stream.aclose()
+                return
+            cert = tls.getpeercert()
+            if cert:
+                name = _common_name(cert)
+                if name:
+                    address = stream.socket.getpeername()
+                    peer = (address[0], address[1])
+                    self._peer_names[peer] = name
+            connection = tls
+        try:
+            await TCPServer(app, config, context, ConnectionState({}), connection)
+        finally:
+            if peer is not None:
+                self._peer_names.pop(peer, None)
+
+
+def _common_name(cert: dict[str, Any]) -> str | None:
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+@asynccontextmanager
+async def open_server(
+    cluster: Cluster,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tls: bool = False,
+    users: list[User] | None = None,
+) -> AsyncIterator[Server]:
+    """Serve ``cluster`` on ``host:port`` (0 picks a free port) until the block exits.
+
+    ``users`` defaults to one user "admin" allowed everything (token random; see
+    ``server.users["admin"].token`` or write a kubeconfig). The server owns its tasks.
+    """
+    server = Server(cluster, Users(users), tls, host)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve, port)
+            try:
+                yield server
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        server.app.unsubscribe()
