@@ -1,0 +1,215 @@
+"""The agent's accounts: one Kubernetes client per account, its identity, its watches.
+
+``AccountSet`` owns a task per configured account that keeps the account's ``KubeClient``
+open and learns the cluster's identity (host, serving-certificate fingerprint, version) with
+backoff. The link asks it for the accounts to announce in Hello (those whose identity is
+known) and runs a PRIMARY account's watches through it. A config reload calls ``update``:
+added accounts start, removed ones stop, changed ones restart under their new settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import trio
+
+from budget import EventSender
+from wire import messages
+
+from ._account_watch import AccountWatchStatus, run_account
+from ._backoff import Backoff
+from ._config_reload import diff_accounts
+from ._config_schema import AccountConfig, Config
+from ._errors import AgentError
+from ._kube_client import ClusterIdentity, KubeClient, open_kube_client
+from ._link import ResumeKey
+from ._reflector import ReflectorSettings
+from ._tasks import ListCaps
+
+log = logging.getLogger("agent.accounts")
+
+AccountsChangedHook = Callable[[Sequence[messages.AccountInfo], Sequence[str]], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class AccountState:
+    """One account as the agent holds it (admin views read this)."""
+
+    config: AccountConfig
+    client: KubeClient | None = None
+    identity: ClusterIdentity | None = None
+    error: str = ""
+    watch: AccountWatchStatus | None = None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+
+class AccountSet:
+    """The configured accounts; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        environ: Mapping[str, str] = os.environ,
+        on_change: AccountsChangedHook | None = None,
+    ) -> None:
+        self._config = config
+        self._environ = environ
+        self.on_change = on_change
+        self._caps = ListCaps(
+            total_budget=config.tasks.total_budget,
+            budget_per_account=config.tasks.budget_per_account,
+        )
+        self._settings = ReflectorSettings(
+            strip_managed_fields=config.kubernetes.strip_managed_fields
+        )
+        self.accounts: dict[str, AccountState] = {}
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold every account's client open until cancelled.
+
+        ``kubernetes.cacheGroupSize`` / ``cacheGroupDelayMs`` start the accounts in groups.
+        """
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await self._start_all(self._config.kubernetes.accounts)
+            await trio.sleep_forever()
+
+    async def _start_all(self, accounts: Sequence[AccountConfig]) -> None:
+        group = self._config.kubernetes.cache_group_size
+        delay = self._config.kubernetes.cache_group_delay_ms / 1000
+        for index, account in enumerate(accounts):
+            if group > 0 and index > 0 and index % group == 0 and delay > 0:
+                await trio.sleep(delay)
+            self._start(account)
+
+    def _start(self, account: AccountConfig) -> None:
+        assert self._nursery is not None
+        state = AccountState(account)
+        self.accounts[account.name] = state
+        self._nursery.start_soon(self._hold_client, state)
+
+    def _stop(self, name: str) -> None:
+        state = self.accounts.pop(name, None)
+        if state is not None:
+            state.scope.cancel()
+
+    async def update(self, config: Config) -> None:
+        """Apply a reloaded config: start, stop and restart accounts, then tell the server."""
+        diff = diff_accounts(self._config.kubernetes.accounts, config.kubernetes.accounts)
+        self._config = config
+        for account in diff.removed:
+            log.info("account %s removed from the config: stopping it", account.name)
+            self._stop(account.name)
+        for account in diff.changed:
+            log.info("account %s changed in the config: restarting it", account.name)
+            self._stop(account.name)
+            self._start(account)
+        for account in diff.added:
+            log.info("account %s added to the config: starting it", account.name)
+            self._start(account)
+        if diff.removed and self.on_change is not None:
+            await self.on_change([], [account.name for account in diff.removed])
+
+    async def _hold_client(self, state: AccountState) -> None:
+        backoff = Backoff(base=1.0, max_delay=60.0)
+        with state.scope:
+            while True:
+                try:
+                    async with open_kube_client(
+                        state.config,
+                        self._config.kubernetes,
+                        timeout_seconds=self._config.timeout_seconds,
+                        environ=self._environ,
+                    ) as client:
+                        state.client = client
+                        state.identity = await client.identity()
+                        state.error = ""
+                        backoff.reset()
+                        log.info("account %s: cluster %s (%s)", state.config.name,
+                                 state.identity.host,
+                                 state.identity.version.get("gitVersion", "unknown version"))
+                        if self.on_change is not None:
+                            await self.on_change([self.account_info(state)], [])
+                        await trio.sleep_forever()
+                except AgentError as exc:
+                    state.client = None
+                    state.identity = None
+                    state.error = str(exc)
+                    delay = backoff.next_delay()
+                    log.warning("account %s: %s (retrying in %.0f s)", state.config.name, exc,
+                                delay)
+                    await trio.sleep(delay)
+
+    # -- what the link needs ----------------------------------------------------------------
+
+    async def hello_accounts(self) -> list[messages.AccountInfo]:
+        """The accounts whose cluster is known, as Hello announces them."""
+        return [
+            self.account_info(state)
+            for state in self.accounts.values()
+            if state.identity is not None
+        ]
+
+    def account_info(self, state: AccountState) -> messages.AccountInfo:
+        identity = state.identity
+        assert identity is not None
+        return messages.AccountInfo(
+            name=state.config.name,
+            kube_host=identity.host,
+            cert_fingerprint=identity.cert_fingerprint,
+            kube_version=str(identity.version.get("gitVersion", "")),
+            properties_json=json.dumps(_properties(state.config), sort_keys=True),
+        )
+
+    def max_resume_age_ms(self, name: str) -> int:
+        state = self.accounts.get(name)
+        return state.config.max_resumable_resource_age_ms if state else 0
+
+    async def run_watches(
+        self,
+        name: str,
+        resume: Mapping[ResumeKey, str],
+        send: EventSender,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Watch the account ``name`` into ``send`` until cancelled (the link's runner)."""
+        state = self.accounts.get(name)
+        if state is None or state.client is None:
+            log.warning("account %s was assigned but is not running here", name)
+            task_status.started()
+            return
+        state.watch = AccountWatchStatus(name)
+        task_status.started()
+        await run_account(
+            state.config,
+            state.client,
+            send,
+            caps=self._caps,
+            settings=self._settings,
+            resume=resume,
+            status=state.watch,
+            discovery_interval=self._config.kubernetes.discovery_interval_seconds,
+        )
+
+
+# What the server may know of an account: never credentials (no kubeconfig, no token).
+_SHARED_FIELDS = (
+    "kinds", "omit_kinds", "namespaces", "omit_namespaces", "only_namespaced_resources",
+    "permissions", "max_resumable_resource_age_ms", "metrics", "only_spinnaker_managed",
+)
+
+
+def _properties(account: AccountConfig) -> dict[str, Any]:
+    fields = asdict(account)
+    return {key: fields[key] for key in _SHARED_FIELDS if key in fields}

@@ -1,0 +1,152 @@
+"""The agent process: config -> budget -> accounts -> link, plus live reload.
+
+``run_agent`` is the whole agent as one trio task. It must run inside ``wire.open_loop()``
+(the composition root opens it once), because the link speaks gRPC through the bridge.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import ssl
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+import trio
+
+from budget import ByteBudget
+
+from ._accounts import AccountSet
+from ._backoff import Backoff
+from ._config_load import load_config
+from ._config_reload import watch_config
+from ._config_schema import ClouddriverConfig, Config
+from ._errors import ConfigError
+from ._link import Link, LinkSettings
+from ._token import TokenSource
+
+log = logging.getLogger("agent")
+
+
+@dataclass(slots=True)
+class Agent:
+    """The running agent's parts, for the admin views, the metrics and the tests."""
+
+    config: Config
+    budget: ByteBudget
+    accounts: AccountSet
+    link: Link
+
+
+def agent_version() -> str:
+    try:
+        return version("kubesvc")
+    except PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+def parse_grpc_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) from ``clouddriver.grpc``; raises ConfigError."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"expected host:port, got {address!r}", path="clouddriver.grpc")
+    return host.strip("[]"), int(port)
+
+
+def client_ssl_context(clouddriver: ClouddriverConfig) -> ssl.SSLContext | None:
+    """The TLS context for the server from ``clouddriver.tls`` (None when ``insecure``)."""
+    if clouddriver.insecure:
+        return None
+    tls = clouddriver.tls
+    try:
+        context = ssl.create_default_context(cafile=tls.cacert_file)
+        if tls.insecure_skip_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if tls.client_cert_file:
+            context.load_cert_chain(
+                tls.client_cert_file,
+                tls.client_key_file,
+                password=tls.client_key_file_password,
+            )
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the TLS files: {exc}", path="clouddriver.tls") from exc
+    return context
+
+
+def link_settings(config: Config, *, environ: Mapping[str, str] = os.environ) -> LinkSettings:
+    clouddriver = config.clouddriver
+    host, port = parse_grpc_address(clouddriver.grpc)
+    backoff = clouddriver.backoff
+    return LinkSettings(
+        host=host,
+        port=port,
+        agent_id=environ.get("POD_NAME") or socket.gethostname(),
+        instance_id=uuid.uuid4().hex,
+        agent_version=agent_version(),
+        ssl_context=client_ssl_context(clouddriver),
+        server_hostname=clouddriver.tls.server_name,
+        heartbeat_seconds=float(clouddriver.keep_alive_heartbeat_seconds),
+        heartbeat_timeout_seconds=float(max(clouddriver.keep_alive_time_out_seconds, 1)),
+        welcome_timeout_seconds=max(config.kubernetes.reconnect_timeout_ms / 1000, 1.0) * 6,
+        backoff=Backoff(
+            base=backoff.base_delay,
+            multiplier=backoff.multiplier,
+            jitter=backoff.jitter,
+            max_delay=backoff.max_delay,
+        ),
+    )
+
+
+def build_agent(config: Config, *, environ: Mapping[str, str] = os.environ) -> Agent:
+    """Wire the agent's parts from a validated config (no I/O yet)."""
+    budget = ByteBudget(config.budget.bytes)
+    accounts = AccountSet(config, environ=environ)
+    link = Link(
+        link_settings(config, environ=environ),
+        budget,
+        hello_accounts=accounts.hello_accounts,
+        runner=accounts.run_watches,
+        max_resume_age_ms=accounts.max_resume_age_ms,
+        token=TokenSource(config.clouddriver.auth).token,
+    )
+    accounts.on_change = link.accounts_changed  # accounts found or removed -> tell the server
+    return Agent(config=config, budget=budget, accounts=accounts, link=link)
+
+
+async def run_agent(
+    config_path: str,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    reload_poll_seconds: float = 1.0,
+    task_status: trio.TaskStatus[Agent] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the agent from its config file until cancelled; reload the file when it changes.
+
+    Raises ConfigError when the first load fails; a later invalid file is logged and the
+    running config kept.
+    """
+    config = await trio.to_thread.run_sync(load_config, config_path)
+    agent = build_agent(config, environ=environ)
+
+    async def reload(new: Config) -> None:
+        log.info("config %s changed: applying it", config_path)
+        agent.config = new
+        await agent.accounts.update(new)
+
+    def report(error: ConfigError) -> None:
+        log.error("config %s is invalid, keeping the running config: %s", config_path, error)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.accounts.run)
+        await nursery.start(agent.link.run)
+        await nursery.start(
+            lambda task_status: watch_config(
+                config_path, reload, on_error=report, poll_interval=reload_poll_seconds,
+                task_status=task_status,
+            )
+        )
+        task_status.started(agent)

@@ -1,0 +1,407 @@
+"""The agent's link to the server: one outbound gRPC stream, reconnected with backoff.
+
+Theory of operation. A *session* is one Connect call. It opens with Hello (the accounts with
+their cluster identity, and the previous session's token when resuming) and the server's
+Welcome, which gives every account a role and, for PRIMARY ones, the resourceVersions the
+server stored per kind. Then four kinds of task share the session's nursery:
+
+* one *account runner* per PRIMARY account (the app's reflectors), started with the resume
+  points younger than the account's ``maxResumableResourceAgeMs`` (older ones are dropped, so
+  those kinds list again); STANDBY and REJECTED accounts run nothing until an Assignment
+  makes them PRIMARY;
+* the *sender*: it takes batches from the budget channel (bounded by count and bytes, with a
+  few ms of linger so a burst travels in full batches and a lone change still goes at once),
+  frames them as one EventBatch each, and keeps them until the server's Ack, which releases
+  their bytes in the budget;
+* the *receiver*: Acks, Assignments, Operations and Heartbeats from the server; any message
+  pushes the inactivity deadline forward;
+* the *heartbeat*, every ``keepAliveHeartbeatSeconds``.
+
+When the session ends for any reason, the whole nursery goes: runners stop, the channel is
+closed and every byte it held returns to the budget. Nothing is lost by that: the server
+stores a kind's resourceVersion in the same transaction as the objects it acknowledges, so
+the next session resumes each kind from exactly what the server has.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import betterproto
+import trio
+
+import wire
+from budget import Batch, ByteBudget, EventReceiver, EventSender, open_event_channel
+from wire import messages
+
+from ._backoff import Backoff
+
+log = logging.getLogger("agent.link")
+
+ResumeKey = tuple[str, str, str]  # (api_version, kind, scope)
+
+
+class AccountRunner(Protocol):
+    """Runs one account's watches into ``send`` until cancelled (the app's reflectors)."""
+
+    async def __call__(
+        self,
+        name: str,
+        resume: Mapping[ResumeKey, str],
+        send: EventSender,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None: ...
+
+
+OperationHandler = Callable[[messages.Operation], Awaitable[messages.OperationResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSettings:
+    """How to reach the server and shape the stream (from ``clouddriver.*``)."""
+
+    host: str
+    port: int
+    agent_id: str
+    instance_id: str
+    agent_version: str
+    ssl_context: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+    heartbeat_seconds: float = 20.0  # 0: no heartbeats
+    heartbeat_timeout_seconds: float = 10.0
+    welcome_timeout_seconds: float = 30.0
+    backoff: Backoff = field(default_factory=Backoff)
+    batch_max_events: int = 200
+    batch_max_bytes: int = 512 * 1024
+    linger_seconds: float = 0.005
+    max_message_size: int = wire.DEFAULT_MAX_MESSAGE_SIZE
+
+
+@dataclass(slots=True)
+class LinkStatus:
+    """What the link did, for /ready, the admin views and the metrics."""
+
+    connected: bool = False
+    sessions: int = 0
+    disconnections: int = 0
+    last_error: str = ""
+    server_id: str = ""
+    roles: dict[str, str] = field(default_factory=dict)
+    batches_sent: int = 0
+    events_sent: int = 0
+    bytes_sent: int = 0
+    oversize_dropped: int = 0
+    events_by_kind: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+
+
+class Link:
+    """The agent's side of the protocol. ``run`` keeps a session open for ever.
+
+    ``hello_accounts`` is called at every (re)connect for the accounts to announce;
+    ``runner`` runs a PRIMARY account; ``operations`` answers an Operation (the agent's
+    executor); ``token`` gives the bearer token, or None.
+    """
+
+    def __init__(
+        self,
+        settings: LinkSettings,
+        budget: ByteBudget,
+        *,
+        hello_accounts: Callable[[], Awaitable[Sequence[messages.AccountInfo]]],
+        runner: AccountRunner,
+        max_resume_age_ms: Callable[[str], int],
+        operations: OperationHandler | None = None,
+        token: Callable[[], Awaitable[str | None]] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._budget = budget
+        self._hello_accounts = hello_accounts
+        self._runner = runner
+        self._max_resume_age_ms = max_resume_age_ms
+        self._operations = operations
+        self._token = token
+        self._session_token = ""
+        self._session: _Session | None = None
+        self.status = LinkStatus()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect, serve a session, reconnect with backoff after it ends; never returns."""
+        backoff = self._settings.backoff
+        task_status.started()
+        while True:
+            try:
+                await self._one_session(backoff)
+            except (wire.WireError, trio.TooSlowError, _SessionEnded) as exc:
+                reason = _describe(exc)
+                if self.status.connected:
+                    self.status.disconnections += 1
+                self.status.last_error = reason
+                log.warning("link to %s:%d lost: %s", self._settings.host, self._settings.port,
+                            reason)
+            finally:
+                self.status.connected = False
+                self.status.roles.clear()
+                self._session = None
+            delay = backoff.next_delay()
+            log.info("reconnecting in %.1f s", delay)
+            await trio.sleep(delay)
+
+    async def accounts_changed(
+        self, accounts: Sequence[messages.AccountInfo], removed: Sequence[str]
+    ) -> None:
+        """Tell the server about added/changed/removed accounts (live reload).
+
+        Removed ones stop at once; the server answers the others with an Assignment. Without a
+        session this does nothing: the next Hello carries the new set.
+        """
+        session = self._session
+        if session is None:
+            return
+        for name in removed:
+            session.stop_account(name)
+            self.status.roles.pop(name, None)
+        for info in accounts:  # a changed account restarts under its new settings
+            session.stop_account(info.name)
+        await session.send(
+            messages.AgentMessage(
+                accounts_changed=messages.AccountsChanged(accounts=list(accounts),
+                                                          removed=list(removed))
+            )
+        )
+
+    # -- one session ---------------------------------------------------------------------
+
+    async def _one_session(self, backoff: Backoff) -> None:
+        settings = self._settings
+        metadata: dict[str, str] = {}
+        if self._token is not None and (token := await self._token()):
+            metadata["authorization"] = f"Bearer {token}"
+        accounts = list(await self._hello_accounts())
+        hello = messages.Hello(
+            protocol_version=wire.PROTOCOL_VERSION,
+            agent_id=settings.agent_id,
+            instance_id=settings.instance_id,
+            agent_version=settings.agent_version,
+            accounts=accounts,
+            session_token=self._session_token,
+        )
+        async with wire.open_connection(
+            settings.host,
+            settings.port,
+            ssl_context=settings.ssl_context,
+            server_hostname=settings.server_hostname,
+            metadata=metadata,
+            max_message_size=settings.max_message_size,
+        ) as stream:
+            await stream.send(messages.AgentMessage(hello=hello))
+            with trio.fail_after(settings.welcome_timeout_seconds):
+                first = await stream.receive()
+            name, welcome = betterproto.which_one_of(first, "message")
+            if name != "welcome" or not isinstance(welcome, messages.Welcome):
+                raise _SessionEnded(f"the server answered Hello with {name or 'nothing'}")
+            self._session_token = welcome.session_token
+            self.status.connected = True
+            self.status.sessions += 1
+            self.status.server_id = welcome.server_id
+            backoff.reset()
+            log.info("connected to server %s with %d account(s)", welcome.server_id,
+                     len(accounts))
+            send, receive = open_event_channel(self._budget)
+            with send, receive:
+                async with trio.open_nursery() as nursery:
+                    session = _Session(self, stream, nursery, send, receive)
+                    self._session = session
+                    session.assign(welcome.accounts)
+                    nursery.start_soon(session.send_batches)
+                    nursery.start_soon(session.receive_messages)
+                    if settings.heartbeat_seconds > 0:
+                        nursery.start_soon(session.heartbeats)
+
+
+class _SessionEnded(Exception):
+    """The session ended for a reason of the protocol (not the network): reconnect."""
+
+
+class _Session:
+    """The tasks of one session; lives inside the session's nursery."""
+
+    def __init__(
+        self,
+        link: Link,
+        stream: wire.ClientStream,
+        nursery: trio.Nursery,
+        send: EventSender,
+        receive: EventReceiver,
+    ) -> None:
+        self._link = link
+        self._stream = stream
+        self._nursery = nursery
+        self._events = send
+        self._receive = receive
+        self._send_lock = trio.Lock()
+        self._unacked: dict[int, Batch] = {}
+        self._seq = 0
+        self._accounts: dict[str, trio.CancelScope] = {}
+
+    async def send(self, message: messages.AgentMessage) -> None:
+        # One message at a time on the stream: batches, results and heartbeats interleave
+        # whole, never byte by byte.
+        async with self._send_lock:
+            await self._stream.send(message)
+
+    # -- accounts ----------------------------------------------------------------------------
+
+    def assign(self, assignments: Sequence[messages.AccountAssignment]) -> None:
+        for assignment in assignments:
+            role = messages.Role(assignment.role)
+            self._link.status.roles[assignment.name] = role.name
+            if role == messages.Role.PRIMARY:
+                self._start_account(assignment)
+            else:
+                if role == messages.Role.REJECTED:
+                    log.error("account %s rejected by the server: %s", assignment.name,
+                              assignment.reason or "no reason given")
+                self.stop_account(assignment.name)
+
+    def _start_account(self, assignment: messages.AccountAssignment) -> None:
+        name = assignment.name
+        if name in self._accounts:
+            return
+        max_age = self._link._max_resume_age_ms(name)
+        resume = {
+            (point.api_version, point.kind, point.scope): point.resource_version
+            for point in assignment.resume
+            if point.resource_version and point.age_ms <= max_age
+        }
+        scope = trio.CancelScope()
+        self._accounts[name] = scope
+        log.info("account %s: PRIMARY, resuming %d kind(s), listing the rest", name, len(resume))
+        self._nursery.start_soon(self._run_account, name, resume, scope)
+
+    async def _run_account(
+        self, name: str, resume: dict[ResumeKey, str], scope: trio.CancelScope
+    ) -> None:
+        with scope:
+            await self._link._runner(name, resume, self._events)
+        if self._accounts.get(name) is scope:
+            del self._accounts[name]
+
+    def stop_account(self, name: str) -> None:
+        scope = self._accounts.pop(name, None)
+        if scope is not None:
+            scope.cancel()
+
+    # -- the three loops ---------------------------------------------------------------------
+
+    async def send_batches(self) -> None:
+        settings = self._link._settings
+        status = self._link.status
+        limits = wire.RecordLimits(
+            max_events=max(settings.batch_max_events, 1),
+            max_bytes=settings.max_message_size,
+            max_object_bytes=settings.max_message_size,
+        )
+        while True:
+            await self._receive.wait_pending(1, 1)
+            with trio.move_on_after(settings.linger_seconds):
+                await self._receive.wait_pending(settings.batch_max_events,
+                                                 settings.batch_max_bytes)
+            batch = self._receive.receive_batch_nowait(settings.batch_max_events,
+                                                       settings.batch_max_bytes)
+            records = self._records_of(batch, limits)
+            if not records:
+                self._receive.acknowledge(batch)
+                continue
+            self._seq += 1
+            self._unacked[self._seq] = batch
+            payload = wire.encode_events(records, limits)
+            await self.send(
+                messages.AgentMessage(
+                    event_batch=messages.EventBatch(seq=self._seq, records=payload,
+                                                    count=len(records))
+                )
+            )
+            status.batches_sent += 1
+            status.events_sent += len(records)
+            status.bytes_sent += len(payload)
+            for record in records:
+                key = (record.kind, record.api_version)
+                count, size = status.events_by_kind.get(key, (0, 0))
+                status.events_by_kind[key] = (count + 1, size + len(record.object))
+
+    def _records_of(self, batch: Batch, limits: wire.RecordLimits) -> list[wire.EventRecord]:
+        # An object bigger than a message can never be sent: report it and let it go, so it
+        # does not wedge the stream behind it (the server keeps its previous state).
+        room = limits.max_object_bytes - 4096
+        records: list[wire.EventRecord] = []
+        for entry in batch.entries:
+            record = entry.value
+            assert isinstance(record, wire.EventRecord)
+            if len(record.object) > room:
+                self._link.status.oversize_dropped += 1
+                log.error(
+                    "%s %s/%s in account %s is %d bytes, more than a message may carry (%d): "
+                    "not sent", record.kind, record.namespace or "-", record.name,
+                    record.account, len(record.object), room,
+                )
+                continue
+            records.append(record)
+        return records
+
+    async def receive_messages(self) -> None:
+        settings = self._link._settings
+        quiet = settings.heartbeat_seconds + settings.heartbeat_timeout_seconds
+        with trio.CancelScope() as deadline:
+            while True:
+                if settings.heartbeat_seconds > 0:
+                    deadline.deadline = trio.current_time() + quiet
+                message = await self._stream.receive()
+                await self._dispatch(message)
+        raise _SessionEnded(f"no message from the server for {quiet:.0f} s")
+
+    async def _dispatch(self, message: messages.ServerMessage) -> None:
+        name, body = betterproto.which_one_of(message, "message")
+        if isinstance(body, messages.Ack):
+            batch = self._unacked.pop(body.seq, None)
+            if batch is None:
+                raise _SessionEnded(f"the server acknowledged unknown batch {body.seq}")
+            self._receive.acknowledge(batch)
+        elif isinstance(body, messages.Assignment):
+            self.assign(body.accounts)
+        elif isinstance(body, messages.Operation):
+            self._nursery.start_soon(self._run_operation, body)
+        elif isinstance(body, messages.Heartbeat):
+            pass  # its arrival already moved the deadline
+        else:
+            raise _SessionEnded(f"unexpected {name or 'empty'} message from the server")
+
+    async def _run_operation(self, operation: messages.Operation) -> None:
+        handler = self._link._operations
+        if handler is None:
+            result = messages.OperationResult(
+                id=operation.id, account=operation.account, ok=False,
+                error_code="UNSUPPORTED",
+                error_message=f"this agent does not run {operation.type!r} operations",
+            )
+        else:
+            result = await handler(operation)
+        await self.send(messages.AgentMessage(operation_result=result))
+
+    async def heartbeats(self) -> None:
+        period = self._link._settings.heartbeat_seconds
+        while True:
+            await trio.sleep(period)
+            now_ms = int(time.time() * 1000)
+            await self.send(messages.AgentMessage(heartbeat=messages.Heartbeat(sent_at_ms=now_ms)))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, trio.TooSlowError):
+        return "the server did not answer Hello in time"
+    return str(exc) or type(exc).__name__
