@@ -2,7 +2,11 @@
 
 # -- config, errors (the config/client engineer) -------------------------------------------------
 # -- data path: discovery, reflectors, secrets (the reflector engineer) ---------------------------
+# -- the link and the composition (the lead) ----------------------------------------------------
 from ._account_watch import AccountWatchStatus, ResumeKey, run_account
+from ._accounts import AccountSet, AccountState
+from ._app import Agent, build_agent, link_settings, parse_grpc_address, run_agent
+from ._backoff import Backoff
 from ._config_load import default_config_path, load_config, parse_config
 from ._config_reload import AccountsDiff, diff_accounts, watch_config
 from ._config_schema import (
@@ -40,26 +44,44 @@ from ._errors import (
     KubeTooManyRequestsError,
     KubeUnauthorizedError,
 )
+from ._kube_client import (
+    ClusterIdentity,
+    KubeClient,
+    KubeReply,
+    KubeStream,
+    access_for_account,
+    open_kube_client,
+)
+from ._kubeconfig import ClusterAccess, load_kubeconfig, parse_kubeconfig, service_account_access
+from ._link import Link, LinkSettings, LinkStatus
 from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
 from ._scrub import Scrubber
 from ._seam import KubeResponse, KubeTransport
 from ._tasks import AccountListCaps, ListCaps
+from ._token import TokenSource
 from ._watch_errors import LineTooLong, WatchDecodeError, WatchError
 from ._watchline import WatchDecoder, WatchEvent, decode_list_page
 
 __all__ = [
     "AccountConfig",
     "AccountListCaps",
+    "AccountSet",
+    "AccountState",
     "AccountWatchStatus",
     "AccountsDiff",
+    "Agent",
     "AgentError",
+    "Backoff",
     "BookmarkKey",
     "ClouddriverConfig",
+    "ClusterAccess",
+    "ClusterIdentity",
     "Config",
     "ConfigError",
     "DiscoveryResult",
     "KindFilter",
     "KindInfo",
+    "KubeClient",
     "KubeClosedError",
     "KubeConflictError",
     "KubeConnectionError",
@@ -68,9 +90,11 @@ __all__ = [
     "KubeForbiddenError",
     "KubeGoneError",
     "KubeNotFoundError",
+    "KubeReply",
     "KubeResponse",
     "KubeServerError",
     "KubeStatusError",
+    "KubeStream",
     "KubeTimeoutError",
     "KubeTooManyRequestsError",
     "KubeTransport",
@@ -78,6 +102,9 @@ __all__ = [
     "KubeconfigError",
     "KubernetesConfig",
     "LineTooLong",
+    "Link",
+    "LinkSettings",
+    "LinkStatus",
     "ListCaps",
     "Reflector",
     "ReflectorHooks",
@@ -86,21 +113,31 @@ __all__ = [
     "ResumeKey",
     "Scrubber",
     "TargetDiff",
+    "TokenSource",
     "WatchDecodeError",
     "WatchDecoder",
     "WatchError",
     "WatchEvent",
     "WatchTarget",
+    "access_for_account",
+    "build_agent",
     "decode_list_page",
     "default_config_path",
     "diff_accounts",
     "diff_targets",
     "discover",
+    "link_settings",
     "load_config",
+    "load_kubeconfig",
+    "open_kube_client",
     "parse_config",
     "parse_duration",
+    "parse_grpc_address",
+    "parse_kubeconfig",
     "parse_size",
     "run_account",
+    "run_agent",
     "select_targets",
+    "service_account_access",
     "watch_config",
 ]
