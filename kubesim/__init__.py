@@ -12,9 +12,11 @@ It imports nothing else of ours.
 """
 
 from kubesim._auth import ALL_VERBS, READ_VERBS, User, Users
+from kubesim._churn import Churn, ChurnStatistics
 from kubesim._cluster import Cluster, SimConfig
 from kubesim._errors import ApiError, ApplyConflict, InvalidObject, KubesimError, PatchError
 from kubesim._faults import Faults, RequestCounters
+from kubesim._loader import load_pods, realistic_pod
 from kubesim._resources import ResourceType
 from kubesim._server import Server, open_server
 
@@ -23,6 +25,8 @@ __all__ = [
     "READ_VERBS",
     "ApiError",
     "ApplyConflict",
+    "Churn",
+    "ChurnStatistics",
     "Cluster",
     "Faults",
     "InvalidObject",
@@ -34,5 +38,7 @@ __all__ = [
     "SimConfig",
     "User",
     "Users",
+    "load_pods",
     "open_server",
+    "realistic_pod",
 ]

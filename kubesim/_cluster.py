@@ -119,8 +119,13 @@ class Cluster:
 
     # -- the commit primitives (every change goes through these) -------------------------
 
-    def commit(self, rtype: ResourceType, obj: dict[str, Any], *, added: bool) -> Stored:
-        """Stamp ``obj`` with the next resourceVersion, serialize it once, store and publish it."""
+    def commit(
+        self, rtype: ResourceType, obj: dict[str, Any], *, added: bool, controlled: bool = True
+    ) -> Stored:
+        """Stamp ``obj`` with the next resourceVersion, serialize it once, store and publish it.
+
+        ``controlled=False`` keeps the lite controllers from looking at it (bulk loads).
+        """
         meta = obj["metadata"]
         rv = self.next_rv()
         meta["resourceVersion"] = str(rv)
@@ -130,7 +135,8 @@ class Cluster:
             meta.get("labels") or {}, raw,
         )  # fmt: skip
         self.store(rtype).put(stored, ADDED if added else MODIFIED)
-        self._mark_dirty(rtype, obj, added)
+        if controlled:
+            self._mark_dirty(rtype, obj, added)
         if rtype.kind == "CustomResourceDefinition" and rtype.group == "apiextensions.k8s.io":
             self._serve_crd(obj)
         self._notify(rtype.key)

@@ -1,0 +1,267 @@
+"""Lists and watches over real HTTP (httpx on loopback), with the API server's semantics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import msgspec
+import trio
+
+import kubesim
+
+META_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+META = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+def _cm(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "data": {"k": name},
+    }
+
+
+async def _watch(
+    http: httpx.AsyncClient,
+    path: str,
+    params: dict[str, str],
+    *,
+    headers: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Every event of a watch that the server ends (timeoutSeconds): reading to the end
+    keeps httpx's stream generators from being abandoned half-way."""
+    events: list[dict[str, Any]] = []
+    async with http.stream(
+        "GET", path, params={"watch": "true", **params}, headers=headers
+    ) as resp:
+        assert resp.status_code == 200, await resp.aread()
+        async for line in resp.aiter_lines():
+            if line:
+                events.append(msgspec.json.decode(line))
+    return events
+
+
+async def test_paged_list_and_expired_continue(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        for i in range(5):
+            sim.create(_cm(f"cm-{i}"))
+        first = (
+            await http.get("/api/v1/namespaces/default/configmaps", params={"limit": 2})
+        ).json()
+        assert first["kind"] == "ConfigMapList"
+        assert len(first["items"]) == 2
+        assert first["metadata"]["remainingItemCount"] == 3
+        token = first["metadata"]["continue"]
+        second = (
+            await http.get(
+                "/api/v1/namespaces/default/configmaps", params={"limit": 2, "continue": token}
+            )
+        ).json()
+        assert [o["metadata"]["name"] for o in second["items"]] == ["cm-2", "cm-3"]
+        await trio.sleep(0.6)  # the fixture's continue_ttl is 0.5 s
+        expired = await http.get(
+            "/api/v1/namespaces/default/configmaps",
+            params={"limit": 2, "continue": second["metadata"]["continue"]},
+        )
+        assert expired.status_code == 410
+        assert expired.json()["reason"] == "Expired"
+        assert expired.json()["kind"] == "Status"
+
+
+async def test_metadata_only_secrets_carry_no_data(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        sim.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "s", "namespace": "default"},
+                "data": {"password": "aHVudGVyMg=="},
+            }
+        )
+        listed = await http.get(
+            "/api/v1/secrets", headers={"accept": META_LIST + ", application/json"}
+        )
+        assert listed.headers["content-type"] == META_LIST
+        body = listed.json()
+        assert body["kind"] == "PartialObjectMetadataList"
+        assert body["items"][0]["kind"] == "PartialObjectMetadata"
+        assert "data" not in body["items"][0]
+        assert b"aHVudGVyMg" not in listed.content
+        one = await http.get("/api/v1/namespaces/default/secrets/s", headers={"accept": META})
+        assert one.json()["metadata"]["name"] == "s"
+        assert b"aHVudGVyMg" not in one.content
+        events = await _watch(
+            http, "/api/v1/secrets", {"timeoutSeconds": "1"}, headers={"accept": META}
+        )
+        assert events[0]["object"]["kind"] == "PartialObjectMetadata"
+        assert "data" not in events[0]["object"]
+        refused = await http.get(
+            "/api/v1/secrets", headers={"accept": "application/vnd.kubernetes.protobuf"}
+        )
+        assert refused.status_code == 406
+
+
+async def test_watch_from_each_kind_of_resource_version(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        sim.create(_cm("a"))
+        rv = sim.resource_version
+        sim.create(_cm("b"))
+        path = "/api/v1/namespaces/default/configmaps"
+        unset = await _watch(http, path, {"timeoutSeconds": "1"})
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in unset] == [
+            ("ADDED", "a"),
+            ("ADDED", "b"),
+        ]
+        zero = await _watch(http, path, {"resourceVersion": "0", "timeoutSeconds": "1"})
+        assert len(zero) == 2
+        given = await _watch(http, path, {"resourceVersion": str(rv), "timeoutSeconds": "1"})
+        assert [e["object"]["metadata"]["name"] for e in given] == [
+            "b"
+        ]  # only later events, then timeout
+
+
+async def test_live_events_selector_and_timeout(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        rv = sim.resource_version
+        got: list[dict[str, Any]] = []
+
+        async def watcher() -> None:
+            got.extend(
+                await _watch(
+                    http,
+                    "/api/v1/configmaps",
+                    {"resourceVersion": str(rv), "labelSelector": "app=web", "timeoutSeconds": "1"},
+                )
+            )
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watcher)
+            await trio.sleep(0.1)
+            sim.create(_cm("web", app="web"))
+            sim.create(_cm("db", app="db"))
+            sim.patch("", "v1", "configmaps", "default", "web", {"data": {"k": "2"}})
+            sim.delete("", "v1", "configmaps", "default", "web")
+        assert [e["type"] for e in got] == ["ADDED", "MODIFIED", "DELETED"]
+        deleted_rv = int(got[-1]["object"]["metadata"]["resourceVersion"])
+        assert deleted_rv == sim.resource_version
+
+
+async def test_410_at_start_and_as_error_event(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        sim.create(_cm("first"))
+        old = sim.resource_version
+        for i in range(60):  # the fixture keeps 50 events of history
+            sim.create(_cm(f"n{i}"))
+        refused = await http.get(
+            "/api/v1/configmaps", params={"watch": "true", "resourceVersion": str(old - 1)}
+        )
+        assert refused.status_code == 410
+        assert refused.json()["reason"] == "Expired"
+        # An open watch that falls behind the ring gets the ERROR event: stall it, then write.
+        start = sim.resource_version
+        server_faults: list[dict[str, Any]] = []
+        async with http.stream(
+            "GET", "/api/v1/configmaps", params={"watch": "true", "resourceVersion": str(start)}
+        ) as resp:
+            assert resp.status_code == 200
+            for i in range(60):
+                sim.create(_cm(f"m{i}"))
+            async for line in resp.aiter_lines():
+                if line:
+                    server_faults.append(msgspec.json.decode(line))
+        assert server_faults[-1]["type"] == "ERROR"
+        assert server_faults[-1]["object"]["code"] == 410
+
+
+async def test_bookmarks_and_streaming_list(sim: kubesim.Cluster, http: httpx.AsyncClient) -> None:
+    with trio.fail_after(10):
+        sim.create(_cm("a"))
+        events = await _watch(
+            http,
+            "/api/v1/configmaps",
+            {
+                "resourceVersion": str(sim.resource_version),
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "1",
+            },
+        )
+        bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
+        assert len(bookmarks) >= 2  # interval 0.2 s over 1 s
+        assert bookmarks[0]["object"]["metadata"]["resourceVersion"] == str(sim.resource_version)
+        stream = await _watch(
+            http,
+            "/api/v1/configmaps",
+            {
+                "sendInitialEvents": "true",
+                "resourceVersionMatch": "NotOlderThan",
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "1",
+            },
+        )
+        assert [e["type"] for e in stream][:2] == ["ADDED", "BOOKMARK"]  # then periodic bookmarks
+        annotations = stream[1]["object"]["metadata"]["annotations"]
+        assert annotations == {"k8s.io/initial-events-end": "true"}
+
+
+async def test_two_watchers_and_a_writer_agree_with_a_fresh_list(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(20):
+        for i in range(10):
+            sim.create(_cm(f"seed-{i}"))
+        listed = (await http.get("/api/v1/configmaps", params={"limit": 4})).json()
+        list_rv = listed["metadata"]["resourceVersion"]
+        states: list[dict[str, str]] = [{}, {}]
+
+        async def replay(state: dict[str, str], params: dict[str, str]) -> None:
+            for event in await _watch(
+                http, "/api/v1/configmaps", {"timeoutSeconds": "2", **params}
+            ):
+                meta = event["object"]["metadata"]
+                key = f"{meta['namespace']}/{meta['name']}"
+                if event["type"] == "DELETED":
+                    state.pop(key, None)
+                else:
+                    state[key] = meta["resourceVersion"]
+
+        async def writer() -> None:
+            for step in range(40):
+                name = f"w-{step % 7}"
+                try:
+                    sim.create(_cm(name))
+                except kubesim.ApiError:
+                    if step % 3:
+                        sim.patch(
+                            "", "v1", "configmaps", "default", name, {"data": {"k": str(step)}}
+                        )
+                    else:
+                        sim.delete("", "v1", "configmaps", "default", name)
+                await trio.sleep(0.005)
+            sim.create(_cm("the-end"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(replay, states[0], {})  # rv unset: synthetic ADDED, then live
+            nursery.start_soon(replay, states[1], {"resourceVersion": "1"})  # from the very start
+            nursery.start_soon(writer)
+        fresh = (await http.get("/api/v1/configmaps")).json()
+        expected = {
+            f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["metadata"][
+                "resourceVersion"
+            ]
+            for o in fresh["items"]
+        }
+        assert states[0] == expected
+        assert states[1] == expected
+        assert int(list_rv) < int(fresh["metadata"]["resourceVersion"])
