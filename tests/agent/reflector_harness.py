@@ -1,7 +1,5 @@
-"""Test harness for the data path: an httpx transport at the I/O edge, and a receiver.
+"""Test harness for the data path: a receiver at the end of the budget channel.
 
-``HttpTransport`` is a minimal KubeTransport over httpx (the real client lives in
-agent/_kube_client.py; this one keeps these tests independent of its configuration).
 ``Receiver`` drains a real budget channel, acknowledges every batch, keeps every record, and
 applies them the way the server does (sync brackets delete what a full listing did not see),
 so tests can assert on the converged view.
@@ -9,63 +7,14 @@ so tests can assert on the converged view.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-import httpx
 import trio
 
-from agent import KubeConnectionError
 from budget import EventReceiver
 from wire import EventRecord, EventType
 
 ObjectKey = tuple[str, str, str, str]  # api_version, kind, namespace, name
-
-
-class _Response:
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self._chunks = response.aiter_raw()
-        self.status_code = response.status_code
-        self.headers: Mapping[str, str] = response.headers
-
-    async def receive_some(self) -> bytes:
-        try:
-            return await self._chunks.__anext__()
-        except StopAsyncIteration:
-            return b""
-        except httpx.TransportError as exc:
-            raise KubeConnectionError(f"read failed: {exc!r}") from exc
-
-
-class HttpTransport:
-    """A KubeTransport over one httpx.AsyncClient with a bearer token."""
-
-    def __init__(self, base_url: str, token: str) -> None:
-        self._client = httpx.AsyncClient(
-            base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=None
-        )
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    @asynccontextmanager
-    async def stream(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[_Response]:
-        try:
-            async with self._client.stream(
-                method, path, params=dict(params or {}), headers=dict(headers or {})
-            ) as response:
-                yield _Response(response)
-        except httpx.TransportError as exc:
-            raise KubeConnectionError(f"{method} {path}: {exc!r}") from exc
 
 
 @dataclass
@@ -75,7 +24,6 @@ class Receiver:
     records: list[EventRecord] = field(default_factory=list)
     objects: dict[ObjectKey, EventRecord] = field(default_factory=dict)
     _seen: dict[tuple[str, str, str], set[ObjectKey]] = field(default_factory=dict)
-    changed: trio.Event = field(default_factory=trio.Event)
 
     async def drain(self, receive: EventReceiver) -> None:
         while True:
@@ -87,8 +35,6 @@ class Receiver:
                 assert isinstance(entry.value, EventRecord)
                 self._apply(entry.value)
             receive.acknowledge(batch)
-            self.changed.set()
-            self.changed = trio.Event()
 
     def _apply(self, record: EventRecord) -> None:
         self.records.append(record)
@@ -113,9 +59,10 @@ class Receiver:
         return {k[3] for k in self.objects if k[1] == kind and namespace in (None, k[2])}
 
     async def wait_for(self, predicate: object) -> None:
+        """Poll ``predicate`` (records or reflector state) until it holds."""
         assert callable(predicate)
         while not predicate():
-            await self.changed.wait()
+            await trio.sleep(0.02)
 
     def count(self, event_type: EventType, kind: str | None = None) -> int:
         return sum(1 for r in self.records if r.type == event_type and kind in (None, r.kind))
