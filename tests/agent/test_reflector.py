@@ -335,3 +335,72 @@ async def test_the_inactivity_deadline_drops_a_stalled_watch(tmp_path: Path) -> 
             await env.receiver.wait_for(lambda: "c" in env.receiver.names("Pod"))
             assert reflector.state.lists == 1
             assert env.server.requests.count("list", "pods") == 1
+
+
+def widget_crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            }}],
+        },
+    }
+
+
+async def test_rediscovery_starts_new_crds_and_stops_removed_ones(tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        async with open_env(tmp_path) as env:
+            account = AccountConfig(name="acc", kinds=("pod", "widget"))
+            status: AccountWatchStatus = await env.nursery.start(_run_account, env, account)
+            assert {t.kind.kind for t in status.reflectors} == {"Pod"}
+            env.sim.create(widget_crd())
+            env.sim.create({"apiVersion": "example.com/v1", "kind": "Widget",
+                            "metadata": {"name": "w1", "namespace": "default"}})
+            await env.receiver.wait_for(lambda: "w1" in env.receiver.names("Widget"))
+            env.sim.delete("apiextensions.k8s.io", "v1", "customresourcedefinitions", None,
+                           "widgets.example.com")
+            await env.receiver.wait_for(
+                lambda: {t.kind.kind for t in status.reflectors} == {"Pod"})
+
+
+async def test_streaming_list_brackets_its_initial_events(tmp_path: Path) -> None:
+    settings = ReflectorSettings(streaming_list=True, watch_timeout_seconds=(30, 30),
+                                 backoff_base=0.05, backoff_max=0.2)
+    with trio.fail_after(20):
+        async with open_env(tmp_path) as env:
+            for i in range(5):
+                env.sim.create(pod(f"s{i}"))
+            reflector = env.reflector(WatchTarget(PODS, "default"), settings=settings)
+            await env.nursery.start(reflector.run)
+            await env.receiver.wait_for(lambda: reflector.state.synced)
+            assert reflector.state.streaming
+            assert env.receiver.names("Pod") == live_names(env.sim, "pods")
+            assert env.server.requests.count("list", "pods") == 0
+            kinds = [r.type for r in env.receiver.records if r.kind == "Pod"]
+            assert kinds[0] == EventType.SYNC_BEGIN
+            assert kinds[1:6] == [EventType.ADDED] * 5
+            assert kinds[6] == EventType.SYNC_END
+            env.sim.create(pod("later"))
+            await env.receiver.wait_for(lambda: "later" in env.receiver.names("Pod"))
+            assert env.server.requests.count("list", "pods") == 0
+
+
+async def test_throttling_backs_off_for_retry_after_then_lists(tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        async with open_env(tmp_path) as env:
+            env.sim.create(pod("a"))
+            env.server.faults.fail_next(2, status=429, retry_after=1, verb="list")
+            reflector = env.reflector(WatchTarget(PODS))
+            started = trio.current_time()
+            await env.nursery.start(reflector.run)
+            await env.receiver.wait_for(lambda: reflector.state.synced)
+            assert trio.current_time() - started >= 2.0
+            assert reflector.state.available
+            assert env.receiver.names("Pod") == {"a"}
+            assert "429" in reflector.state.last_error
