@@ -1,0 +1,138 @@
+"""Server-side apply over real HTTP with the official ``kubernetes`` client: conflicts, force."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+import trio
+from kubernetes import client as k8s
+
+import kubesim
+
+T = TypeVar("T")
+APPLY = "application/apply-patch+yaml"
+
+
+@pytest.fixture
+def api(server: kubesim.Server) -> Iterator[k8s.ApiClient]:
+    config = k8s.Configuration(host=server.url)
+    config.api_key = {"authorization": server.users["admin"].token}
+    config.api_key_prefix = {"authorization": "Bearer"}
+    with k8s.ApiClient(config) as api_client:
+        yield api_client
+
+
+async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run one blocking client call in a worker thread (the server runs in this trio loop)."""
+    return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+def applied(replicas: int, image: str = "nginx:1") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "app", "image": image}]},
+            },
+        },
+    }
+
+
+def managers(obj: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(m.manager, m.operation): m.fields_v1 for m in obj.metadata.managed_fields}
+
+
+async def test_apply_creates_then_conflicts_then_force_takes_ownership(api: k8s.ApiClient) -> None:
+    apps = k8s.AppsV1Api(api)
+    with trio.fail_after(20):
+        created = await call(
+            apps.patch_namespaced_deployment, "web", "default", applied(2),
+            field_manager="ci", _content_type=APPLY,
+        )  # fmt: skip
+        assert created.spec.replicas == 2
+        owned = managers(created)[("ci", "Apply")]
+        assert owned["f:spec"]["f:replicas"] == {}
+        assert 'k:{"name":"app"}' in owned["f:spec"]["f:template"]["f:spec"]["f:containers"]
+
+        # the same manager re-applying a new value is no conflict
+        again = await call(
+            apps.patch_namespaced_deployment, "web", "default", applied(3),
+            field_manager="ci", _content_type=APPLY,
+        )  # fmt: skip
+        assert again.spec.replicas == 3
+
+        # another manager applying a different replicas value conflicts: 409 with the real message
+        with pytest.raises(k8s.ApiException) as info:
+            await call(
+                apps.patch_namespaced_deployment, "web", "default", applied(5),
+                field_manager="autoscaler", _content_type=APPLY,
+            )  # fmt: skip
+        assert info.value.status == 409
+        status = json.loads(info.value.body)
+        assert status["reason"] == "Conflict"
+        assert status["message"] == (
+            'Apply failed with 1 conflict: conflict with "ci" using apps/v1: .spec.replicas'
+        )
+        assert status["details"]["causes"][0]["field"] == ".spec.replicas"
+        unchanged = await call(apps.read_namespaced_deployment, "web", "default")
+        assert unchanged.spec.replicas == 3
+
+        # with force the field moves to the new manager
+        forced = await call(
+            apps.patch_namespaced_deployment, "web", "default", applied(5),
+            field_manager="autoscaler", force=True, _content_type=APPLY,
+        )  # fmt: skip
+        assert forced.spec.replicas == 5
+        owners = managers(forced)
+        assert "f:replicas" not in owners[("ci", "Apply")]["f:spec"]
+        assert "f:replicas" in owners[("autoscaler", "Apply")]["f:spec"]
+
+
+async def test_apply_conflicts_with_an_update_and_names_its_time(api: k8s.ApiClient) -> None:
+    apps = k8s.AppsV1Api(api)
+    with trio.fail_after(20):
+        await call(
+            apps.patch_namespaced_deployment, "web", "default", applied(1),
+            field_manager="ci", _content_type=APPLY,
+        )  # fmt: skip
+        # an imperative edit (a strategic merge patch) by another manager takes the image
+        edited = await call(
+            apps.patch_namespaced_deployment, "web", "default",
+            {"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:9"}]}}}},
+            field_manager="kubectl-edit",
+        )  # fmt: skip
+        assert ("kubectl-edit", "Update") in managers(edited)
+        with pytest.raises(k8s.ApiException) as info:
+            await call(
+                apps.patch_namespaced_deployment, "web", "default", applied(1, image="nginx:2"),
+                field_manager="ci", _content_type=APPLY,
+            )  # fmt: skip
+        assert info.value.status == 409
+        message = json.loads(info.value.body)["message"]
+        assert message.startswith(
+            'Apply failed with 1 conflict: conflict with "kubectl-edit" using apps/v1 at '
+        )
+        assert message.endswith(': .spec.template.spec.containers[name="app"].image')
+
+
+async def test_fields_dropped_from_the_configuration_are_removed(api: k8s.ApiClient) -> None:
+    core = k8s.CoreV1Api(api)
+    with trio.fail_after(20):
+        first = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "cfg", "labels": {"a": "1", "b": "2"}},
+                 "data": {"x": "1", "y": "2"}}  # fmt: skip
+        await call(core.patch_namespaced_config_map, "cfg", "default", first,
+                   field_manager="ci", _content_type=APPLY)  # fmt: skip
+        second = {**first, "metadata": {"name": "cfg", "labels": {"a": "1"}}, "data": {"x": "1"}}
+        result = await call(core.patch_namespaced_config_map, "cfg", "default", second,
+                            field_manager="ci", _content_type=APPLY)  # fmt: skip
+        assert result.data == {"x": "1"}
+        assert result.metadata.labels == {"a": "1"}
