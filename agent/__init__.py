@@ -44,6 +44,7 @@ from ._errors import (
     KubeTooManyRequestsError,
     KubeUnauthorizedError,
 )
+from ._health import health_app, metrics_app, serve_http
 from ._kube_client import (
     ClusterIdentity,
     KubeClient,
@@ -54,9 +55,11 @@ from ._kube_client import (
 )
 from ._kubeconfig import ClusterAccess, load_kubeconfig, parse_kubeconfig, service_account_access
 from ._link import Link, LinkSettings, LinkStatus
+from ._metrics import metrics_registry
 from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
 from ._scrub import Scrubber
 from ._seam import KubeResponse, KubeTransport
+from ._status import AgentStatus, OperationRecord
 from ._tasks import AccountListCaps, ListCaps
 from ._token import TokenSource
 from ._watch_errors import LineTooLong, WatchDecodeError, WatchError
@@ -71,6 +74,7 @@ __all__ = [
     "AccountsDiff",
     "Agent",
     "AgentError",
+    "AgentStatus",
     "Backoff",
     "BookmarkKey",
     "ClouddriverConfig",
@@ -106,6 +110,7 @@ __all__ = [
     "LinkSettings",
     "LinkStatus",
     "ListCaps",
+    "OperationRecord",
     "Reflector",
     "ReflectorHooks",
     "ReflectorSettings",
@@ -126,9 +131,12 @@ __all__ = [
     "diff_accounts",
     "diff_targets",
     "discover",
+    "health_app",
     "link_settings",
     "load_config",
     "load_kubeconfig",
+    "metrics_app",
+    "metrics_registry",
     "open_kube_client",
     "parse_config",
     "parse_duration",
@@ -138,6 +146,7 @@ __all__ = [
     "run_account",
     "run_agent",
     "select_targets",
+    "serve_http",
     "service_account_access",
     "watch_config",
 ]

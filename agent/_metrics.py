@@ -1,0 +1,129 @@
+"""Prometheus metrics of one agent, read from its :class:`AgentStatus` at scrape time.
+
+A per-agent ``CollectorRegistry`` (never the global one, so several agents can run in one test
+process) holds one custom collector that turns the live status into the metric names of the
+Armory agent -- ``kubesvc_connection_count``, ``kubesvc_disconnection_total``,
+``kubesvc_events_sent_total`` and ``kubesvc_events_bytes_sent_total`` (labels ``event_kind``,
+``event_group``), ``kubesvc_resource_agent_total``, ``kubesvc_kubernetes_requests``,
+``kubesvc_watches`` -- plus the budget's and the process's. Nothing is counted twice: the
+numbers are the ones the link and the reflectors already keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from ._status import AgentStatus
+
+__all__ = ["CONTENT_TYPE_LATEST", "AgentCollector", "metrics_registry", "render_metrics"]
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else "core"
+
+
+class AgentCollector:
+    """A prometheus_client collector over an AgentStatus."""
+
+    def __init__(self, status: AgentStatus) -> None:
+        self._status = status
+
+    def describe(self) -> list[Metric]:
+        return []  # families depend on the state; collected fresh on every scrape
+
+    def collect(self) -> Iterator[Metric]:
+        status = self._status
+        link = status.link
+        yield GaugeMetricFamily(
+            "kubesvc_connection_count",
+            "Open streams to the server (0 or 1).",
+            value=1 if link.connected else 0,
+        )
+        yield CounterMetricFamily(
+            "kubesvc_disconnection_total",
+            "Sessions with the server that ended.",
+            value=link.disconnections,
+        )
+        events = CounterMetricFamily(
+            "kubesvc_events_sent_total",
+            "Kubernetes events sent to the server.",
+            labels=["event_kind", "event_group"],
+        )
+        sizes = CounterMetricFamily(
+            "kubesvc_events_bytes_sent_total",
+            "Bytes of Kubernetes objects sent to the server.",
+            labels=["event_kind", "event_group"],
+        )
+        for (kind, api_version), (count, size) in sorted(link.events_by_kind.items()):
+            events.add_metric([kind, _group(api_version)], count)
+            sizes.add_metric([kind, _group(api_version)], size)
+        yield events
+        yield sizes
+        yield CounterMetricFamily(
+            "kubesvc_events_oversize_dropped_total",
+            "Objects too large for one message, reported and not sent.",
+            value=link.oversize_dropped,
+        )
+        agents = GaugeMetricFamily(
+            "kubesvc_resource_agent_total",
+            "Watches (one per kind and namespace) per account.",
+            labels=["account"],
+        )
+        requests = CounterMetricFamily(
+            "kubesvc_kubernetes_requests",
+            "List and watch requests sent to the Kubernetes API.",
+            labels=["account", "verb"],
+        )
+        watches = GaugeMetricFamily(
+            "kubesvc_watches",
+            "Watches by state: syncing (initial list), synced, unavailable (403/404).",
+            labels=["account", "state"],
+        )
+        for name, state in sorted(status.accounts.items()):
+            reflectors = list(state.watch.reflectors.values()) if state.watch else []
+            agents.add_metric([name], len(reflectors))
+            requests.add_metric([name, "list"], sum(r.lists for r in reflectors))
+            requests.add_metric([name, "watch"], sum(r.watches for r in reflectors))
+            counts = {"syncing": 0, "synced": 0, "unavailable": 0}
+            for r in reflectors:
+                counts[
+                    "unavailable" if not r.available else "synced" if r.synced else "syncing"
+                ] += 1
+            for label, count in counts.items():
+                watches.add_metric([name, label], count)
+        yield agents
+        yield requests
+        yield watches
+        if status.budget is not None:
+            stats = status.budget()
+            for name, help_text, value in (
+                ("kubesvc_budget_capacity_bytes", "The event byte budget.", stats.capacity),
+                ("kubesvc_budget_in_use_bytes", "Bytes of events in flight.", stats.in_use),
+                ("kubesvc_budget_high_water_bytes", "Most bytes ever in flight.", stats.high_water),
+                ("kubesvc_budget_waiters", "Reservations waiting for room now.", stats.waiters),
+            ):
+                yield GaugeMetricFamily(name, help_text, value=value)
+        yield CounterMetricFamily(
+            "kubesvc_budget_waits_total",
+            "Reservations that had to wait for room in the budget.",
+            value=status.budget_waits,
+        )
+
+
+def metrics_registry(status: AgentStatus, *, process: bool = True) -> CollectorRegistry:
+    """A fresh registry with the agent's collector (and the process collector)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(status))
+    if process:
+        ProcessCollector(registry=registry)
+    return registry
+
+
+def render_metrics(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text exposition of ``registry``."""
+    data: bytes = generate_latest(registry)
+    return data

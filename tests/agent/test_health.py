@@ -1,0 +1,153 @@
+"""Health, readiness, admin views and Prometheus metrics over real HTTP on loopback."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import httpx
+import trio
+
+from agent import AccountConfig, ClusterIdentity
+from agent._account_watch import AccountWatchStatus
+from agent._accounts import AccountState
+from agent._discovery import KindInfo, WatchTarget
+from agent._health import health_app, metrics_app, serve_http
+from agent._link import LinkStatus
+from agent._metrics import metrics_registry
+from agent._reflector import ReflectorState
+from agent._status import AgentStatus
+from budget import ByteBudget
+
+PODS = KindInfo(group="", version="v1", kind="Pod", plural="pods", namespaced=True)
+DEPLOYMENTS = KindInfo(
+    group="apps", version="v1", kind="Deployment", plural="deployments", namespaced=True
+)
+SECRETS = KindInfo(group="", version="v1", kind="Secret", plural="secrets", namespaced=True)
+
+
+def _status() -> tuple[AgentStatus, ByteBudget]:
+    watch = AccountWatchStatus(account="prod", discovered=True)
+    for kind, state in (
+        (PODS, {"synced": True, "lists": 1, "watches": 2, "events": 10, "resource_version": "42"}),
+        (DEPLOYMENTS, {"synced": False, "lists": 1}),
+        (SECRETS, {"available": False, "reason": "403 Forbidden"}),
+    ):
+        target = WatchTarget(kind)
+        watch.reflectors[target] = ReflectorState(target=target, **state)
+    prod = AccountState(
+        config=AccountConfig("prod"),
+        identity=ClusterIdentity("10.0.0.1:6443", "ab" * 32, {"gitVersion": "v1.31.0"}),
+        watch=watch,
+    )
+    link = LinkStatus(connected=True, disconnections=2, roles={"prod": "PRIMARY"})
+    link.events_by_kind[("Pod", "v1")] = (7, 7000)
+    link.events_by_kind[("Deployment", "apps/v1")] = (3, 900)
+    budget = ByteBudget(capacity=1 << 20)
+    budget.reserve_nowait(1000)
+    status = AgentStatus(link=link, accounts={"prod": prod}, budget=budget.statistics)
+    op = status.operation_started("op-1", "prod", "deployManifest")
+    op.ok, op.finished_at = True, op.started_at + 1
+    status.operation_started("op-2", "prod", "scaleManifest")
+    return status, budget
+
+
+def test_readiness_waits_for_the_initial_sync_of_primary_accounts() -> None:
+    status, _ = _status()
+    ok, why = status.ready()
+    assert not ok
+    assert why == "initial sync not done for prod"
+    status.link.roles["prod"] = "STANDBY"
+    assert status.ready() == (True, "")
+    status.link.connected = False
+    status.link.last_error = "connection refused"
+    assert status.ready() == (False, "not connected to the server: connection refused")
+
+
+async def test_health_and_admin_views() -> None:
+    status, _ = _status()
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(serve_http, health_app(status), "127.0.0.1", 0))
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                health = await client.get("/health")
+                ready = await client.get("/ready")
+                accounts = (await client.get("/accounts")).json()
+                watches = (await client.get("/watches")).json()
+                operations = (await client.get("/operations")).json()
+                missing = await client.get("/nope")
+                post = await client.post("/health")
+            nursery.cancel_scope.cancel()
+    assert health.status_code == 200
+    assert health.json() == {"status": "UP"}
+    assert ready.status_code == 503
+    assert ready.json()["reason"] == "initial sync not done for prod"
+    assert accounts == [
+        {
+            "name": "prod",
+            "role": "PRIMARY",
+            "kubeHost": "10.0.0.1:6443",
+            "certFingerprint": "ab" * 32,
+            "kubeVersion": "v1.31.0",
+            "error": "",
+            "discovered": True,
+            "discoveryError": "",
+            "synced": False,
+            "watches": 3,
+            "unavailableKinds": ["Secret"],
+        }
+    ]
+    assert [(w["kind"], w["synced"], w["available"]) for w in watches] == [
+        ("Deployment", False, True),
+        ("Pod", True, True),
+        ("Secret", False, False),
+    ]
+    assert watches[1]["resourceVersion"] == "42"
+    assert [(o["id"], o["state"]) for o in operations] == [
+        ("op-2", "running"),
+        ("op-1", "succeeded"),
+    ]
+    assert missing.status_code == 404
+    assert post.status_code == 405
+
+
+async def test_metrics_carry_the_armory_names_and_the_budget() -> None:
+    status, budget = _status()
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            app = metrics_app(metrics_registry(status))
+            port = await nursery.start(partial(serve_http, app, "127.0.0.1", 0))
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                text = (await client.get("/metrics")).text
+                same = await client.get("/prometheus_metrics")
+            nursery.cancel_scope.cancel()
+    assert same.status_code == 200
+    assert same.headers["content-type"].startswith("text/plain")
+    lines = set(text.splitlines())
+    for expected in (
+        "kubesvc_connection_count 1.0",
+        "kubesvc_disconnection_total 2.0",
+        'kubesvc_events_sent_total{event_group="core",event_kind="Pod"} 7.0',
+        'kubesvc_events_sent_total{event_group="apps",event_kind="Deployment"} 3.0',
+        'kubesvc_events_bytes_sent_total{event_group="core",event_kind="Pod"} 7000.0',
+        'kubesvc_resource_agent_total{account="prod"} 3.0',
+        'kubesvc_kubernetes_requests_total{account="prod",verb="watch"} 2.0',
+        'kubesvc_watches{account="prod",state="unavailable"} 1.0',
+        'kubesvc_watches{account="prod",state="synced"} 1.0',
+        "kubesvc_budget_capacity_bytes 1.048576e+06",
+        "kubesvc_budget_in_use_bytes 1000.0",
+        "kubesvc_budget_high_water_bytes 1000.0",
+        "kubesvc_budget_waits_total 0.0",
+    ):
+        assert expected in lines, expected
+    assert any(line.startswith("process_") for line in lines)
+    budget.release(1000)
+
+
+async def test_two_agents_in_one_process_have_separate_registries() -> None:
+    first, _ = _status()
+    second, _ = _status()
+    second.link.disconnections = 9
+    one = metrics_registry(first, process=False)
+    two = metrics_registry(second, process=False)
+    assert one.get_sample_value("kubesvc_disconnection_total") == 2
+    assert two.get_sample_value("kubesvc_disconnection_total") == 9
