@@ -218,6 +218,13 @@ class Link:
                     session = _Session(self, stream, nursery, send, receive)
                     self._session = session
                     session.assign(welcome.accounts)
+                    # Accounts whose cluster became known while Hello was in flight.
+                    announced = {info.name for info in accounts}
+                    late = [info for info in await self._hello_accounts()
+                            if info.name not in announced]
+                    if late:
+                        await session.send(messages.AgentMessage(
+                            accounts_changed=messages.AccountsChanged(accounts=late)))
                     nursery.start_soon(session.send_batches)
                     nursery.start_soon(session.receive_messages)
                     if settings.heartbeat_seconds > 0:

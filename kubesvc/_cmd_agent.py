@@ -1,0 +1,45 @@
+"""``kubesvc agent -c kubesvc.yaml``: run the agent."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+from typing import Any
+
+import trio
+
+import agent
+import wire
+
+from ._logging import configure_logging
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "agent",
+        help="run the agent: watch the configured clusters and stream them to the server",
+        description="Run the agent. The config file is reloaded live when it changes.",
+    )
+    parser.add_argument(
+        "-c", "--config", default=None,
+        help="the agent's config file (default: $KUBESVC_CONFIG, else kubesvc.yaml)",
+    )
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    path = args.config or agent.default_config_path()
+    config = agent.load_config(path)  # fail here, before any task, with the file's own error
+    logs = config.logging
+    configure_logging(
+        level=logs.level, format=logs.format, file=logs.file, fields=dict(logs.fields)
+    )
+    logging.getLogger("kubesvc").info("agent starting with %s", path)
+
+    async def main() -> None:
+        async with wire.open_loop():
+            await agent.run_agent(path)
+
+    trio.run(functools.partial(main))
+    return 0
