@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -25,7 +26,10 @@ from ._config_load import load_config
 from ._config_reload import watch_config
 from ._config_schema import ClouddriverConfig, Config
 from ._errors import ConfigError
+from ._health import health_app, metrics_app, serve_http
 from ._link import Link, LinkSettings
+from ._metrics import metrics_registry
+from ._status import AgentStatus
 from ._token import TokenSource
 
 log = logging.getLogger("agent")
@@ -39,6 +43,9 @@ class Agent:
     budget: ByteBudget
     accounts: AccountSet
     link: Link
+    status: AgentStatus
+    health_port: int | None = None
+    metrics_port: int | None = None
 
 
 def agent_version() -> str:
@@ -114,7 +121,8 @@ def build_agent(config: Config, *, environ: Mapping[str, str] = os.environ) -> A
         token=TokenSource(config.clouddriver.auth).token,
     )
     accounts.on_change = link.accounts_changed  # accounts found or removed -> tell the server
-    return Agent(config=config, budget=budget, accounts=accounts, link=link)
+    status = AgentStatus(link=link.status, accounts=accounts.accounts, budget=budget.statistics)
+    return Agent(config=config, budget=budget, accounts=accounts, link=link, status=status)
 
 
 async def run_agent(
@@ -141,6 +149,17 @@ async def run_agent(
         log.error("config %s is invalid, keeping the running config: %s", config_path, error)
 
     async with trio.open_nursery() as nursery:
+        agent.health_port = await nursery.start(
+            functools.partial(
+                serve_http, health_app(agent.status), config.server.host, config.server.port,
+                ssl=config.server.ssl,
+            )
+        )
+        if config.prometheus.enabled:
+            registry = metrics_registry(agent.status)
+            agent.metrics_port = await nursery.start(
+                serve_http, metrics_app(registry), config.server.host, config.prometheus.port
+            )
         await nursery.start(agent.accounts.run)
         await nursery.start(agent.link.run)
         await nursery.start(

@@ -58,6 +58,8 @@ def agent_config(grpc_port: int, accounts: Sequence[dict[str, Any]], **top: Any)
         },
         "kubernetes": {"accounts": list(accounts)},
         "budget": {"bytes": "8Mi"},
+        "server": {"host": "127.0.0.1", "port": 0},
+        "prometheus": {"enabled": True, "port": 0},
     }
     config.update(top)
     return config
