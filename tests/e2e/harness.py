@@ -126,3 +126,51 @@ async def wait_until(predicate: Any, *, interval: float = 0.05) -> None:
     """Poll an async predicate until it holds (the caller bounds it with fail_after)."""
     while not await predicate():
         await trio.sleep(interval)
+
+
+@dataclass
+class ReceiverStack:
+    sim: kubesim.Cluster
+    kube: Any
+    receiver: Any  # tests.e2e.receiver.Receiver
+    agent: agent.Agent
+    config_path: Path
+    kubeconfig: Path
+    grpc_port: int
+    nursery: trio.Nursery
+
+    def write_config(self, accounts: Sequence[dict[str, Any]], **top: Any) -> None:
+        self.config_path.write_text(
+            yaml.safe_dump(agent_config(self.grpc_port, accounts, **top)), encoding="utf-8"
+        )
+
+
+@asynccontextmanager
+async def open_receiver_stack(
+    tmp_path: Path,
+    receiver: Any,
+    *,
+    sim: kubesim.Cluster | None = None,
+    accounts: Sequence[dict[str, Any]] | None = None,
+    **agent_top: Any,
+) -> AsyncIterator[ReceiverStack]:
+    """kubesim + the real agent + a recording receiver (tests/e2e/receiver.py)."""
+    sim = sim or kubesim.Cluster()
+    async with wire.open_loop(), kubesim.open_server(sim, host="127.0.0.1", port=0) as kube:
+        kubeconfig = tmp_path / "kubeconfig"
+        kube.kubeconfig(kubeconfig, user="admin")
+        async with trio.open_nursery() as nursery:
+            grpc_port = await nursery.start(wire.serve, receiver.handler, "127.0.0.1", 0)
+            config_path = tmp_path / "kubesvc.yaml"
+            accounts = accounts or [{"name": "k1", "kubeConfigFile": str(kubeconfig)}]
+            config_path.write_text(
+                yaml.safe_dump(agent_config(grpc_port, accounts, **agent_top)), encoding="utf-8"
+            )
+            the_agent = await nursery.start(
+                lambda task_status: agent.run_agent(
+                    str(config_path), reload_poll_seconds=0.2, task_status=task_status
+                )
+            )
+            yield ReceiverStack(sim, kube, receiver, the_agent, config_path, kubeconfig,
+                                grpc_port, nursery)
+            nursery.cancel_scope.cancel()
