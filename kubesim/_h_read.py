@@ -21,8 +21,8 @@ from kubesim._watch import WatchCursor, WatchOptions
 
 __all__ = ["Wakeups", "WatchDropped", "serve_get", "serve_list", "serve_watch"]
 
-WATCH_CHUNK = 64 * 1024  # bytes of events per ASGI send (DESIGN 7: group ready events)
-LIST_CHUNK = 1024 * 1024  # bytes of a list body per ASGI send
+WATCH_CHUNK = 256 * 1024  # bytes of events per ASGI send (DESIGN 7: group ready events)
+LIST_CHUNK = 4 * 1024 * 1024  # bytes of a list body per ASGI send
 
 
 class WatchDropped(Exception):

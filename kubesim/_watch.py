@@ -58,6 +58,7 @@ class WatchCursor:
         self.store = cluster.store(rtype)
         self.finished = False
         self.events_sent = 0
+        self.last_rv = 0  # the resourceVersion of the last event taken from the ring
         self._initial: list[Stored] = []
         self._initial_index = 0
         self._end_marker_rv: int | None = None
@@ -123,56 +124,68 @@ class WatchCursor:
     def caught_up(self) -> bool:
         return not self.ready
 
-    def _line(self, event_type: int, stored: Stored) -> tuple[bytes, bytes, bytes]:
-        body = stored.meta_raw() if self.options.metadata_only else stored.raw
-        return (_PREFIX[event_type], body, _SUFFIX)
-
     def take(self, max_bytes: int, max_events: int | None = None) -> bytes:
         """The next ready events (at least one if ``ready``), about ``max_bytes`` at most and
         no more than ``max_events`` (used to cut a watch after an exact number of events)."""
+        # The hot path of every watch: a few list appends per event and one join per chunk.
         limit = max_events if max_events is not None else 1 << 62
         parts: list[bytes] = []
+        append = parts.append
         size = 0
         count = 0
         selector = self.options.selector
         check = not selector.empty
+        meta_only = self.options.metadata_only
         initial = self._initial
-        while self._initial_index < len(initial) and size < max_bytes and count < limit:
-            stored = initial[self._initial_index]
-            self._initial_index += 1
-            if check and not selector.matches(stored.namespace, stored.name, stored.labels):
-                continue
-            line = self._line(0, stored)
-            parts.extend(line)
-            size += len(line[1]) + 32
-            count += 1
-        if self._initial_index >= len(initial) and initial:
-            self._initial = []
-            self._initial_index = 0
-        if self._initial_index == 0 and not self._initial and self._end_marker_rv is not None:
+        if initial:
+            prefix = _PREFIX[0]
+            index, end = self._initial_index, len(initial)
+            while index < end and size < max_bytes and count < limit:
+                stored = initial[index]
+                index += 1
+                if check and not selector.matches(stored.namespace, stored.name, stored.labels):
+                    continue
+                body = stored.meta_raw() if meta_only else stored.raw
+                append(prefix)
+                append(body)
+                append(_SUFFIX)
+                size += len(body)
+                count += 1
+            self._initial_index = index
+            if index >= end:
+                self._initial = []
+                self._initial_index = 0
+            else:
+                return self._finish_take(parts, count)
+        if self._end_marker_rv is not None:
             if size >= max_bytes or count >= limit:
                 return self._finish_take(parts, count)
-            parts.append(self.bookmark(self._end_marker_rv, initial_end=True))
+            append(self.bookmark(self._end_marker_rv, initial_end=True))
             self._end_marker_rv = None
             count += 1
         ring = self.store.ring
         namespace = self.namespace
-        while size < max_bytes and count < limit and self.seq < ring.next_seq and not self._initial:
-            if self.seq < ring.first_seq:
-                if parts:  # send what we have; the error comes with the next take
-                    break
-                self.finished = True
-                return self._error_line(_status.gone(self.seq, ring.evicted_rv))
-            _, event_type, stored = ring.get(self.seq)
-            self.seq += 1
+        seq, next_seq = self.seq, ring.next_seq
+        if seq < next_seq and seq < ring.first_seq:
+            if parts:  # send what we have; the error comes with the next take
+                return self._finish_take(parts, count)
+            self.finished = True
+            return self._error_line(_status.gone(self.last_rv, ring.evicted_rv))
+        while seq < next_seq and size < max_bytes and count < limit:
+            rv, event_type, stored = ring.get(seq)
+            seq += 1
+            self.last_rv = rv
             if namespace is not None and stored.namespace != namespace:
                 continue
             if check and not selector.matches(stored.namespace, stored.name, stored.labels):
                 continue
-            line = self._line(event_type, stored)
-            parts.extend(line)
-            size += len(line[1]) + 32
+            body = stored.meta_raw() if meta_only else stored.raw
+            append(_PREFIX[event_type])
+            append(body)
+            append(_SUFFIX)
+            size += len(body)
             count += 1
+        self.seq = seq
         return self._finish_take(parts, count)
 
     def _finish_take(self, parts: list[bytes], count: int) -> bytes:
