@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -17,9 +18,9 @@ from .receiver import Receiver, object_states
 PLAIN = ["s3cr3t-password-alpha", "s3cr3t-token-bravo", "s3cr3t-late-charlie"]
 
 
-def _secret(name: str, value: str) -> dict[str, object]:
+def _secret(name: str, value: str) -> dict[str, Any]:
     encoded = base64.b64encode(value.encode()).decode()
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name, "namespace": "default"},
