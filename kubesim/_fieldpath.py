@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+import msgspec
+
 from ._schema import ListType, is_atomic_map, ssa_list_type
 
 __all__ = [
@@ -53,7 +55,13 @@ _SERVER_METADATA: Final = frozenset(
     }
 )  # fmt: skip
 
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON with sorted keys, as FieldsV1 keys are written (msgspec: several times
+    faster than the json module, on the path of every write)."""
+    return _encode_sorted(value).decode()
 
 
 def item_key(item: Any, list_type: ListType) -> str | None:

@@ -6,9 +6,11 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kubesim._errors import PatchError
-from kubesim._patch import apply_strategic_merge_patch
+from kubesim._patch import apply_merge_patch, apply_strategic_merge_patch
 
 
 def deployment() -> dict[str, Any]:
@@ -217,3 +219,34 @@ def test_custom_resources_have_no_strategic_merge() -> None:
         apply_strategic_merge_patch({"spec": {}}, {"spec": {"a": 1}}, "CronTab")
     assert info.value.code == 415
     assert "application/merge-patch+json" in info.value.message
+
+
+list_free_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda children: st.dictionaries(
+        st.sampled_from(["a", "b", "c", "data"]), children, max_size=3
+    ),
+    max_leaves=10,
+)
+list_free_maps = st.dictionaries(
+    st.sampled_from(["a", "b", "c", "data"]), list_free_values, max_size=3
+)
+
+
+@given(list_free_maps, list_free_maps)
+def test_without_lists_or_directives_it_is_a_json_merge_patch(
+    obj: dict[str, Any], patch: dict[str, Any]
+) -> None:
+    assert apply_strategic_merge_patch(obj, patch, "ConfigMap") == apply_merge_patch(obj, patch)
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True),
+    st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True),
+)
+def test_keyed_list_merge_keeps_every_name_once(before: list[str], patch: list[str]) -> None:
+    obj = {"spec": {"containers": [{"name": n, "image": "old"} for n in before]}}
+    body = {"spec": {"containers": [{"name": n, "image": "new"} for n in patch]}}
+    merged = apply_strategic_merge_patch(obj, body, "Pod")["spec"]["containers"]
+    assert [c["name"] for c in merged] == before + [n for n in patch if n not in before]
+    assert all(c["image"] == ("new" if c["name"] in patch else "old") for c in merged)
