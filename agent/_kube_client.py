@@ -208,6 +208,7 @@ class KubeStream:
         self.status_code = response.status_code
         self.headers: Mapping[str, str] = response.headers
         self.http_version = response.http_version
+        self._finished = False  # the body's generators have run to their end
 
     async def receive_some(self) -> bytes:
         """The next body chunk as it came off the network (decompressed); ``b""`` at the end.
@@ -218,7 +219,11 @@ class KubeStream:
             try:
                 return await self._chunks.__anext__()
             except StopAsyncIteration:
+                self._finished = True
                 return b""
+            except BaseException:
+                self._finished = True  # an exception unwound (and finished) the generators
+                raise
 
     async def read(self, limit: int = MAX_RESPONSE_BYTES) -> bytes:
         """The rest of the body. Raises KubeError when it is longer than ``limit`` bytes."""
@@ -250,6 +255,23 @@ class KubeStream:
         return der
 
     async def _close(self) -> None:
+        # httpx reads the body through a chain of async generators (httpx and httpcore
+        # layers); closing the outer one leaves the inner ones suspended, and trio warns when
+        # they are garbage collected (encode/httpx#3686). So an unfinished body is ended by a
+        # read inside an already-cancelled scope: Cancelled raised at the socket read unwinds
+        # and finishes every generator of the chain; httpcore then drops the connection (or
+        # resets the HTTP/2 stream) as aclose would.
+        if not self._finished:
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                try:
+                    while await self._chunks.__anext__():
+                        pass  # data already buffered: no checkpoint until the next read
+                except StopAsyncIteration:
+                    pass
+                except (httpx.HTTPError, httpx.StreamError):
+                    pass  # closing anyway
+            self._finished = True
         await self._chunks.aclose()
         await self._response.aclose()
 

@@ -378,3 +378,25 @@ async def test_the_proxy_from_the_environment_is_used_unless_no_proxy() -> None:
             assert proxy.seen[0].headers["host"] == "kubernetes.invalid:6443"
             async with KubeClient(target, environ=environ, no_proxy=True) as client:
                 assert client.proxy is None
+
+
+@pytest.mark.parametrize("http2", [True, False])
+async def test_leaving_a_stream_early_keeps_the_client_usable(pki: Pki, http2: bool) -> None:
+    async def endless(seen: Seen) -> Reply:
+        if seen.path == "/version":
+            return 200, {}, b'{"major": "1"}'
+        return 200, {}, [b"x" * 65536] * 64
+
+    with trio.fail_after(20):
+        async with (
+            serve_api(endless, pki=pki, http2=http2) as server,
+            KubeClient(_access(server.url, pki)) as client,
+        ):
+            for _ in range(3):
+                async with client.stream("GET", "/api/v1/pods") as response:
+                    assert await response.receive_some()
+            assert (await client.get_json("/version"))["major"] == "1"
+            with trio.move_on_after(0.05):  # cancelled while waiting for the body
+                async with client.stream("GET", "/api/v1/pods") as response:
+                    await trio.sleep_forever()
+            assert (await client.get_json("/version"))["major"] == "1"

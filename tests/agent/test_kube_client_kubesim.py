@@ -1,0 +1,74 @@
+"""The client against kubesim (a simulated API server at a real loopback URL): kubeconfigs it
+writes (token and client certificate), HTTP/2 over TLS, identity, RBAC refusals, watches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+import kubesim
+from agent import AccountConfig, KubeForbiddenError, KubeNotFoundError, open_kube_client
+
+
+@pytest.mark.parametrize("auth", ["token", "cert"])
+async def test_a_kubesim_kubeconfig_works_over_tls_and_http2(tmp_path: Path, auth: str) -> None:
+    sim = kubesim.Cluster()
+    with trio.fail_after(30):
+        async with kubesim.open_server(sim, tls=True) as server:
+            path = server.kubeconfig(tmp_path / "kubeconfig", user="admin", auth=auth)
+            account = AccountConfig("sim", kube_config_file=str(path))
+            async with open_kube_client(account, environ={}) as client:
+                identity = await client.identity()
+                namespaces = await client.get_json("/api/v1/namespaces")
+                async with client.stream("GET", "/version") as response:
+                    assert response.http_version == "HTTP/2"
+    assert identity.host == server.url.removeprefix("https://")
+    assert len(identity.cert_fingerprint) == 64
+    assert identity.version.get("gitVersion")
+    assert "default" in {item["metadata"]["name"] for item in namespaces["items"]}
+
+
+async def test_rbac_refusals_keep_the_kubernetes_message(tmp_path: Path) -> None:
+    sim = kubesim.Cluster()
+    with trio.fail_after(30):
+        async with kubesim.open_server(sim, tls=True) as server:
+            server.add_user("viewer", grants={"*": kubesim.READ_VERBS, "secrets": ()})
+            path = server.kubeconfig(tmp_path / "kubeconfig", user="viewer")
+            account = AccountConfig("sim", kube_config_file=str(path))
+            async with open_kube_client(account, environ={}) as client:
+                with pytest.raises(KubeForbiddenError) as forbidden:
+                    await client.get_json("/api/v1/namespaces/default/secrets")
+                with pytest.raises(KubeNotFoundError):
+                    await client.get_json("/api/v1/namespaces/default/pods/nope")
+    assert forbidden.value.code == 403
+    assert forbidden.value.reason == "Forbidden"
+    assert "secrets" in forbidden.value.message
+
+
+async def test_a_watch_streams_events_as_they_happen(tmp_path: Path) -> None:
+    sim = kubesim.Cluster()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+    }
+    with trio.fail_after(30):
+        async with kubesim.open_server(sim, tls=True) as server:
+            path = server.kubeconfig(tmp_path / "kubeconfig")
+            account = AccountConfig("sim", kube_config_file=str(path))
+            async with open_kube_client(account, environ={}) as client:
+                listed = await client.get_json("/api/v1/namespaces/default/pods")
+                params = {"watch": "1", "resourceVersion": listed["metadata"]["resourceVersion"]}
+                async with client.stream(
+                    "GET", "/api/v1/namespaces/default/pods", params=params
+                ) as response:
+                    assert response.status_code == 200
+                    sim.create(pod)
+                    body = b""
+                    while b"\n" not in body:
+                        body += await response.receive_some()
+    assert b'"ADDED"' in body
+    assert b'"web"' in body
