@@ -113,8 +113,13 @@ def server_side_apply(
     manager: str,
     force: bool,
     now: str,
+    reset_fields: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Apply ``applied`` (an applied configuration) for ``manager``; return the new object.
+
+    ``reset_fields`` names top-level fields this endpoint does not write (``("status",)`` for
+    the main resource of a kind with a status subresource): they are neither merged nor owned,
+    as the API server's reset-fields strategy does.
 
     ``live`` is the stored object, or None when the apply creates it. ``now`` is the RFC 3339
     time written in the manager's entry. The result is a new object with
@@ -131,6 +136,8 @@ def server_side_apply(
         )
     if not isinstance(applied, dict):
         raise InvalidObject("the applied configuration must be an object", status_code=400)
+    if reset_fields:
+        applied = {k: v for k, v in applied.items() if k not in reset_fields}
     kind = str(applied.get("kind") or (live or {}).get("kind") or "")
     api_version = str(applied.get("apiVersion") or (live or {}).get("apiVersion") or "")
     applied_values = field_values(applied, kind)

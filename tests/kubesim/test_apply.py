@@ -365,3 +365,14 @@ def test_update_managed_fields_matches_the_set_model(
         }
         assert got == expected
         current = new
+
+
+def test_reset_fields_are_neither_merged_nor_owned() -> None:
+    live = server_side_apply(None, config(), manager="a", force=False, now=T0)
+    live["status"] = {"replicas": 1}
+    applied = {**config(), "status": {"replicas": 99}}
+    result = server_side_apply(
+        live, applied, manager="a", force=False, now=T1, reset_fields=("status",)
+    )
+    assert result["status"] == {"replicas": 1}
+    assert "f:status" not in entry(result, "a")["fieldsV1"]
