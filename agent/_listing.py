@@ -107,6 +107,7 @@ async def list_pages(
     params: Mapping[str, str] | None = None,
     limit: int = DEFAULT_PAGE_LIMIT,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    strip_managed_fields: bool = False,
 ) -> str:
     """List a collection page by page; return the list's resourceVersion.
 
@@ -123,7 +124,9 @@ async def list_pages(
         async with transport.stream("GET", path, params=query, headers=headers) as response:
             await check_status(response, method="LIST", path=path)
             body = await read_body(response, limit=max_page_bytes, what=f"list {path}")
-        page = decode_list_page(body, api_version=api_version, kind=kind)
+        page = decode_list_page(
+            body, api_version=api_version, kind=kind, strip_managed_fields=strip_managed_fields
+        )
         del body  # the items own copies of their bytes; let the page buffer go now
         await on_page(page)
         if not page.continue_token:

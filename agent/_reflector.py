@@ -281,6 +281,7 @@ class Reflector:
                 headers=self._list_headers,
                 limit=self._settings.page_limit,
                 max_page_bytes=self._settings.max_page_bytes,
+                strip_managed_fields=self._settings.strip_managed_fields,
             )
             await self._send.send(self._marker(EventType.SYNC_END, resource_version))
         self._tracker.listed(resource_version)
@@ -321,7 +322,10 @@ class Reflector:
 
     async def _watch_request(self, params: dict[str, str], initial: _Initial | None) -> None:
         inactivity = self._settings.inactivity_seconds
-        decoder = WatchDecoder(max_line_bytes=self._settings.max_line_bytes)
+        decoder = WatchDecoder(
+            max_line_bytes=self._settings.max_line_bytes,
+            strip_managed_fields=self._settings.strip_managed_fields,
+        )
         self.state.watches += 1
         self._hooks.request(self.account, "watch", self.target)
         with trio.CancelScope() as idle:
@@ -386,9 +390,8 @@ class Reflector:
             if kinds is not None:
                 if omit and event.namespace in omit:
                     continue
-                data = self._scrubber.secret(event.object) if self._is_secret else (
-                    self._scrubber.clean(event.object)
-                )
+                # Ordinary objects were stripped by the decoder (it had the metadata at hand).
+                data = self._scrubber.secret(event.object) if self._is_secret else event.object
                 received += len(data)
                 record = EventRecord(
                     kinds[0], account, api_version, kind, event.namespace, event.name,

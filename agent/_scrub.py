@@ -22,7 +22,7 @@ import msgspec
 
 from ._watch_errors import WatchDecodeError
 
-__all__ = ["LAST_APPLIED_ANNOTATION", "Scrubber"]
+__all__ = ["LAST_APPLIED_ANNOTATION", "Scrubber", "strip_managed_fields_at"]
 
 LAST_APPLIED_ANNOTATION: Final = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -51,19 +51,12 @@ class Scrubber:
         if not self.strip_managed_fields or _MANAGED_FIELDS_MARK not in data:
             return data
         try:
-            top = _TOP.decode(data)
-            raw_meta = top.get("metadata")
-            if raw_meta is None:
-                return data
-            meta = _TOP.decode(raw_meta)
+            raw_meta = _TOP.decode(data).get("metadata")
         except msgspec.DecodeError as exc:
             raise WatchDecodeError(f"object ({len(data)} bytes) is not JSON: {exc}") from exc
-        if meta.pop("managedFields", None) is None:
-            # The marker was somewhere else (a label value, the spec): nothing to strip.
+        if raw_meta is None:
             return data
-        rebuilt: dict[str, Any] = dict(top)
-        rebuilt["metadata"] = meta
-        return _ENCODER.encode(rebuilt)
+        return strip_managed_fields_at(data, memoryview(raw_meta).tobytes())
 
     def secret(self, data: bytes) -> bytes:
         """A Secret (metadata-only or, in depth, a full one): the metadata and nothing else."""
@@ -87,3 +80,24 @@ class Scrubber:
         else:
             kept.pop("metadata", None)
         return _ENCODER.encode(kept)
+
+
+def strip_managed_fields_at(data: bytes, metadata: bytes) -> bytes:
+    """``data`` with ``metadata.managedFields`` removed, given the exact bytes of its metadata.
+
+    Only the metadata is decoded and re-encoded (its other values stay raw); the rest of the
+    object is copied around it. The metadata's text cannot occur earlier inside a JSON string
+    (its quotes would be escaped there), so its first occurrence is the metadata itself.
+    Raises WatchDecodeError when ``metadata`` is not a JSON object.
+    """
+    try:
+        fields = _TOP.decode(metadata)
+    except msgspec.DecodeError as exc:
+        raise WatchDecodeError(f"object metadata is not a JSON object: {exc}") from exc
+    if fields.pop("managedFields", None) is None:
+        # The marker was somewhere else (a label, the spec): nothing to strip.
+        return data
+    at = data.find(metadata)
+    if at < 0:
+        return data
+    return b"".join((data[:at], _ENCODER.encode(fields), data[at + len(metadata) :]))

@@ -23,15 +23,16 @@ from typing import Final, NamedTuple
 import msgspec
 
 from ._errors import KubeConnectionError
+from ._scrub import strip_managed_fields_at
 from ._watch_errors import LineTooLong, WatchDecodeError
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "INITIAL_EVENTS_END",
     "ListPage",
+    "StatusInfo",
     "WatchDecoder",
     "WatchEvent",
-    "StatusInfo",
     "decode_list_page",
     "decode_status",
 ]
@@ -93,7 +94,7 @@ class _Meta(msgspec.Struct):
 class _Head(msgspec.Struct):
     apiVersion: str = ""
     kind: str = ""
-    metadata: _Meta | None = None
+    metadata: msgspec.Raw = msgspec.Raw(b"")
 
 
 class _BookmarkMeta(msgspec.Struct):
@@ -130,10 +131,16 @@ class _ListBody(msgspec.Struct):
 # Decoders are built once: their construction is the expensive part.
 _LINE = msgspec.json.Decoder(_Line)
 _HEAD = msgspec.json.Decoder(_Head)
+_META = msgspec.json.Decoder(_Meta)
 _BOOKMARK = msgspec.json.Decoder(_Bookmark)
 _STATUS = msgspec.json.Decoder(_Status)
 _LIST = msgspec.json.Decoder(_ListBody)
 _EMPTY_META: Final = _Meta()
+_MANAGED_FIELDS_MARK: Final = b'"managedFields"'
+#: The envelope as API servers write it; a line in this shape is sliced, not parsed twice.
+_TYPE_PREFIX: Final = b'{"type":"'
+_OBJECT_INFIX: Final = b'","object":'
+_KNOWN_TYPES: Final = {t.encode(): t for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")}
 
 
 def decode_status(body: bytes) -> StatusInfo | None:
@@ -145,12 +152,27 @@ def decode_status(body: bytes) -> StatusInfo | None:
     return StatusInfo(status.code, status.reason, status.message)
 
 
-def _object_event(event_type: str, raw: msgspec.Raw | memoryview | bytes) -> WatchEvent:
+def _object_event(
+    event_type: str,
+    raw: msgspec.Raw | memoryview | bytes,
+    strip_managed_fields: bool,
+    type_prefix: bytes = b"",
+) -> WatchEvent:
+    """One full parse of the object (its head), a small one of its metadata, one copy.
+
+    ``type_prefix`` (list items): spliced in front when the object names no kind.
+    """
     head = _HEAD.decode(raw)
-    meta = head.metadata or _EMPTY_META
-    return WatchEvent(
-        event_type, meta.name, meta.namespace, meta.uid, meta.resourceVersion, bytes(raw)
-    )
+    data = bytes(raw)
+    if type_prefix and not head.kind:
+        data = _splice_type(type_prefix, data)
+    meta_raw = head.metadata
+    if not len(meta_raw):
+        return WatchEvent(event_type, "", "", "", "", data)
+    meta = _META.decode(meta_raw)
+    if strip_managed_fields and _MANAGED_FIELDS_MARK in data:
+        data = strip_managed_fields_at(data, memoryview(meta_raw).tobytes())
+    return WatchEvent(event_type, meta.name, meta.namespace, meta.uid, meta.resourceVersion, data)
 
 
 class WatchDecoder:
@@ -162,12 +184,15 @@ class WatchDecoder:
     the rest empty) for the caller to log and skip.
     """
 
-    __slots__ = ("_line_number", "_max_line", "_partial")
+    __slots__ = ("_line_number", "_max_line", "_partial", "_strip")
 
-    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    def __init__(
+        self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, strip_managed_fields: bool = False
+    ) -> None:
         if max_line_bytes <= 0:
             raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes}")
         self._max_line = max_line_bytes
+        self._strip = strip_managed_fields
         self._partial = bytearray()
         self._line_number = 0
 
@@ -191,9 +216,8 @@ class WatchDecoder:
             partial += data[:newline]
             line = bytes(partial)
             partial.clear()
-            self._decode_line(line, events)
+            self._decode_line(line, 0, len(line), events)
             start = newline + 1
-        view = memoryview(data)
         find = data.find
         while True:
             newline = find(b"\n", start)
@@ -202,10 +226,10 @@ class WatchDecoder:
             if newline - start > self._max_line:
                 raise LineTooLong(self._max_line, newline - start)
             if newline > start:
-                self._decode_line(view[start:newline], events)
+                self._decode_line(data, start, newline, events)
             start = newline + 1
         if start < len(data):
-            self._hold(view, start)
+            self._hold(data, start)
         return events
 
     def end_of_stream(self) -> None:
@@ -215,39 +239,71 @@ class WatchDecoder:
             self._partial.clear()
             raise KubeConnectionError(f"watch body ended inside a line ({held} bytes unfinished)")
 
-    def _hold(self, data: bytes | memoryview, start: int) -> None:
+    def _hold(self, data: bytes, start: int) -> None:
         size = len(self._partial) + len(data) - start
         if size > self._max_line:
             raise LineTooLong(self._max_line, size)
         self._partial += data[start:]
 
-    def _decode_line(self, line: bytes | memoryview, events: list[WatchEvent]) -> None:
+    def _decode_line(self, buf: bytes, start: int, end: int, events: list[WatchEvent]) -> None:
         self._line_number += 1
         try:
-            event = _LINE.decode(line)
-            event_type = event.type
-            if event_type in _OBJECT_TYPES:
-                events.append(_object_event(event_type, event.object))
-            elif event_type == "BOOKMARK":
-                meta = _BOOKMARK.decode(event.object).metadata or _BookmarkMeta()
-                end = bool(meta.annotations and meta.annotations.get(INITIAL_EVENTS_END) == "true")
-                events.append(WatchEvent("BOOKMARK", "", "", "", meta.resourceVersion, b"", end))
-            elif event_type == "ERROR":
-                status = _STATUS.decode(event.object)
-                found = StatusInfo(status.code, status.reason, status.message)
-                events.append(WatchEvent("ERROR", "", "", "", "", b"", False, found))
-            else:
-                events.append(WatchEvent(event_type, "", "", "", "", b""))
+            if not self._decode_enveloped(buf, start, end, events):
+                self._decode_any(memoryview(buf)[start:end], events)
         except msgspec.DecodeError as exc:
-            if not bytes(line).strip():
+            if not buf[start:end].strip():
                 self._line_number -= 1
                 return
             raise WatchDecodeError(
-                f"watch line {self._line_number} ({len(line)} bytes) is not a watch event: {exc}"
+                f"watch line {self._line_number} ({end - start} bytes) is not a watch event: {exc}"
             ) from exc
 
+    def _decode_enveloped(self, buf: bytes, start: int, end: int, events: list[WatchEvent]) -> bool:
+        """The fast path: ``{"type":"T","object":{...}}`` sliced around the object.
 
-def decode_list_page(body: bytes, *, api_version: str, kind: str) -> ListPage:
+        Returns False (nothing appended) for any other shape, which then takes the general
+        path; a slice that is not exactly one JSON value fails to decode and does the same.
+        """
+        if not buf.startswith(_TYPE_PREFIX, start, end):
+            return False
+        quote = buf.find(b'"', start + 9, end)
+        if quote < 0 or not buf.startswith(_OBJECT_INFIX, quote, end):
+            return False
+        event_type = _KNOWN_TYPES.get(buf[start + 9 : quote])
+        if event_type is None or event_type in ("BOOKMARK", "ERROR"):
+            return False  # rare: the general path decodes them
+        while end > start and buf[end - 1] in b" \t\r":
+            end -= 1
+        if buf[end - 1] != 0x7D:  # the envelope's closing brace
+            return False
+        try:
+            events.append(
+                _object_event(event_type, memoryview(buf)[quote + 11 : end - 1], self._strip)
+            )
+        except msgspec.DecodeError:
+            return False
+        return True
+
+    def _decode_any(self, line: memoryview, events: list[WatchEvent]) -> None:
+        event = _LINE.decode(line)
+        event_type = event.type
+        if event_type in _OBJECT_TYPES:
+            events.append(_object_event(event_type, event.object, self._strip))
+        elif event_type == "BOOKMARK":
+            meta = _BOOKMARK.decode(event.object).metadata or _BookmarkMeta()
+            end = bool(meta.annotations and meta.annotations.get(INITIAL_EVENTS_END) == "true")
+            events.append(WatchEvent("BOOKMARK", "", "", "", meta.resourceVersion, b"", end))
+        elif event_type == "ERROR":
+            status = _STATUS.decode(event.object)
+            found = StatusInfo(status.code, status.reason, status.message)
+            events.append(WatchEvent("ERROR", "", "", "", "", b"", False, found))
+        else:
+            events.append(WatchEvent(event_type, "", "", "", "", b""))
+
+
+def decode_list_page(
+    body: bytes, *, api_version: str, kind: str, strip_managed_fields: bool = False
+) -> ListPage:
     """Decode one list page; items keep their raw bytes, with apiVersion/kind spliced in.
 
     Raises ``WatchDecodeError`` (naming the item index when an item is bad).
@@ -262,16 +318,9 @@ def decode_list_page(body: bytes, *, api_version: str, kind: str) -> ListPage:
     items: list[WatchEvent] = []
     for index, raw in enumerate(page.items or ()):
         try:
-            head = _HEAD.decode(raw)
+            items.append(_object_event("ADDED", raw, strip_managed_fields, prefix))
         except msgspec.DecodeError as exc:
             raise WatchDecodeError(f"{kind} list item {index} is not an object: {exc}") from exc
-        meta = head.metadata or _EMPTY_META
-        data = bytes(raw)
-        if not head.kind:
-            data = _splice_type(prefix, data)
-        items.append(
-            WatchEvent("ADDED", meta.name, meta.namespace, meta.uid, meta.resourceVersion, data)
-        )
     list_meta = page.metadata or _ListMeta()
     return ListPage(
         items, list_meta.resourceVersion, list_meta.continue_, list_meta.remainingItemCount

@@ -25,7 +25,14 @@ def pod(name: str, rv: str, namespace: str = "default") -> dict[str, object]:
 
 
 def line(event_type: str, obj: dict[str, object]) -> bytes:
-    return json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
+    """As API servers write it (compact): the decoder's sliced fast path."""
+    envelope = {"type": event_type, "object": obj}
+    return json.dumps(envelope, separators=(",", ":")).encode() + b"\n"
+
+
+def spaced(event_type: str, obj: dict[str, object]) -> bytes:
+    """Any other valid shape: the decoder's general path."""
+    return json.dumps({"type": event_type, "object": obj}).encode() + b"\r\n"
 
 
 STREAM = (
@@ -128,3 +135,33 @@ def test_decode_status_tolerates_non_status_bodies() -> None:
     status = decode_status(b'{"kind":"Status","code":403,"reason":"Forbidden","message":"no"}')
     assert status is not None
     assert status.code == 403
+
+
+def test_the_fast_and_general_paths_agree() -> None:
+    shapes = [
+        line("ADDED", pod("a", "1")),
+        spaced("ADDED", pod("a", "1")),
+        b'{"object":' + json.dumps(pod("a", "1")).encode() + b',"type":"ADDED"}\n',
+        line("ADDED", pod("a", "1"))[:-2] + b',"extra":1}\n',
+    ]
+    results = [WatchDecoder().feed(shape) for shape in shapes]
+    for got in results:
+        assert [(e.type, e.name, e.resource_version) for e in got] == [("ADDED", "a", "1")]
+        assert json.loads(got[0].object) == pod("a", "1")
+
+
+def test_managed_fields_are_stripped_while_decoding_when_asked() -> None:
+    managed = pod("a", "1")
+    meta = managed["metadata"]
+    assert isinstance(meta, dict)
+    meta["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    for data in (line("MODIFIED", managed), spaced("MODIFIED", managed)):
+        kept = WatchDecoder().feed(data)[0].object
+        assert b"managedFields" in kept
+        stripped = WatchDecoder(strip_managed_fields=True).feed(data)[0].object
+        assert json.loads(stripped) == pod("a", "1")
+    item = dict(managed)
+    del item["kind"], item["apiVersion"]
+    body = json.dumps({"metadata": {}, "items": [item]}).encode()
+    page = decode_list_page(body, api_version="v1", kind="Pod", strip_managed_fields=True)
+    assert json.loads(page.items[0].object) == pod("a", "1")
