@@ -137,8 +137,8 @@ class Link:
         while True:
             try:
                 await self._one_session(backoff)
-            except (wire.WireError, trio.TooSlowError, _SessionEnded) as exc:
-                reason = _describe(exc)
+            except* (wire.WireError, trio.TooSlowError, _SessionEnded) as group:
+                reason = "; ".join(dict.fromkeys(_describe(exc) for exc in _leaves(group)))
                 if self.status.connected:
                     self.status.disconnections += 1
                 self.status.last_error = reason
@@ -406,6 +406,13 @@ class _Session:
             await trio.sleep(period)
             now_ms = int(time.time() * 1000)
             await self.send(messages.AgentMessage(heartbeat=messages.Heartbeat(sent_at_ms=now_ms)))
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
 
 
 def _describe(exc: BaseException) -> str:

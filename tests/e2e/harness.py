@@ -138,11 +138,41 @@ class ReceiverStack:
     kubeconfig: Path
     grpc_port: int
     nursery: trio.Nursery
+    receiver_scope: trio.CancelScope
 
     def write_config(self, accounts: Sequence[dict[str, Any]], **top: Any) -> None:
         self.config_path.write_text(
             yaml.safe_dump(agent_config(self.grpc_port, accounts, **top)), encoding="utf-8"
         )
+
+    def stop_receiver(self) -> None:
+        """Take the receiver down: its listener and every open call go away."""
+        self.receiver_scope.cancel()
+
+    async def start_receiver(self) -> None:
+        """Serve the receiver again on the same port."""
+        self.receiver_scope = await self.nursery.start(
+            _serve_in_scope, self.receiver.handler, self.grpc_port
+        )
+
+
+async def _serve_in_scope(
+    handler: Any, port: int, *, task_status: trio.TaskStatus[trio.CancelScope]
+) -> None:
+    with trio.CancelScope() as scope:
+        await wire.serve(handler, "127.0.0.1", port, task_status=_Relay(task_status, scope))
+
+
+class _Relay:
+    """Reports the cancel scope instead of the port to the starter of _serve_in_scope."""
+
+    def __init__(self, outer: trio.TaskStatus[trio.CancelScope], scope: trio.CancelScope) -> None:
+        self._outer, self._scope = outer, scope
+        self.port = 0
+
+    def started(self, value: int = 0) -> None:
+        self.port = value
+        self._outer.started(self._scope)
 
 
 @asynccontextmanager
@@ -160,7 +190,13 @@ async def open_receiver_stack(
         kubeconfig = tmp_path / "kubeconfig"
         kube.kubeconfig(kubeconfig, user="admin")
         async with trio.open_nursery() as nursery:
-            grpc_port = await nursery.start(wire.serve, receiver.handler, "127.0.0.1", 0)
+            # Bind once on port 0 to learn a free port, then serve under a scope of our own
+            # so that tests can take the receiver down and bring it back on the same port.
+            probe = trio.socket.socket()
+            await probe.bind(("127.0.0.1", 0))
+            grpc_port = probe.getsockname()[1]
+            probe.close()
+            receiver_scope = await nursery.start(_serve_in_scope, receiver.handler, grpc_port)
             config_path = tmp_path / "kubesvc.yaml"
             accounts = accounts or [{"name": "k1", "kubeConfigFile": str(kubeconfig)}]
             config_path.write_text(
@@ -172,5 +208,5 @@ async def open_receiver_stack(
                 )
             )
             yield ReceiverStack(sim, kube, receiver, the_agent, config_path, kubeconfig,
-                                grpc_port, nursery)
+                                grpc_port, nursery, receiver_scope)
             nursery.cancel_scope.cancel()
