@@ -31,6 +31,17 @@ def _chunks(
     return chunks
 
 
+def _group_size(group: Sequence[Entry]) -> int:
+    """The bytes of ``group`` if nothing coalesced; checks that every item is an Entry (an
+    Entry checks its own fields), so admission never fails half-way through a group."""
+    total = 0
+    for entry in group:
+        if type(entry) is not Entry:
+            raise TypeError(f"send: expected budget.Entry items, got {type(entry).__name__}")
+        total += entry.size
+    return total
+
+
 class EventSender:
     """The producing end. Clone it for each producer task; close every clone when done."""
 
@@ -150,7 +161,7 @@ class EventSender:
         state.budget.reserve_nowait(0)  # raises BudgetClosed when closed
         if not group:
             return
-        worst = sum(entry.size for entry in group)
+        worst = _group_size(group)
         if len(group) > state.queue.max_pending_entries or (
             len(group) > 1 and worst > state.budget.capacity
         ):
@@ -180,9 +191,7 @@ class EventSender:
         budget = state.budget
         if budget.closed:
             budget.reserve_nowait(0)  # raises BudgetClosed
-        worst = 0
-        for entry in group:
-            worst += entry.size
+        worst = _group_size(group)
         queue = state.queue
         if worst <= budget.capacity and len(group) <= queue.max_pending_entries:
             if self._try_admit(group, worst, behind=bool(state.slow_scopes)):

@@ -297,3 +297,13 @@ async def test_cancelling_a_split_group_keeps_the_prefix_it_admitted(
         # The first chunk (6 bytes) went in; the second could not fit and was not sent.
         assert [e.key for e in receive.receive_batch_nowait()] == [1]
         consistent(budget, receive)
+
+
+async def test_a_group_with_a_non_entry_is_refused_whole(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    budget, send, receive = channel()
+    with pytest.raises(TypeError, match=r"expected budget\.Entry items, got tuple"):
+        await send.send_many([entry(1), ("not", "an", "entry")])  # type: ignore[list-item]
+    assert receive.statistics().sent == 0
+    consistent(budget, receive)

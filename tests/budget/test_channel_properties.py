@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 import trio.testing
@@ -38,6 +39,15 @@ A = EntryKind.UPSERT_ADDED
 M = EntryKind.UPSERT_MODIFIED
 B = EntryKind.BARRIER
 PRODUCERS = 3
+# An operation as hypothesis draws it: (name, *arguments).
+Op = tuple[Any, ...]
+
+
+def tag(entry: Entry) -> tuple[int, int]:
+    """The (producer, sequence number) every test entry carries as its value."""
+    value = entry.value
+    assert isinstance(value, tuple)
+    return value
 
 
 @dataclass
@@ -137,11 +147,10 @@ class Scenario:
 
     # -- the driver ------------------------------------------------------------------
 
-    def apply(self, nursery: trio.Nursery, op: tuple[object, ...]) -> None:
+    def apply(self, nursery: trio.Nursery, op: Op) -> None:
         kind = op[0]
         if kind == "send":
             producer, spec = op[1], op[2]
-            assert isinstance(producer, int) and isinstance(spec, list)
             if producer in self.current or self.senders[producer]._closed:
                 return
             entries = [
@@ -166,18 +175,16 @@ class Scenario:
             nursery.start_soon(runner, self.consumer, op[1], op[2])
         elif kind == "ack":
             if self.unacked:
-                index = op[1]
-                assert isinstance(index, int)
-                self.receive.acknowledge(self.unacked.pop(index % len(self.unacked)))
+                self.receive.acknowledge(self.unacked.pop(op[1] % len(self.unacked)))
         elif kind == "cancel_send":
-            task = self.current.get(op[1])  # type: ignore[arg-type]
-            if task is not None:
-                task.scope.cancel()
+            running = self.current.get(op[1])
+            if running is not None:
+                running.scope.cancel()
         elif kind == "cancel_take":
             if self.consumer is not None:
                 self.consumer.scope.cancel()
         elif kind == "close_sender":
-            sender = self.senders[op[1]]  # type: ignore[index]
+            sender = self.senders[op[1]]
             sender.close()
         else:
             self.receive.close()
@@ -247,7 +254,7 @@ class Scenario:
             assert got.kind == sent.kind or (sent.kind is M and got.kind is A), (sent, got)
             assert task.outcome != "cancelled" or not task.single_chunk
             if sent.kind is not B and sent.key is not None:
-                seq = got.value[1]  # type: ignore[index]
+                seq = tag(got)[1]
                 assert seq > last.get(sent.key, -1), "a stale value came after a newer one"
                 last[sent.key] = seq
         for task in self.sends:
@@ -259,10 +266,10 @@ class Scenario:
             for barrier in task.entries:
                 if barrier.kind is not B or barrier.value not in position:
                     continue
-                producer, bseq = barrier.value  # type: ignore[misc]
+                producer, bseq = tag(barrier)
                 for other in self.delivered:
-                    p, seq = other.value  # type: ignore[misc]
-                    if p != producer or other.kind is B and seq == bseq:
+                    p, seq = tag(other)
+                    if p != producer or seq == bseq:
                         continue
                     if seq < bseq:
                         assert position[other.value] < position[barrier.value]
@@ -284,7 +291,7 @@ class Scenario:
                 if e.kind is B or e.key is None:
                     assert e.value in delivered, "a barrier or keyless entry was lost"
                 else:
-                    newest_ok[e.key] = max(newest_ok.get(e.key, -1), e.value[1])  # type: ignore[index]
+                    newest_ok[e.key] = max(newest_ok.get(e.key, -1), tag(e)[1])
         for key, seq in newest_ok.items():
             assert last.get(key, -1) >= seq, f"the final state of {key} was not delivered"
 
@@ -297,7 +304,7 @@ class Scenario:
     close_at=st.one_of(st.none(), st.integers(0, 50)),
 )
 def test_random_interleavings_keep_every_promise(
-    capacity: int, max_pending: int, ops: list[tuple[object, ...]], close_at: int | None
+    capacity: int, max_pending: int, ops: list[Op], close_at: int | None
 ) -> None:
     if close_at is not None:
         ops = [*ops[:close_at], ("close_receiver",), *ops[close_at:]]
