@@ -1,5 +1,17 @@
 """server package: the Clouddriver-side service (sessions, registry, cache store, REST API)."""
 
+from ._accounts import AccountHolders, AccountService, RegistryStore
+from ._app import RunningServer, ServeApi, open_server_state, run_server
+from ._auth import (
+    Authenticator,
+    AuthSettings,
+    ClientAuth,
+    JwtSettings,
+    Principal,
+    TlsSettings,
+    server_ssl_context,
+)
+from ._config import ServerConfig, load_server_config, parse_server_config
 from ._errors import (
     AccountExists,
     AuthError,
@@ -16,25 +28,55 @@ from ._errors import (
 from ._feed import ChangeFeed, FeedClosed, FeedError, SubscriberLagged
 from ._manifest_status import ManifestStatus, compute_status
 from ._moniker import Moniker, moniker_for
+from ._registry import Claim, Registry, Role, RoleChange
+from ._sessions import AgentView, Session, SessionManager
+from ._state import LogOperations, OperationsHook, ServerState
 
 __all__ = [
     "AccountExists",
+    "AccountHolders",
+    "AccountService",
+    "AgentView",
     "AuthError",
+    "AuthSettings",
+    "Authenticator",
     "ChangeFeed",
+    "Claim",
+    "ClientAuth",
     "ConfigError",
     "FeedClosed",
     "FeedError",
     "InvalidQuery",
     "InvalidRecord",
+    "JwtSettings",
+    "LogOperations",
     "ManifestStatus",
     "Moniker",
+    "OperationsHook",
+    "Principal",
+    "Registry",
     "RegistryError",
+    "RegistryStore",
+    "Role",
+    "RoleChange",
+    "RunningServer",
     "SchemaError",
+    "ServeApi",
+    "ServerConfig",
     "ServerError",
+    "ServerState",
+    "Session",
+    "SessionManager",
     "StoreClosed",
     "StoreError",
     "SubscriberLagged",
+    "TlsSettings",
     "UnknownAccount",
     "compute_status",
+    "load_server_config",
     "moniker_for",
+    "open_server_state",
+    "parse_server_config",
+    "run_server",
+    "server_ssl_context",
 ]

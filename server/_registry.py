@@ -70,9 +70,13 @@ class _Session:
 
 
 _SERVABLE = {
-    AccountState.INACTIVE, AccountState.ACTIVATING, AccountState.ACTIVE, AccountState.FAILED,
-    AccountState.ORPHANED, AccountState.TO_MIGRATE,
-}  # fmt: skip
+    AccountState.INACTIVE,
+    AccountState.ACTIVATING,
+    AccountState.ACTIVE,
+    AccountState.FAILED,
+    AccountState.ORPHANED,
+    AccountState.TO_MIGRATE,
+}
 
 
 class Registry:
@@ -280,6 +284,30 @@ class Registry:
         )
         self._put(changed)
         return changed
+
+    def put(self, record: AccountRecord, now_ms: int) -> list[RoleChange]:
+        """An operator wrote ``record`` (REST). A live account keeps its cluster identity and
+        connections; one moved to a state that cannot be served releases its sessions, which
+        are told it is REJECTED."""
+        live = self._accounts.get(record.name)
+        holders = self._holders.get(record.name, [])
+        changes: list[RoleChange] = []
+        if live is not None and holders:
+            record = replace(
+                record,
+                kube_host=live.kube_host,
+                cert_fingerprint=live.cert_fingerprint,
+                connections=live.connections,
+            )
+            if record.status not in _SERVABLE or record.status is AccountState.INACTIVE:
+                reason = f"account {record.name!r} was set {record.status} by an operator"
+                changes = [RoleChange(s, record.name, Role.REJECTED, reason) for s in holders]
+                for session_id in holders:
+                    self._sessions[session_id].accounts.remove(record.name)
+                self._holders.pop(record.name, None)
+                record = replace(record, connections=[])
+        self._put(replace(record, last_updated_ms=now_ms))
+        return changes
 
     def delete(self, name: str) -> list[RoleChange]:
         """Forget an account; the sessions serving it are told it is REJECTED (deleted)."""

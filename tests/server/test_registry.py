@@ -155,3 +155,16 @@ def test_sessions_must_be_open() -> None:
         r.register("nope", PROD, 1)
     with pytest.raises(ValueError, match="already open"):
         r.open_session("s1", "x")
+
+
+def test_operator_put_keeps_identity_or_releases_sessions() -> None:
+    r = registry()
+    r.register("s1", PROD, 1)
+    assert r.put(AccountRecord("prod", zone_id="z", status=AccountState.ACTIVE), 2) == []
+    record = r.get("prod")
+    assert record is not None
+    assert (record.kube_host, record.zone_id) == (PROD.kube_host, "z")
+    changes = r.put(AccountRecord("prod", status=AccountState.INACTIVE), 3)
+    assert [(c.session_id, c.role) for c in changes] == [("s1", Role.REJECTED)]
+    assert r.holders("prod") == []
+    assert r.close_session("s1", 4) == []

@@ -1,0 +1,129 @@
+"""The server's composition: store, registry, sessions, gRPC endpoint and (optionally) REST."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+import wire
+
+from ._accounts import AccountService, RegistryStore
+from ._auth import Authenticator, server_ssl_context
+from ._config import ServerConfig
+from ._feed import ChangeFeed
+from ._grpc import ConnectHandler
+from ._sessions import SessionManager
+from ._state import LogOperations, OperationsHook, ServerState
+from .store import open_sqlite_store
+from .store._sqlite_core import wall_clock_ms
+
+log = logging.getLogger("server")
+
+
+class ServeApi(Protocol):
+    """The REST API's entry point: serve until cancelled, ``task_status.started(port)``."""
+
+    async def __call__(
+        self, state: ServerState, host: str, port: int, *, task_status: trio.TaskStatus[int]
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunningServer:
+    """What run_server reports once listening: its state and the bound ports (useful with
+    port 0); ``api_port`` is None when no REST API runs."""
+
+    state: ServerState
+    grpc_port: int
+    api_port: int | None
+
+
+@asynccontextmanager
+async def open_server_state(
+    config: ServerConfig,
+    *,
+    now_ms: Callable[[], int] = wall_clock_ms,
+    operations: OperationsHook | None = None,
+) -> AsyncIterator[ServerState]:
+    """Open the store and build the registry and the session manager; closes them on exit.
+
+    Raises StoreError/SchemaError when the store cannot be opened.
+    """
+    async with open_sqlite_store(config.store.path, now_ms=now_ms) as store:
+        accounts = await AccountService.load(
+            store, now_ms=now_ms, orphan_grace_ms=int(config.accounts.orphan_grace_seconds * 1000)
+        )
+        server_id = config.server_id or f"kubesvc-server-{secrets.token_hex(4)}"
+        sessions = SessionManager(
+            accounts,
+            store,
+            server_id=server_id,
+            now_ms=now_ms,
+            max_resumable_age_ms=config.accounts.max_resumable_resource_age_ms,
+            outbound_queue=config.sessions.outbound_queue,
+        )
+        feed = ChangeFeed()
+        try:
+            yield ServerState(
+                config=config,
+                server_id=server_id,
+                started_at_ms=now_ms(),
+                store=RegistryStore(store, accounts),
+                feed=feed,
+                accounts=accounts,
+                sessions=sessions,
+                operations=operations or LogOperations(),
+            )
+        finally:
+            feed.close()
+
+
+async def run_server(
+    config: ServerConfig,
+    *,
+    serve_api: ServeApi | None = None,
+    now_ms: Callable[[], int] = wall_clock_ms,
+    operations: OperationsHook | None = None,
+    task_status: trio.TaskStatus[RunningServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the server until cancelled: the store, the orphan timer, gRPC and the REST API.
+
+    Must run inside ``wire.open_loop()`` (the gRPC bridge needs it). Reports the bound ports
+    with ``task_status.started(RunningServer(...))``. Raises StoreError when the store cannot be
+    opened and OSError/ssl.SSLError when the TLS files cannot be loaded or a port is taken.
+    """
+    ssl_context = server_ssl_context(config.grpc.tls) if config.grpc.tls else None
+    authenticator = Authenticator(config.grpc.auth)
+    async with (
+        open_server_state(config, now_ms=now_ms, operations=operations) as state,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(state.accounts.run_expiry)
+        serve = functools.partial(
+            wire.serve,
+            ConnectHandler(state, authenticator),
+            config.grpc.host,
+            config.grpc.port,
+            ssl_context=ssl_context,
+            max_message_size=config.grpc.max_message_size,
+        )
+        grpc_port: int = await nursery.start(serve)
+        api_port: int | None = None
+        if serve_api is not None:
+            api = functools.partial(serve_api, state, config.api.host, config.api.port)
+            api_port = await nursery.start(api)
+        log.info(
+            "server %s: gRPC on %s:%d, REST on %s",
+            state.server_id,
+            config.grpc.host,
+            grpc_port,
+            f"{config.api.host}:{api_port}" if api_port else "(none)",
+        )
+        task_status.started(RunningServer(state, grpc_port, api_port))

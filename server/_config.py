@@ -1,0 +1,310 @@
+"""server.yaml: loading and validation into frozen settings, with errors that say where.
+
+Every error names the file, the path inside it (``grpc.tls.clientAuth``) and what was
+expected. Unknown keys are errors too (a typo must not silently fall back to a default).
+File paths inside the config are resolved relative to the config file's folder.
+
+::
+
+    serverId: clouddriver-1                 # default: a random id per process
+    grpc:   {host: 0.0.0.0, port: 9091, maxMessageSize: 4194304,
+             tls: {enabled: false, certFile, keyFile, caFile, clientAuth: NONE|OPTIONAL|REQUIRE},
+             auth: {jwt: {enabled: false, algorithms: [HS256], secret | secretFile,
+                          publicKeyFiles: [], audience, issuer, leewaySeconds: 30,
+                          accountsClaim: accounts},
+                    x509: {subjectFilters: [regex, ...]}}}
+    api:    {host: 0.0.0.0, port: 7002}
+    store:  {type: sqlite, path: kubesvc.db}            # path ":memory:" for no file
+    accounts: {orphanGraceSeconds: 600, maxResumableResourceAgeMs: 300000}
+    sessions: {helloTimeoutSeconds: 30, maxBatchEvents: 10000, maxAccountsPerAgent: 1000,
+               outboundQueue: 64, heartbeatSeconds: 60}
+    operations: {waitMs: 30000}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from ._auth import AuthSettings, ClientAuth, JwtSettings, TlsSettings
+from ._errors import ConfigError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcConfig:
+    host: str = "0.0.0.0"
+    port: int = 9091
+    max_message_size: int = 4 * 2**20
+    tls: TlsSettings | None = None
+    auth: AuthSettings = field(default_factory=AuthSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiConfig:
+    host: str = "0.0.0.0"
+    port: int = 7002
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    type: str = "sqlite"
+    path: str = "kubesvc.db"
+
+
+@dataclass(frozen=True, slots=True)
+class AccountsConfig:
+    orphan_grace_seconds: float = 600.0
+    max_resumable_resource_age_ms: int = 300_000
+
+
+@dataclass(frozen=True, slots=True)
+class SessionsConfig:
+    hello_timeout_seconds: float = 30.0
+    max_batch_events: int = 10_000
+    max_accounts_per_agent: int = 1000
+    outbound_queue: int = 64
+    heartbeat_seconds: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class OperationsConfig:
+    wait_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    server_id: str = ""
+    grpc: GrpcConfig = field(default_factory=GrpcConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    accounts: AccountsConfig = field(default_factory=AccountsConfig)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    operations: OperationsConfig = field(default_factory=OperationsConfig)
+
+
+class _Section:
+    """A mapping at a path in the file, read with type checks; leftovers are errors."""
+
+    def __init__(self, file: str, path: str, data: Any, base: Path) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(file, path, f"expected a mapping, got {type(data).__name__}")
+        self.file, self.path, self.base = file, path, base
+        self._data = dict(data)
+        self._seen: set[str] = set()
+
+    def _where(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def _get(self, key: str, kind: type[T] | tuple[type, ...], what: str, default: T) -> T:
+        self._seen.add(key)
+        value = self._data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) and kind is not bool:
+            raise ConfigError(self.file, self._where(key), f"expected {what}, got {value!r}")
+        if not isinstance(value, kind):
+            raise ConfigError(self.file, self._where(key), f"expected {what}, got {value!r}")
+        return value  # type: ignore[return-value]
+
+    def text(self, key: str, default: str = "") -> str:
+        return self._get(key, str, "a string", default)
+
+    def integer(self, key: str, default: int, *, low: int = 0, high: int | None = None) -> int:
+        value = self._get(key, int, "an integer", default)
+        if value < low or (high is not None and value > high):
+            bound = f"{low}..{high}" if high is not None else f">= {low}"
+            raise ConfigError(
+                self.file, self._where(key), f"expected an integer {bound}, got {value}"
+            )
+        return value
+
+    def number(self, key: str, default: float, *, low: float = 0.0) -> float:
+        value = float(self._get(key, (int, float), "a number", default))
+        if value < low:
+            raise ConfigError(
+                self.file, self._where(key), f"expected a number >= {low}, got {value}"
+            )
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        return self._get(key, bool, "true or false", default)
+
+    def strings(self, key: str) -> list[str]:
+        values = self._get(key, list, "a list of strings", [])
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                raise ConfigError(
+                    self.file, f"{self._where(key)}[{i}]", f"expected a string, got {v!r}"
+                )
+        return values
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.text(key, default)
+        if value.upper() not in choices:
+            raise ConfigError(
+                self.file, self._where(key), f"expected one of {', '.join(choices)}, got {value!r}"
+            )
+        return value.upper()
+
+    def file_path(self, key: str, *, required: bool = False) -> str:
+        value = self.text(key)
+        if not value:
+            if required:
+                raise ConfigError(self.file, self._where(key), "expected a file path (required)")
+            return ""
+        path = Path(value) if Path(value).is_absolute() else self.base / value
+        if not path.is_file():
+            raise ConfigError(
+                self.file, self._where(key), f"expected a readable file, {path} does not exist"
+            )
+        return str(path)
+
+    def read_file(self, key: str) -> str:
+        path = self.file_path(key)
+        return Path(path).read_text() if path else ""
+
+    def section(self, key: str) -> _Section:
+        self._seen.add(key)
+        return _Section(self.file, self._where(key), self._data.get(key), self.base)
+
+    def done(self) -> None:
+        extra = sorted(set(map(str, self._data)) - self._seen)
+        if extra:
+            known = ", ".join(sorted(self._seen))
+            raise ConfigError(
+                self.file, self._where(extra[0]), f"unknown key; expected one of: {known}"
+            )
+
+
+def load_server_config(path: str | Path) -> ServerConfig:
+    """Read and validate server.yaml; raises ConfigError naming the file, path and expectation."""
+    file = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(file, "", f"cannot read the file: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(file, where, f"invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    return parse_server_config(data, file=file, base=Path(path).resolve().parent)
+
+
+def parse_server_config(
+    data: Any, *, file: str = "<config>", base: Path | None = None
+) -> ServerConfig:
+    """Validate an already-parsed config mapping (see load_server_config)."""
+    root = _Section(file, "", data, base or Path.cwd())
+    server_id = root.text("serverId")
+    grpc = _grpc(root.section("grpc"))
+    api_s = root.section("api")
+    api = ApiConfig(api_s.text("host", "0.0.0.0"), api_s.integer("port", 7002, high=65535))
+    api_s.done()
+    store_s = root.section("store")
+    store = StoreConfig(
+        store_s.choice("type", ("SQLITE",), "sqlite").lower(), store_s.text("path", "kubesvc.db")
+    )
+    if store.path != ":memory:" and not Path(store.path).is_absolute():
+        store = StoreConfig(store.type, str(store_s.base / store.path))
+    store_s.done()
+    acc_s = root.section("accounts")
+    accounts = AccountsConfig(
+        acc_s.number("orphanGraceSeconds", 600.0),
+        acc_s.integer("maxResumableResourceAgeMs", 300_000),
+    )
+    acc_s.done()
+    ses_s = root.section("sessions")
+    sessions = SessionsConfig(
+        ses_s.number("helloTimeoutSeconds", 30.0),
+        ses_s.integer("maxBatchEvents", 10_000, low=1),
+        ses_s.integer("maxAccountsPerAgent", 1000, low=1),
+        ses_s.integer("outboundQueue", 64, low=1),
+        ses_s.number("heartbeatSeconds", 60.0),
+    )
+    ses_s.done()
+    ops_s = root.section("operations")
+    operations = OperationsConfig(ops_s.integer("waitMs", 30_000, low=1))
+    ops_s.done()
+    root.done()
+    return ServerConfig(server_id, grpc, api, store, accounts, sessions, operations)
+
+
+def _grpc(s: _Section) -> GrpcConfig:
+    host = s.text("host", "0.0.0.0")
+    port = s.integer("port", 9091, high=65535)
+    size = s.integer("maxMessageSize", 4 * 2**20, low=1024)
+    tls_s = s.section("tls")
+    tls = None
+    if tls_s.flag("enabled", False):
+        client_auth = ClientAuth(tls_s.choice("clientAuth", tuple(ClientAuth), "NONE"))
+        ca = tls_s.file_path("caFile", required=client_auth is not ClientAuth.NONE)
+        tls = TlsSettings(
+            tls_s.file_path("certFile", required=True),
+            tls_s.file_path("keyFile", required=True),
+            client_auth,
+            ca or None,
+        )
+    else:
+        for key in ("certFile", "keyFile", "caFile", "clientAuth"):
+            tls_s.text(key)
+    tls_s.done()
+    auth_s = s.section("auth")
+    jwt_s = auth_s.section("jwt")
+    jwt = None
+    if jwt_s.flag("enabled", False):
+        algorithms = tuple(jwt_s.strings("algorithms") or ["HS256"])
+        secret = jwt_s.text("secret") or jwt_s.read_file("secretFile").strip()
+        keys = tuple(
+            Path(p if Path(p).is_absolute() else jwt_s.base / p).read_text()
+            for p in jwt_s.strings("publicKeyFiles")
+        )
+        jwt = JwtSettings(
+            algorithms=algorithms,
+            secret=secret,
+            public_keys=keys,
+            audience=jwt_s.text("audience") or None,
+            issuer=jwt_s.text("issuer") or None,
+            leeway_seconds=jwt_s.number("leewaySeconds", 30.0),
+            accounts_claim=jwt_s.text("accountsClaim", "accounts"),
+        )
+        if any(a.startswith("HS") for a in algorithms) and not secret:
+            raise ConfigError(
+                s.file, jwt_s.path, "expected secret or secretFile for an HS* algorithm"
+            )
+        if any(not a.startswith("HS") for a in algorithms) and not keys:
+            raise ConfigError(
+                s.file, jwt_s.path, "expected publicKeyFiles for an RS*/ES* algorithm"
+            )
+    else:
+        for key in ("secret", "secretFile", "audience", "issuer", "accountsClaim"):
+            jwt_s.text(key)
+        jwt_s.strings("algorithms")
+        jwt_s.strings("publicKeyFiles")
+        jwt_s.number("leewaySeconds", 30.0)
+    jwt_s.done()
+    x509_s = auth_s.section("x509")
+    filters = []
+    for i, pattern in enumerate(x509_s.strings("subjectFilters")):
+        try:
+            filters.append(re.compile(pattern))
+        except re.error as exc:
+            raise ConfigError(
+                s.file,
+                f"{x509_s.path}.subjectFilters[{i}]",
+                f"expected a regular expression: {exc}",
+            ) from exc
+    x509_s.done()
+    auth_s.done()
+    s.done()
+    return GrpcConfig(host, port, size, tls, AuthSettings(jwt, tuple(filters)))

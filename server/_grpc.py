@@ -1,0 +1,325 @@
+"""The Connect handler that ``wire.serve`` runs for each agent call.
+
+Theory of operation. A call is authenticated before anything is read (JWT bearer, client
+certificate subject), then must open with a Hello (protocol version, agent id, accounts). The
+accounts are registered (PRIMARY / STANDBY / REJECTED) and a Welcome answers with the session
+token, limits, and per account the role and the resume points. Then one task receives and one
+sends: an EventBatch is decoded, its records for accounts this session serves as PRIMARY are
+applied in ONE store transaction, and only after the commit is the Ack queued; Heartbeats are
+answered; AccountsChanged re-registers; OperationResults go to the operations hook. Everything
+the server sends goes through the session's bounded outbound channel, so Acks, Assignments
+and Operations keep their order. Any malformed message or protocol violation ends the call
+with a gRPC status saying what and where (wire.Refuse) and a log line; the store is only ever
+touched in whole transactions, so a broken session leaves it consistent. However the call
+ends, the session is closed: its roles pass to standbys, or its accounts turn ORPHANED.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import betterproto
+import trio
+
+import wire
+from wire import messages
+
+from ._auth import Authenticator, Principal
+from ._errors import AuthError, InvalidRecord, StoreError
+from ._registry import Claim, Role
+from ._sessions import Session, claim_from_info
+from ._state import ServerState
+
+log = logging.getLogger("server.grpc")
+_CLEANUP_SECONDS = 10.0
+
+
+def _refuse(status: wire.Status, message: str, peer: str) -> wire.Refuse:
+    log.warning("refusing agent call from %s: %s %s", peer or "?", status.name, message)
+    return wire.Refuse(status, message)
+
+
+class ConnectHandler:
+    """``await handler(stream, call)`` for each Connect call (see the module docstring)."""
+
+    def __init__(self, state: ServerState, authenticator: Authenticator) -> None:
+        self._state = state
+        self._auth = authenticator
+        cfg = state.config
+        self._limits = wire.RecordLimits(
+            max_events=cfg.sessions.max_batch_events,
+            max_bytes=cfg.grpc.max_message_size,
+            max_object_bytes=cfg.grpc.max_message_size,
+        )
+
+    async def __call__(self, stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        peer = f"{call.peer[0]}:{call.peer[1]}" if call.peer else ""
+        try:
+            principal = self._auth.authenticate(call.metadata, call.peer_cert)
+        except AuthError as exc:
+            raise _refuse(wire.Status[exc.status], str(exc), peer) from None
+        hello = await self._receive_hello(stream, peer)
+        claims = self._claims(hello, principal, peer)
+        sessions = self._state.sessions
+        session = await sessions.open(hello, peer)
+        log.info(
+            "agent %s (%s) connected from %s as session %s with %d accounts%s",
+            hello.agent_id,
+            hello.agent_version,
+            peer,
+            session.session_id,
+            len(claims),
+            " (resuming)" if hello.session_token else "",
+        )
+        try:
+            with session.cancel_scope:
+                decisions = await sessions.register(session, claims)
+                welcome = messages.Welcome(
+                    session_token=session.token,
+                    server_id=self._state.server_id,
+                    limits=messages.Limits(
+                        max_message_size=self._state.config.grpc.max_message_size,
+                        max_batch_events=self._state.config.sessions.max_batch_events,
+                    ),
+                    accounts=[await sessions.assignment(d) for d in decisions],
+                )
+                for d in decisions:
+                    if d.role is Role.REJECTED:
+                        log.warning(
+                            "session %s: account %s rejected: %s",
+                            session.session_id,
+                            d.account,
+                            d.reason,
+                        )
+                await stream.send(messages.ServerMessage(welcome=welcome))
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._send_loop, stream, session)
+                        nursery.start_soon(self._heartbeat_loop, session)
+                        await self._receive_loop(stream, session, principal, peer)
+                        nursery.cancel_scope.cancel()
+                except BaseExceptionGroup as group:
+                    raise _collapse(group) from None
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
+                await sessions.close(session)
+            log.info(
+                "session %s of agent %s closed%s",
+                session.session_id,
+                session.agent_id,
+                f": {session.ended_reason}" if session.ended_reason else "",
+            )
+        if session.ended_reason:
+            raise wire.Refuse(wire.Status.UNAVAILABLE, f"session ended: {session.ended_reason}")
+
+    # -- the opening ----------------------------------------------------------------------
+
+    async def _receive_hello(self, stream: wire.ServerStream, peer: str) -> messages.Hello:
+        timeout = self._state.config.sessions.hello_timeout_seconds
+        with trio.move_on_after(timeout):
+            message = await stream.receive()
+            name, value = betterproto.which_one_of(message, "message")
+            if name != "hello":
+                raise _refuse(
+                    wire.Status.FAILED_PRECONDITION,
+                    f"expected Hello as the first message, got {name or 'an empty message'}",
+                    peer,
+                )
+            hello: messages.Hello = value
+            if hello.protocol_version != wire.PROTOCOL_VERSION:
+                raise _refuse(
+                    wire.Status.FAILED_PRECONDITION,
+                    f"protocol version {hello.protocol_version} is not supported; this server "
+                    f"speaks {wire.PROTOCOL_VERSION}",
+                    peer,
+                )
+            if not hello.agent_id:
+                raise _refuse(wire.Status.INVALID_ARGUMENT, "Hello.agent_id is empty", peer)
+            return hello
+        raise _refuse(wire.Status.DEADLINE_EXCEEDED, f"no Hello within {timeout:g} s", peer)
+
+    def _claims(
+        self, hello: messages.Hello | messages.AccountsChanged, principal: Principal, peer: str
+    ) -> list[Claim]:
+        limit = self._state.config.sessions.max_accounts_per_agent
+        if len(hello.accounts) > limit:
+            raise _refuse(
+                wire.Status.INVALID_ARGUMENT,
+                f"{len(hello.accounts)} accounts exceed the limit of {limit}",
+                peer,
+            )
+        claims = []
+        for i, info in enumerate(hello.accounts):
+            try:
+                claims.append(claim_from_info(info))
+            except ValueError as exc:
+                raise _refuse(wire.Status.INVALID_ARGUMENT, f"accounts[{i}]: {exc}", peer) from None
+        names = [c.name for c in claims]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise _refuse(
+                wire.Status.INVALID_ARGUMENT,
+                f"accounts listed twice: {', '.join(duplicated)}",
+                peer,
+            )
+        refused = [n for n in names if not principal.may_register(n)]
+        if refused:
+            raise _refuse(
+                wire.Status.PERMISSION_DENIED,
+                f"the bearer token does not allow account(s): {', '.join(refused)}",
+                peer,
+            )
+        return claims
+
+    # -- the session ----------------------------------------------------------------------
+
+    async def _send_loop(self, stream: wire.ServerStream, session: Session) -> None:
+        async for message in session.outbox:
+            await stream.send(message)
+
+    async def _heartbeat_loop(self, session: Session) -> None:
+        period = self._state.config.sessions.heartbeat_seconds
+        if period <= 0:
+            return
+        while True:
+            await trio.sleep(period)
+            session.post(messages.ServerMessage(heartbeat=messages.Heartbeat(sent_at_ms=_now_ms())))
+
+    async def _receive_loop(
+        self, stream: wire.ServerStream, session: Session, principal: Principal, peer: str
+    ) -> None:
+        last_seq = 0
+        while True:
+            try:
+                message = await stream.receive()
+            except wire.EndOfStream:
+                return
+            session.last_seen_ms = _now_ms()
+            name, value = betterproto.which_one_of(message, "message")
+            if name == "event_batch":
+                last_seq = await self._batch(session, value, last_seq, peer)
+            elif name == "heartbeat":
+                reply = messages.Heartbeat(sent_at_ms=_now_ms())
+                await session.outbound.send(messages.ServerMessage(heartbeat=reply))
+            elif name == "accounts_changed":
+                await self._accounts_changed(session, value, principal, peer)
+            elif name == "operation_result":
+                await self._state.operations.on_result(session, value)
+            elif name == "hello":
+                raise _refuse(wire.Status.FAILED_PRECONDITION, "Hello sent twice", peer)
+            else:
+                raise _refuse(wire.Status.INVALID_ARGUMENT, "an empty AgentMessage", peer)
+
+    async def _batch(
+        self, session: Session, batch: messages.EventBatch, last_seq: int, peer: str
+    ) -> int:
+        if batch.seq <= last_seq:
+            raise _refuse(
+                wire.Status.INVALID_ARGUMENT,
+                f"batch seq {batch.seq} does not follow seq {last_seq}",
+                peer,
+            )
+        try:
+            records = wire.decode_events(batch.records, self._limits)
+        except wire.RecordError as exc:
+            raise _refuse(
+                wire.Status.INVALID_ARGUMENT, f"batch seq {batch.seq}: {exc}", peer
+            ) from None
+        if batch.count != len(records):
+            raise _refuse(
+                wire.Status.INVALID_ARGUMENT,
+                f"batch seq {batch.seq} says {batch.count} records, holds {len(records)}",
+                peer,
+            )
+        kept = self._served(session, records, batch.seq, peer)
+        if kept:
+            try:
+                await self._state.store.apply_events(kept)
+            except InvalidRecord as exc:
+                raise _refuse(
+                    wire.Status.INVALID_ARGUMENT, f"batch seq {batch.seq}: {exc}", peer
+                ) from None
+            except StoreError as exc:
+                log.error(
+                    "session %s: store failed on batch seq %d: %s",
+                    session.session_id,
+                    batch.seq,
+                    exc,
+                )
+                raise wire.Refuse(
+                    wire.Status.UNAVAILABLE, "the server's store failed; retry"
+                ) from None
+            self._state.feed.publish(kept)
+        await session.outbound.send(messages.ServerMessage(ack=messages.Ack(seq=batch.seq)))
+        seq: int = batch.seq
+        return seq
+
+    def _served(
+        self, session: Session, records: Sequence[wire.EventRecord], seq: int, peer: str
+    ) -> list[wire.EventRecord]:
+        """The records for accounts this session serves as PRIMARY. Records of accounts it
+        never declared are a protocol violation; those of accounts it declared but does not
+        lead (STANDBY, REJECTED, deleted meanwhile) are dropped."""
+        registry = self._state.accounts.registry
+        primary: dict[str, bool] = {}
+        kept = []
+        for record in records:
+            account = record.account
+            if account not in primary:
+                if account not in session.declared:
+                    raise _refuse(
+                        wire.Status.FAILED_PRECONDITION,
+                        f"batch seq {seq} has records for account {account!r}, which "
+                        "this session did not register",
+                        peer,
+                    )
+                primary[account] = registry.role(session.session_id, account) is Role.PRIMARY
+            if primary[account]:
+                kept.append(record)
+        if len(kept) < len(records):
+            log.debug(
+                "session %s: dropped %d records of accounts it does not lead",
+                session.session_id,
+                len(records) - len(kept),
+            )
+        return kept
+
+    async def _accounts_changed(
+        self, session: Session, change: messages.AccountsChanged, principal: Principal, peer: str
+    ) -> None:
+        claims = self._claims(change, principal, peer)
+        sessions = self._state.sessions
+        if change.removed:
+            await sessions.unregister(session, change.removed)
+        decisions = await sessions.register(session, claims) if claims else []
+        if decisions:
+            assignments = [await sessions.assignment(d) for d in decisions]
+            await session.outbound.send(
+                messages.ServerMessage(assignment=messages.Assignment(accounts=assignments))
+            )
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return leaves
+
+
+def _collapse(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one error the bridge should see from the session's nursery: a Refuse (the status
+    to end the call with) before a wire error (the call is already over); anything else is a
+    bug and stays a group."""
+    leaves = [e for e in _leaves(group) if not isinstance(e, trio.Cancelled)]
+    for kind in (wire.Refuse, wire.WireError):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return leaf
+    return group
+
+
+def _now_ms() -> int:
+    """Wall-clock milliseconds, for heartbeats and last-seen times."""
+    return int(time.time() * 1000)
