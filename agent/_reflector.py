@@ -94,8 +94,9 @@ class ReflectorSettings:
     watch_timeout_seconds: tuple[int, int] = (300, 600)
     #: A watch that yields nothing (not even a bookmark) for this long is dropped and resumed.
     inactivity_seconds: float = 150.0
-    #: Try the streaming list (sendInitialEvents) first; falls back when the server refuses.
-    streaming_list: bool = False
+    #: Try the streaming list (sendInitialEvents) first; a server that refuses it (400/422) or
+    #: ends the watch before the initial-events-end bookmark makes this reflector list+watch.
+    streaming_list: bool = True
     strip_managed_fields: bool = True
     #: After a 401/403/404/406 the kind is retried this often (±20 % jitter).
     unavailable_retry_seconds: float = 300.0

@@ -41,6 +41,7 @@ from .reflector_harness import Receiver
 pytestmark = pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning")
 
 FAST = ReflectorSettings(
+    streaming_list=False,  # these tests count list calls; the streaming list has its own test
     page_limit=3,
     watch_timeout_seconds=(30, 30),
     inactivity_seconds=10.0,
@@ -192,7 +193,7 @@ async def test_410_mid_watch_relists_and_converges_with_deletes_in_the_gap(tmp_p
             for i in range(4):
                 env.sim.create(pod(f"old{i}"))
             settings = ReflectorSettings(
-                page_limit=2,
+                streaming_list=False, page_limit=2,
                 watch_timeout_seconds=(1, 1),
                 inactivity_seconds=10,
                 backoff_base=0.05,
@@ -317,7 +318,11 @@ async def test_bookmarks_advance_the_resume_point(tmp_path: Path) -> None:
 
 async def test_the_inactivity_deadline_drops_a_stalled_watch(tmp_path: Path) -> None:
     settings = ReflectorSettings(
-        watch_timeout_seconds=(30, 30), inactivity_seconds=0.5, backoff_base=0.05, backoff_max=0.2
+        streaming_list=False,
+        watch_timeout_seconds=(30, 30),
+        inactivity_seconds=0.5,
+        backoff_base=0.05,
+        backoff_max=0.2,
     )
     config = kubesim.SimConfig(bookmark_interval=60.0, controllers=False)
     with trio.fail_after(20):
