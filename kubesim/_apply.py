@@ -175,10 +175,15 @@ def server_side_apply(
         for entry in entries:
             if entry is not mine:
                 others |= entry.paths
-        stale = mine.paths - applied_values.keys() - others
-        # Parents first: removing a field of an item first could remove the key that finds it.
-        for path in sorted(stale, key=len):
-            _remove_path(result, path, kind)
+        kept = others | applied_values.keys()
+        stale = mine.paths - kept
+        if stale:
+            # A path that is still an ancestor of something kept stays (an empty map applied
+            # once, now with keys in it): only what is owned by nobody at all goes.
+            ancestors = {path[:i] for path in kept for i in range(1, len(path))}
+            # Parents first: removing a field of an item first could remove the key that finds it.
+            for path in sorted(stale - ancestors, key=len):
+                _remove_path(result, path, kind)
     else:
         mine = _new_entry(manager, "Apply", api_version, now)
         entries.append(mine)
@@ -214,8 +219,10 @@ def _merge(live: Any, applied: Any, names: Path, kind: str) -> Any:
             if value is not None:
                 merged[key] = _merge(live.get(key), value, (*names, key), kind)
         return merged
-    if isinstance(applied, list) and isinstance(live, list) and applied:
+    if isinstance(applied, list) and isinstance(live, list):
         list_type = ssa_list_type(kind, names)
+        if not applied and list_type.kind != "atomic":
+            return live  # merging no items into a keyed list or a set leaves it as it is
         if list_type.kind == "map":
             keys = [item_key(item, list_type) for item in live]
             position = {k: i for i, k in enumerate(keys) if k is not None}

@@ -376,3 +376,46 @@ def test_reset_fields_are_neither_merged_nor_owned() -> None:
     )
     assert result["status"] == {"replicas": 1}
     assert "f:status" not in entry(result, "a")["fieldsV1"]
+
+
+def owned_paths_exist(obj: dict[str, Any]) -> None:
+    # a path is there as a leaf or as a node above a leaf (an owned map that gained keys)
+    present = set(field_values(obj, obj["kind"]))
+    present |= {path[:i] for path in present for i in range(1, len(path))}
+    for e in obj["metadata"]["managedFields"]:
+        missing = from_fields_v1(e["fieldsV1"]) - present
+        assert not missing, (e["manager"], missing)
+
+
+configs = st.tuples(
+    st.sampled_from(["m1", "m2", "m3"]),
+    small_maps,
+    env_lists,
+    st.sampled_from(["i", "j"]),
+    st.booleans(),
+)
+
+
+@given(st.lists(configs, min_size=1, max_size=6))
+def test_apply_sequences_keep_ownership_consistent(
+    applies: list[tuple[str, dict[str, str], list[dict[str, str]], str, bool]],
+) -> None:
+    live: dict[str, Any] | None = None
+    for manager, labels, env, image, force in applies:
+        config = pod(labels, env, image)
+        try:
+            result = server_side_apply(live, config, manager=manager, force=force, now=T0)
+        except ApplyConflict:
+            assert not force
+            continue
+        # what was applied is there, and the manager owns exactly what it applied
+        assert result["metadata"].get("labels", {}).items() >= labels.items()
+        container = result["spec"]["containers"][0]
+        assert container["image"] == image
+        assert {e["name"]: e.get("value") for e in container.get("env", [])}.items() >= {
+            e["name"]: e["value"] for e in env
+        }.items()
+        mine = from_fields_v1(entry(result, manager)["fieldsV1"])
+        assert mine == set(field_values(config, "Pod"))
+        owned_paths_exist(result)
+        live = result
