@@ -1,0 +1,100 @@
+"""server.yaml loading: defaults, every section, and errors naming file, path and expectation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server import ClientAuth, ConfigError, load_server_config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "server.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_empty_file_gives_the_defaults(tmp_path: Path) -> None:
+    config = load_server_config(write(tmp_path, ""))
+    assert (config.grpc.port, config.api.port) == (9091, 7002)
+    assert config.grpc.max_message_size == 4 * 2**20
+    assert config.grpc.tls is None
+    assert config.grpc.auth.jwt is None
+    assert config.accounts.orphan_grace_seconds == 600
+    assert config.accounts.max_resumable_resource_age_ms == 300_000
+    assert config.store.path == str(tmp_path / "kubesvc.db")
+
+
+def test_full_config(tmp_path: Path) -> None:
+    for name in ("tls.crt", "tls.key", "ca.crt", "jwt.pub"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "secret").write_text("s3cret\n")
+    config = load_server_config(
+        write(
+            tmp_path,
+            """
+serverId: cd-1
+grpc:
+  port: 9999
+  maxMessageSize: 8388608
+  tls: {enabled: true, certFile: tls.crt, keyFile: tls.key, caFile: ca.crt, clientAuth: require}
+  auth:
+    jwt: {enabled: true, algorithms: [HS256, RS256], secretFile: secret,
+          publicKeyFiles: [jwt.pub], audience: kubesvc, leewaySeconds: 5, accountsClaim: accts}
+    x509: {subjectFilters: ["^CN=agent-.*"]}
+api: {host: 127.0.0.1, port: 8000}
+store: {path: ":memory:"}
+accounts: {orphanGraceSeconds: 30, maxResumableResourceAgeMs: 1000}
+sessions: {helloTimeoutSeconds: 3, maxBatchEvents: 500, outboundQueue: 8, heartbeatSeconds: 0}
+operations: {waitMs: 1000}
+""",
+        )
+    )
+    assert config.server_id == "cd-1"
+    tls = config.grpc.tls
+    assert tls is not None
+    assert tls.client_auth is ClientAuth.REQUIRE
+    assert tls.ca_file == str(tmp_path / "ca.crt")
+    jwt = config.grpc.auth.jwt
+    assert jwt is not None
+    assert (jwt.secret, jwt.public_keys, jwt.accounts_claim) == ("s3cret", ("x",), "accts")
+    assert config.grpc.auth.subject_filters[0].pattern == "^CN=agent-.*"
+    assert config.store.path == ":memory:"
+    assert config.sessions.max_batch_events == 500
+    assert config.operations.wait_ms == 1000
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "expected"),
+    [
+        ("grpc: {port: nine}", "grpc.port", "expected an integer"),
+        ("grpc: {port: 70000}", "grpc.port", "0..65535"),
+        ("grpc: {prot: 1}", "grpc.prot", "unknown key"),
+        ("grpc: {tls: {enabled: true, keyFile: k}}", "grpc.tls.certFile", "required"),
+        ("grpc: {tls: {enabled: true, certFile: nope.crt}}", "grpc.tls.certFile", "does not exist"),
+        ("grpc: {tls: {clientAuth: SOMETIMES, enabled: true}}", "grpc.tls.clientAuth", "NONE, "),
+        ("grpc: {auth: {jwt: {enabled: true}}}", "grpc.auth.jwt", "secret or secretFile"),
+        ("grpc: {auth: {x509: {subjectFilters: ['(']}}}", "subjectFilters[0]", "regular expr"),
+        ("accounts: {orphanGraceSeconds: -1}", "accounts.orphanGraceSeconds", ">= 0"),
+        ("sessions: {outboundQueue: true}", "sessions.outboundQueue", "an integer"),
+        ("store: {type: postgres}", "store.type", "SQLITE"),
+        ("- a list", "", "expected a mapping"),
+        ("grpc: [1", "line 1", "invalid YAML"),
+    ],
+)
+def test_errors_name_file_path_and_expectation(
+    tmp_path: Path, text: str, path: str, expected: str
+) -> None:
+    file = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_server_config(file)
+    message = str(info.value)
+    assert message.startswith(str(file))
+    assert path in message
+    assert expected in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the file"):
+        load_server_config(tmp_path / "absent.yaml")
