@@ -73,6 +73,7 @@ CONNECT_TIMEOUT = 30.0  # seconds for TCP + TLS; a silent network otherwise hang
 MAX_RESPONSE_BYTES = 256 * 2**20  # request() bodies: a 500-object list page is a few MB
 MAX_ERROR_BODY_BYTES = 64 * 1024  # a Status is small; do not read a huge error page
 MAX_RETRY_AFTER = 60.0
+STREAMS_PER_CONNECTION = 100  # httpcore's h2 cap per connection (see KubeClient)
 _DEFAULT_RETRIES = RetriesConfig()
 _DEFAULT_KUBERNETES = KubernetesConfig()
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -304,8 +305,26 @@ def _load_client_certificate(context: ssl.SSLContext, cert_pem: bytes, key_pem: 
             raise KubeError(f"the client certificate or key is not valid: {exc}") from exc
 
 
+@dataclass(slots=True)
+class _Lane:
+    """One httpx client (connection pool) and how many requests it carries now."""
+
+    client: httpx.AsyncClient
+    active: int = 0
+
+
 class KubeClient:
     """An HTTP client for one API server, with auth, retries and error translation.
+
+    HTTP/2 and watches. Short requests (lists, discovery, operations) share one HTTP/2
+    connection. Watches (``watch=1``) go over HTTP/1.1, one connection each, by default:
+    httpcore 1.0 reads an HTTP/2 connection under one lock, handed out first come first
+    served, and the holder blocks in the socket read until *any* frame arrives -- so with
+    quiet watches open, a response that already arrived for another stream waits until some
+    other data comes (measured: a request behind 10 idle watches never completed). With
+    ``watch_http2=True`` watches share HTTP/2 connections anyway ("lanes" of
+    ``streams_per_connection``, since httpcore also caps a connection at 100 concurrent
+    streams and parks the 101st); fine when every watch is busy.
 
     Use as ``async with KubeClient(access, ...) as client`` (or ``open_kube_client``); closing
     closes the connection pool. Requests after closing raise KubeClosedError.
@@ -321,6 +340,8 @@ class KubeClient:
         environ: Mapping[str, str] = os.environ,
         http2: bool = True,
         max_connections: int = 1024,
+        watch_http2: bool = False,
+        streams_per_connection: int = STREAMS_PER_CONNECTION,
     ) -> None:
         self.access = access
         self.base_url = access.server
@@ -338,26 +359,56 @@ class KubeClient:
         self._extensions = (
             {"sni_hostname": access.tls_server_name} if access.tls_server_name else {}
         )
-        self._client = httpx.AsyncClient(
-            base_url=access.server,
+        self._auth = KubeAuth(
+            credential_source(access, environ=environ),
+            basic=basic,
+            on_credential=self._install_cert,
+        )
+        self._http2 = http2
+        self._watch_http2 = http2 and watch_http2
+        self._http1_lane: _Lane | None = None
+        self._max_connections = max_connections
+        self.streams_per_connection = streams_per_connection
+        self._lanes: list[_Lane] = []
+        self._closed = False
+
+    def _new_lane(self, *, http2: bool) -> _Lane:
+        client = httpx.AsyncClient(
+            base_url=self.base_url,
             http2=http2,
             verify=self._ssl,
-            auth=KubeAuth(
-                credential_source(access, environ=environ),
-                basic=basic,
-                on_credential=self._install_cert,
-            ),
+            auth=self._auth,
             proxy=self.proxy,
             trust_env=False,  # proxies are chosen above, with the noProxy options
             limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=max_connections,
+                max_connections=self._max_connections,
+                max_keepalive_connections=self._max_connections,
                 keepalive_expiry=60.0,
             ),
             timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT),
             headers={"User-Agent": "kubesvc-agent", "Accept": "application/json"},
         )
-        self._closed = False
+        lane = _Lane(client)
+        self._lanes.append(lane)
+        return lane
+
+    def _lane(self, params: Mapping[str, str] | None) -> _Lane:
+        """Where a request goes: watches to HTTP/1.1 (see the class docstring), the rest to
+        the first HTTP/2 pool with a free stream slot (a new pool when all are full)."""
+        watch = params is not None and str(params.get("watch", "")).lower() in ("1", "true")
+        if not self._http2 or (watch and not self._watch_http2):
+            if self._http1_lane is None:
+                self._http1_lane = self._new_lane(http2=False)
+            return self._http1_lane
+        for lane in self._lanes:
+            if lane is not self._http1_lane and lane.active < self.streams_per_connection:
+                return lane
+        return self._new_lane(http2=True)
+
+    @property
+    def connection_pools(self) -> int:
+        """How many httpx pools the client has opened (an HTTP/2 pool is one connection)."""
+        return len(self._lanes)
 
     def _install_cert(self, credential: Credential) -> None:
         if not (credential.client_cert_pem and credential.client_key_pem):
@@ -377,7 +428,8 @@ class KubeClient:
     async def aclose(self) -> None:
         """Close every connection. Idempotent."""
         self._closed = True
-        await self._client.aclose()
+        for lane in self._lanes:
+            await lane.client.aclose()
 
     def _check_open(self, method: str, path: str) -> None:
         if self._closed:
@@ -400,7 +452,8 @@ class KubeClient:
         KubeClosedError / KubeCredentialError; the response is closed when the block exits.
         """
         self._check_open(method, path)
-        request = self._client.build_request(
+        lane = self._lane(params)
+        request = lane.client.build_request(
             method,
             path,
             params=params,
@@ -408,21 +461,25 @@ class KubeClient:
             content=content,
             extensions=self._extensions,
         )
-        with _translated(method, path, self.host):
-            try:
-                with trio.fail_after(self.timeout_seconds or float("inf")):
-                    response = await self._client.send(request, stream=True)
-            except trio.TooSlowError as exc:
-                raise KubeTimeoutError(
-                    f"{method} {path}: timeout: no answer from {self.host} within "
-                    f"{self.timeout_seconds} s"
-                ) from exc
-        stream = KubeStream(response, method, path, self.host)
+        lane.active += 1
         try:
-            yield stream
+            with _translated(method, path, self.host):
+                try:
+                    with trio.fail_after(self.timeout_seconds or float("inf")):
+                        response = await lane.client.send(request, stream=True)
+                except trio.TooSlowError as exc:
+                    raise KubeTimeoutError(
+                        f"{method} {path}: timeout: no answer from {self.host} within "
+                        f"{self.timeout_seconds} s"
+                    ) from exc
+            stream = KubeStream(response, method, path, self.host)
+            try:
+                yield stream
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await stream._close()
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                await stream._close()
+            lane.active -= 1
 
     async def request(
         self,
