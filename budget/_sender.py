@@ -8,6 +8,7 @@ from types import TracebackType
 import trio
 
 from ._entries import Entry
+from ._errors import BudgetClosed
 from ._state import ChannelState, ChannelStatistics
 
 
@@ -29,6 +30,11 @@ def _chunks(
     if chunk:
         chunks.append((chunk, total))
     return chunks
+
+
+def _check_budget_open(state: ChannelState) -> None:
+    if state.budget.closed:
+        raise BudgetClosed("the byte budget of this channel is closed")
 
 
 def _group_size(group: Sequence[Entry]) -> int:
@@ -102,8 +108,9 @@ class EventSender:
         finally:
             del state.slow_scopes[scope]
         if scope.cancelled_caught:
-            # Woken by a close (ours or the receiver's), not by the caller's cancellation.
+            # Only close() (ours or the receiver's) cancels this scope: say which.
             self._check_open()
+            raise AssertionError("a slow send was woken with neither end closed")
 
     async def _admit_as_head(self, entries: list[Entry], worst: int) -> None:
         state = self._state
@@ -111,8 +118,7 @@ class EventSender:
         budget = state.budget
         while True:
             self._check_open()
-            if budget.closed:
-                budget.reserve_nowait(0)  # raises BudgetClosed
+            _check_budget_open(state)
             if self._try_admit(entries, worst, behind=False):
                 return
             _, new = queue.plan(entries)
@@ -158,7 +164,7 @@ class EventSender:
         group = entries if isinstance(entries, list | tuple) else list(entries)
         self._check_open()
         state = self._state
-        state.budget.reserve_nowait(0)  # raises BudgetClosed when closed
+        _check_budget_open(state)
         if not group:
             return
         worst = _group_size(group)
@@ -189,8 +195,7 @@ class EventSender:
         self._check_open()
         state = self._state
         budget = state.budget
-        if budget.closed:
-            budget.reserve_nowait(0)  # raises BudgetClosed
+        _check_budget_open(state)
         worst = _group_size(group)
         queue = state.queue
         if worst <= budget.capacity and len(group) <= queue.max_pending_entries:

@@ -296,7 +296,7 @@ class Scenario:
             assert last.get(key, -1) >= seq, f"the final state of {key} was not delivered"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     capacity=st.integers(1, 40),
     max_pending=st.integers(1, 6),
