@@ -453,6 +453,12 @@ class ServerStream:
         # Only _lose() cancels this scope.
         raise ConnectionLost(self._lost_reason or "the stream was lost")
 
+    async def _aio_end_call(self, status: _GrpcStatus, message: str) -> None:
+        try:
+            await self._grpc.send_trailing_metadata(status=status, status_message=message)
+        except (*_BROKEN, _GrpcProtocolError):
+            pass  # the call is already over
+
     async def _aio_reset(self) -> None:
         try:
             await self._grpc.cancel()
@@ -526,8 +532,13 @@ class _ConnectService:
             outcome = None  # the call is already over (lost, ended, closed)
         except Exception as exc:
             # A bug in the handler: the call ends with INTERNAL and the error propagates out of
-            # serve(), as trio's own serve_listeners does.
+            # serve(), as trio's own serve_listeners does. The status is sent before raising:
+            # the crash cancels serve(), which would close the connection first.
             outcome = exc
+            with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
+                await trio_asyncio.aio_as_trio(stream._aio_end_call)(
+                    _GrpcStatus.INTERNAL, "internal server error"
+                )
             raise
         finally:
             stream._finished = True

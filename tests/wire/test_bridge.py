@@ -261,3 +261,33 @@ async def test_malformed_protobuf_from_the_client_is_refused() -> None:
                 assert info.value.status is wire.Status.INVALID_ARGUMENT
                 assert "not a valid AgentMessage" in info.value.message
             nursery.cancel_scope.cancel()
+
+
+class HandlerBug(Exception):
+    pass
+
+
+@in_loop
+async def test_a_handler_bug_ends_the_call_with_internal_and_propagates_out_of_serve() -> None:
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        await stream.receive()
+        raise HandlerBug("oops")
+
+    refused: list[wire.RemoteRefused] = []
+    with trio.fail_after(10), pytest.RaisesGroup(HandlerBug, flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                await stream.send(batch(1))
+                try:
+                    await stream.receive()
+                except wire.RemoteRefused as exc:
+                    refused.append(exc)
+    (error,) = refused
+    assert error.status is wire.Status.INTERNAL
+    assert error.message == "internal server error"  # no details of the bug leak to the client
+
+
+def test_refuse_needs_a_non_ok_status() -> None:
+    with pytest.raises(ValueError, match="non-OK"):
+        wire.Refuse(wire.Status.OK)
