@@ -10,11 +10,12 @@ import trio
 from ._state import Batch, ChannelState, ChannelStatistics
 
 
-def _check_limits(max_entries: int, max_bytes: int) -> None:
-    if type(max_entries) is not int or max_entries < 1:
-        raise ValueError(f"max_entries: must be an int >= 1, got {max_entries!r}")
-    if type(max_bytes) is not int or max_bytes < 1:
-        raise ValueError(f"max_bytes: must be an int >= 1, got {max_bytes!r}")
+def _check_limits(
+    entries: int, nbytes: int, names: tuple[str, str] = ("max_entries", "max_bytes")
+) -> None:
+    for name, value in zip(names, (entries, nbytes), strict=True):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"{name}: must be an int >= 1, got {value!r}")
 
 
 class EventReceiver:
@@ -75,7 +76,7 @@ class EventReceiver:
         (nothing more can arrive until something is taken). Meant for linger, under
         ``trio.move_on_after``. Always a checkpoint. Raises ClosedResourceError once closed.
         """
-        _check_limits(min_entries, min_bytes)
+        _check_limits(min_entries, min_bytes, ("min_entries", "min_bytes"))
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._pending_enough(min_entries, min_bytes):
             await trio.lowlevel.cancel_shielded_checkpoint()

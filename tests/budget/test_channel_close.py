@@ -307,3 +307,11 @@ async def test_a_group_with_a_non_entry_is_refused_whole(
         await send.send_many([entry(1), ("not", "an", "entry")])  # type: ignore[list-item]
     assert receive.statistics().sent == 0
     consistent(budget, receive)
+
+
+async def test_bad_limits_are_named_in_the_error(autojump_clock: trio.testing.MockClock) -> None:
+    _, _send, receive = channel()
+    with pytest.raises(ValueError, match="max_bytes: must be an int >= 1, got 0"):
+        receive.receive_batch_nowait(10, 0)
+    with pytest.raises(ValueError, match="min_entries: must be an int >= 1, got -1"):
+        await receive.wait_pending(-1, 10)
