@@ -357,3 +357,38 @@ async def test_accounts_changed_and_operator_disconnect() -> None:
             if isinstance(info.value, wire.RemoteRefused):
                 assert info.value.status is wire.Status.UNAVAILABLE
             assert server.state.sessions.agents() == []
+
+
+@in_loop
+async def test_restart_on_the_same_file_resumes_with_the_stored_versions(tmp_path: Path) -> None:
+    config = make_config(str(tmp_path / "cache.db"))
+    meta = bearer(token())
+    with trio.fail_after(30):
+        async with (
+            running(config) as server,
+            wire.open_connection("127.0.0.1", server.grpc_port, metadata=meta) as s,
+        ):
+            await s.send(hello(account()))
+            await receive_kind(s, "welcome")
+            await s.send(
+                batch(
+                    1,
+                    [
+                        marker(EventType.SYNC_BEGIN),
+                        pod("a", "4"),
+                        marker(EventType.SYNC_END, "5"),
+                    ],
+                )
+            )
+            await receive_kind(s, "ack")
+        async with running(config) as server:
+            record = await server.state.store.get_account("prod")
+            assert record is not None
+            assert record.status is AccountState.ORPHANED  # nobody serves it yet
+            async with wire.open_connection("127.0.0.1", server.grpc_port, metadata=meta) as s:
+                await s.send(hello(account()))
+                (assigned,) = (await receive_kind(s, "welcome")).accounts
+                assert assigned.role == m.Role.PRIMARY
+                assert [(p.kind, p.resource_version) for p in assigned.resume] == [("Pod", "5")]
+                assert await server.state.store.count_objects("prod") == 1
+                assert server.state.accounts.get("prod") is not None
