@@ -60,6 +60,7 @@ from ._errors import (
     EndOfStream,
     MessageTooLarge,
     ProtocolViolation,
+    RecordError,
     Refuse,
     RemoteRefused,
     Status,
@@ -225,6 +226,8 @@ class ClientStream:
         """Send one message. Raises MessageTooLarge (nothing sent, the stream stays usable),
         ConnectionLost, RemoteRefused, EndOfStream or StreamClosed."""
         data = _checked(encode_agent_message(message), self._limit)
+        if self._ended and self._terminal is None:
+            raise StreamClosed("cannot send after end()")
         await self._op(self._aio_send, data)
 
     async def receive(self) -> ServerMessage:
@@ -291,8 +294,6 @@ class ClientStream:
             await self._grpc.send_message(data)
         except _BROKEN as exc:
             await self._aio_finish(exc)
-        except _GrpcProtocolError as exc:  # e.g. our side already ended
-            raise StreamClosed(f"cannot send: {exc}") from exc
 
     async def _aio_receive(self) -> bytes:
         assert self._grpc is not None
@@ -514,7 +515,7 @@ class _ConnectService:
             raise GRPCError(_GrpcStatus(outcome.status.value), outcome.message)
         elif isinstance(outcome, MessageTooLarge):
             raise GRPCError(_GrpcStatus.RESOURCE_EXHAUSTED, str(outcome))
-        elif isinstance(outcome, ProtocolViolation):
+        elif isinstance(outcome, ProtocolViolation | RecordError):
             raise GRPCError(_GrpcStatus.INVALID_ARGUMENT, str(outcome))
         elif outcome is not None:
             raise GRPCError(_GrpcStatus.INTERNAL, "internal server error")
@@ -526,8 +527,8 @@ class _ConnectService:
         try:
             await self._handler(stream, call)
             outcome = None
-        except (Refuse, MessageTooLarge, ProtocolViolation) as exc:
-            outcome = exc
+        except (Refuse, MessageTooLarge, ProtocolViolation, RecordError) as exc:
+            outcome = exc  # the client is told why (see _handle)
         except WireError:
             outcome = None  # the call is already over (lost, ended, closed)
         except Exception as exc:
@@ -598,7 +599,8 @@ async def serve(
     Each call runs ``await handler(stream, call)`` as a trio task owned by this function. The
     call ends with OK when the handler returns, with a handler's :class:`Refuse` status, with
     RESOURCE_EXHAUSTED / INVALID_ARGUMENT when the client's message was oversize / malformed
-    and the handler let that error propagate; a cancelled handler resets the stream. Any other
+    (MessageTooLarge, ProtocolViolation, RecordError) and the handler let that error
+    propagate; a cancelled handler resets the stream. Any other
     exception ends the call with INTERNAL and propagates out of serve(). ``ssl_context`` (a
     server context; set ``verify_mode = CERT_REQUIRED`` and load a CA for mTLS) enables TLS.
     On exit, listening stops, open calls are cancelled and connections are closed.

@@ -291,3 +291,41 @@ async def test_a_handler_bug_ends_the_call_with_internal_and_propagates_out_of_s
 def test_refuse_needs_a_non_ok_status() -> None:
     with pytest.raises(ValueError, match="non-OK"):
         wire.Refuse(wire.Status.OK)
+
+
+@in_loop
+async def test_bad_records_reach_the_client_as_invalid_argument_naming_the_record() -> None:
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        message = await stream.receive()
+        wire.decode_events(message.event_batch.records)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                await stream.send(batch(1, b"\x91\x93\x01\x02\x03"))
+                with pytest.raises(wire.RemoteRefused) as info:
+                    await stream.receive()
+            nursery.cancel_scope.cancel()
+    assert info.value.status is wire.Status.INVALID_ARGUMENT
+    assert "$[0]" in info.value.message
+
+
+@in_loop
+async def test_send_after_end_is_refused_locally_and_receiving_goes_on() -> None:
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        with pytest.raises(wire.EndOfStream):
+            await stream.receive()
+        await stream.send(m.ServerMessage(ack=m.Ack(seq=7)))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                await stream.end()
+                with pytest.raises(wire.StreamClosed, match="after end"):
+                    await stream.send(batch(1))
+                assert (await stream.receive()).ack.seq == 7
+                with pytest.raises(wire.EndOfStream):
+                    await stream.receive()
+            nursery.cancel_scope.cancel()
