@@ -164,6 +164,24 @@ class CoalescingQueue:
         ``max_bytes`` is taken alone). Their bytes move to in flight; returns (entries, bytes).
         """
         pending = self._pending
+        if len(pending) <= max_entries and self.pending_bytes <= max_bytes:
+            # Everything goes: every indexed slot is pending, so the index empties wholesale.
+            out = [slot[0] for slot in pending]
+            total = self.pending_bytes
+            pending.clear()
+            self._index = {}
+        else:
+            out, total = self._take_prefix(max_entries, max_bytes)
+        if out:
+            self.pending_bytes -= total
+            self.in_flight_bytes += total
+            self.in_flight_entries += len(out)
+            self.in_flight_batches += 1
+            self.taken += len(out)
+        return out, total
+
+    def _take_prefix(self, max_entries: int, max_bytes: int) -> tuple[list[Entry], int]:
+        pending = self._pending
         index = self._index
         out: list[Entry] = []
         total = 0
@@ -178,12 +196,6 @@ class CoalescingQueue:
                 del index[key]
             out.append(slot[0])
             total += size
-        if out:
-            self.pending_bytes -= total
-            self.in_flight_bytes += total
-            self.in_flight_entries += len(out)
-            self.in_flight_batches += 1
-            self.taken += len(out)
         return out, total
 
     def acknowledge(self, nbytes: int, nentries: int) -> None:
