@@ -380,6 +380,68 @@ def _check_secret(obj: dict[str, Any], errors: FieldErrors) -> None:
         raise bad_request(f"Secret type must be a string, not {json_type(secret_type)}")
 
 
+# --- RBAC, autoscaling, storage --------------------------------------------------------------
+
+
+def _check_role(obj: dict[str, Any], errors: FieldErrors) -> None:
+    for i, rule in enumerate(_list_of(obj.get("rules"), "rules")):
+        rule = _map_of(rule, f"rules[{i}]")
+        if not _list_of(rule.get("verbs"), f"rules[{i}].verbs"):
+            errors.required(f"rules[{i}].verbs", "verbs must contain at least one value")
+        if not rule.get("nonResourceURLs") and not rule.get("apiGroups"):
+            errors.required(
+                f"rules[{i}].apiGroups",
+                "resource rules must supply at least one api group",
+            )
+
+
+def _check_binding(obj: dict[str, Any], errors: FieldErrors) -> None:
+    ref = _map_of(obj.get("roleRef"), "roleRef")
+    if ref.get("kind") not in ("Role", "ClusterRole"):
+        errors.unsupported("roleRef.kind", ref.get("kind", ""), ("ClusterRole", "Role"))
+    if not ref.get("name"):
+        errors.required("roleRef.name")
+    for i, subject in enumerate(_list_of(obj.get("subjects"), "subjects")):
+        subject = _map_of(subject, f"subjects[{i}]")
+        kind = subject.get("kind")
+        if kind not in ("Group", "ServiceAccount", "User"):
+            errors.unsupported(
+                f"subjects[{i}].kind", kind or "", ("Group", "ServiceAccount", "User")
+            )
+        if not subject.get("name"):
+            errors.required(f"subjects[{i}].name")
+
+
+def _check_hpa(obj: dict[str, Any], errors: FieldErrors) -> None:
+    spec = _map_of(obj.get("spec"), "spec")
+    target = _map_of(spec.get("scaleTargetRef"), "spec.scaleTargetRef")
+    for field in ("kind", "name"):
+        if not target.get(field):
+            errors.required(f"spec.scaleTargetRef.{field}")
+    high = _int_or_none(spec.get("maxReplicas"), "spec.maxReplicas")
+    low = _int_or_none(spec.get("minReplicas"), "spec.minReplicas")
+    if high is None or high < 1:
+        errors.invalid("spec.maxReplicas", high or 0, "must be greater than or equal to 1")
+    if low is not None and low < 1:
+        errors.invalid("spec.minReplicas", low, "must be greater than or equal to 1")
+    elif low is not None and high is not None and low > high:
+        errors.invalid("spec.maxReplicas", high, "must be greater than or equal to `minReplicas`")
+
+
+def _check_pvc(obj: dict[str, Any], errors: FieldErrors) -> None:
+    spec = _map_of(obj.get("spec"), "spec")
+    modes = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+    access = _list_of(spec.get("accessModes"), "spec.accessModes")
+    if not access:
+        errors.required("spec.accessModes", "at least 1 access mode is required")
+    for mode in access:
+        if mode not in modes:
+            errors.unsupported("spec.accessModes", mode, modes)
+    resources = _map_of(spec.get("resources"), "spec.resources")
+    if not _map_of(resources.get("requests"), "spec.resources.requests").get("storage"):
+        errors.required("spec.resources[storage]")
+
+
 KIND_CHECKS: Final[dict[str, Callable[[dict[str, Any], FieldErrors], None]]] = {
     "Pod": _check_pod,
     "Deployment": _workload("Deployment"),
@@ -391,4 +453,10 @@ KIND_CHECKS: Final[dict[str, Callable[[dict[str, Any], FieldErrors], None]]] = {
     "Service": _check_service,
     "ConfigMap": _check_configmap,
     "Secret": _check_secret,
+    "Role": _check_role,
+    "ClusterRole": _check_role,
+    "RoleBinding": _check_binding,
+    "ClusterRoleBinding": _check_binding,
+    "HorizontalPodAutoscaler": _check_hpa,
+    "PersistentVolumeClaim": _check_pvc,
 }

@@ -28,6 +28,10 @@ SECRET = Kind("", "v1", "Secret")
 NAMESPACE = Kind("", "v1", "Namespace", namespaced=False)
 CLUSTERROLE = Kind("rbac.authorization.k8s.io", "v1", "ClusterRole", namespaced=False)
 CRONJOB = Kind("batch", "v1", "CronJob")
+ROLE = Kind("rbac.authorization.k8s.io", "v1", "Role")
+BINDING = Kind("rbac.authorization.k8s.io", "v1", "RoleBinding")
+HPA = Kind("autoscaling", "v2", "HorizontalPodAutoscaler")
+PVC = Kind("", "v1", "PersistentVolumeClaim")
 
 
 def deployment() -> dict[str, Any]:
@@ -259,6 +263,23 @@ def test_undecodable_bodies_are_bad_requests(
          "metadata.name: Invalid value: \"a/b\": may not contain '/' or '%'"),
         ({"metadata": {"generateName": "Bad-"}}, CONFIGMAP,
          'metadata.generateName: Invalid value: "Bad-"'),
+        ({"metadata": {"name": "r"}, "rules": [{"resources": ["pods"], "verbs": []}]}, ROLE,
+         'Role.rbac.authorization.k8s.io "r" is invalid: [rules[0].verbs: Required value: verbs '
+         "must contain at least one value, rules[0].apiGroups: Required value: resource rules "
+         "must supply at least one api group]"),
+        ({"metadata": {"name": "b"}, "roleRef": {"kind": "Pod", "name": "x"},
+          "subjects": [{"kind": "User"}]}, BINDING,
+         '[roleRef.kind: Unsupported value: "Pod": supported values: "ClusterRole", "Role", '
+         "subjects[0].name: Required value]"),
+        ({"metadata": {"name": "h"}, "spec": {"scaleTargetRef": {"kind": "Deployment",
+          "name": "web"}, "minReplicas": 5, "maxReplicas": 2}}, HPA,
+         "spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`"),
+        ({"metadata": {"name": "h"}, "spec": {"maxReplicas": 2}}, HPA,
+         "[spec.scaleTargetRef.kind: Required value, spec.scaleTargetRef.name: Required value]"),
+        ({"metadata": {"name": "v"}, "spec": {"accessModes": ["ReadWriteSometimes"]}}, PVC,
+         'spec.accessModes: Unsupported value: "ReadWriteSometimes"'),
+        ({"metadata": {"name": "v"}, "spec": {"accessModes": ["ReadWriteOnce"]}}, PVC,
+         'PersistentVolumeClaim "v" is invalid: spec.resources[storage]: Required value'),
     ],
 )  # fmt: skip
 def test_kind_specific_rules(obj: dict[str, Any], kind: Kind, message: str) -> None:
