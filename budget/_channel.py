@@ -16,6 +16,14 @@ admitted and released when the batch holding it is acknowledged (or the receiver
   group's *worst-case* size: what it would coalesce with may be taken while it waits, so the
   exact cost is not stable. Once granted, the group is admitted and the surplus released.
 
+Coalescing and the budget. A pending entry replaced in place is charged the newest entry's
+size. When the budget is full: a replacement no larger than what it replaces never waits (it
+gives the difference back at once, which may wake a waiting sender); a larger replacement is
+like any positive cost: it takes the difference at once if that fits and nobody waits ahead,
+otherwise it queues and, once its worst case (its full size) is granted, returns the size of
+what it replaced. Charges are exact at every checkpoint: budget in use == pending + in-flight
+bytes of every channel on the budget (plus whatever other users reserved directly).
+
 A group larger than the budget (or than max_pending_entries) is split into chunks admitted
 in order; an entry larger than the whole budget is a chunk of its own and is admitted only
 when nothing else is in flight (the budget's single-oversize rule). If a send is cancelled
