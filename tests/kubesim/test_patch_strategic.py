@@ -250,3 +250,13 @@ def test_keyed_list_merge_keeps_every_name_once(before: list[str], patch: list[s
     merged = apply_strategic_merge_patch(obj, body, "Pod")["spec"]["containers"]
     assert [c["name"] for c in merged] == before + [n for n in patch if n not in before]
     assert all(c["image"] == ("new" if c["name"] in patch else "old") for c in merged)
+
+
+def test_kubectl_rollout_undo_replaces_the_template() -> None:
+    # kubectl rollout undo sends the old ReplicaSet's template with "$patch": "replace"
+    old_template = {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "app", "image": "nginx:1.24"}]}}  # fmt: skip
+    patch = {"spec": {"template": {"$patch": "replace", **old_template}}}
+    result = apply_strategic_merge_patch(deployment(), patch, "Deployment")
+    assert result["spec"]["template"] == old_template
+    assert result["spec"]["replicas"] == 2
