@@ -348,7 +348,10 @@ class KubeClient:
         self.host = urlsplit(access.server).netloc
         self.retries = retries
         self.timeout_seconds = timeout_seconds
-        self._ssl = _ssl_context(access)
+        # One SSLContext per pool: httpcore sets the ALPN protocols on the context it is given
+        # (["http/1.1"] for an HTTP/1.1 pool), so a shared one would turn HTTP/2 off for all.
+        _ssl_context(access)  # fail early on a bad CA
+        self._contexts: list[ssl.SSLContext] = []
         self._installed_cert: tuple[bytes, bytes] | None = None
         if access.client_cert_pem and access.client_key_pem:
             self._install_cert(Credential(None, access.client_cert_pem, access.client_key_pem))
@@ -372,11 +375,21 @@ class KubeClient:
         self._lanes: list[_Lane] = []
         self._closed = False
 
+    def _new_context(self, *, keep: bool = True) -> ssl.SSLContext:
+        """A context with the CA, TLS options and current client certificate. Kept ones get
+        new certificates when an exec plugin hands out one."""
+        context = _ssl_context(self.access)
+        if self._installed_cert is not None:
+            _load_client_certificate(context, *self._installed_cert)
+        if keep:
+            self._contexts.append(context)
+        return context
+
     def _new_lane(self, *, http2: bool) -> _Lane:
         client = httpx.AsyncClient(
             base_url=self.base_url,
             http2=http2,
-            verify=self._ssl,
+            verify=self._new_context(),
             auth=self._auth,
             proxy=self.proxy,
             trust_env=False,  # proxies are chosen above, with the noProxy options
@@ -416,7 +429,8 @@ class KubeClient:
         pair = (credential.client_cert_pem, credential.client_key_pem)
         if pair != self._installed_cert:
             # New connections present the new certificate; open ones keep theirs.
-            _load_client_certificate(self._ssl, *pair)
+            for context in self._contexts:
+                _load_client_certificate(context, *pair)
             self._installed_cert = pair
 
     async def __aenter__(self) -> KubeClient:
@@ -622,7 +636,7 @@ class KubeClient:
                     tcp = await trio.open_tcp_stream(host, port)
                     stream = trio.SSLStream(
                         tcp,
-                        self._ssl,
+                        self._new_context(keep=False),
                         server_hostname=self.access.tls_server_name or host,
                         https_compatible=True,
                     )
