@@ -26,19 +26,15 @@ from wire import EventRecord, EventType
 from .._errors import InvalidQuery, InvalidRecord, StoreError
 from ._labels import selector_sql
 from ._records import (
-    AccountRecord,
-    AccountState,
-    AgentRecord,
     BatchOutcome,
     ObjectPage,
     ObjectRef,
-    OperationEvent,
-    OperationRecord,
     ResumePoint,
     StoredObject,
     group_of,
 )
 from ._schema import migrate
+from ._sqlite_records import RecordTables, encode
 
 log = logging.getLogger("server.store")
 
@@ -74,7 +70,7 @@ class _Head(msgspec.Struct):
 
 
 _decode_head = msgspec.json.Decoder(_Head).decode
-_encode = msgspec.json.encode
+_encode = encode
 
 
 def _scrub_secret(record: EventRecord) -> bytes:
@@ -121,7 +117,7 @@ def _untoken(token: str) -> list[str]:
     return key
 
 
-class SqliteCore:
+class SqliteCore(RecordTables):
     """The store's operations on one sqlite3 connection. Not thread-safe: callers serialize."""
 
     def __init__(self, path: str, now_ms: Callable[[], int]) -> None:
@@ -379,161 +375,6 @@ class SqliteCore:
             (account,),
         )
         return [ResumePoint(*row) for row in rows]
-
-    # -- accounts -----------------------------------------------------------------------
-
-    def upsert_account(self, a: AccountRecord) -> None:
-        self._write(
-            lambda: self._conn.execute(
-                "INSERT OR REPLACE INTO accounts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    a.name,
-                    a.kube_host,
-                    a.cert_fingerprint,
-                    a.kube_version,
-                    str(a.status),
-                    a.error_message,
-                    a.retry_count,
-                    int(a.dynamic),
-                    _encode(a.permissions),
-                    _encode(a.properties),
-                    a.zone_id,
-                    a.last_updated_ms or self._now_ms(),
-                    _encode(a.connections),
-                    a.orphaned_at_ms,
-                ),
-            )
-        )
-
-    @staticmethod
-    def _account(row: Sequence[Any]) -> AccountRecord:
-        return AccountRecord(
-            name=row[0],
-            kube_host=row[1],
-            cert_fingerprint=row[2],
-            kube_version=row[3],
-            status=AccountState(row[4]),
-            error_message=row[5],
-            retry_count=row[6],
-            dynamic=bool(row[7]),
-            permissions=msgspec.json.decode(row[8]),
-            properties=msgspec.json.decode(row[9]),
-            zone_id=row[10],
-            last_updated_ms=row[11],
-            connections=msgspec.json.decode(row[12]),
-            orphaned_at_ms=row[13],
-        )
-
-    def get_account(self, name: str) -> AccountRecord | None:
-        rows = self._read("SELECT * FROM accounts WHERE name=?", (name,))
-        return self._account(rows[0]) if rows else None
-
-    def list_accounts(self) -> list[AccountRecord]:
-        return [self._account(r) for r in self._read("SELECT * FROM accounts ORDER BY name")]
-
-    def delete_account(self, name: str) -> bool:
-        def delete() -> bool:
-            for table in ("objects", "resource_versions", "sync_state"):
-                self._conn.execute(f"DELETE FROM {table} WHERE account=?", (name,))
-            gone = self._conn.execute("DELETE FROM accounts WHERE name=?", (name,)).rowcount
-            return bool(gone)
-
-        existed: bool = self._write(delete)
-        self._open_syncs = {k: v for k, v in self._open_syncs.items() if k[0] != name}
-        return existed
-
-    # -- agents -------------------------------------------------------------------------
-
-    def upsert_agent(self, a: AgentRecord) -> None:
-        self._write(
-            lambda: self._conn.execute(
-                "INSERT OR REPLACE INTO agents VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    a.session_id,
-                    a.agent_id,
-                    a.instance_id,
-                    a.agent_version,
-                    a.server_id,
-                    a.peer,
-                    _encode(a.accounts),
-                    a.connected_at_ms,
-                    a.last_seen_ms,
-                ),
-            )
-        )
-
-    def delete_agent(self, session_id: str) -> None:
-        self._write(
-            lambda: self._conn.execute("DELETE FROM agents WHERE session_id=?", (session_id,))
-        )
-
-    def list_agents(self) -> list[AgentRecord]:
-        rows = self._read("SELECT * FROM agents ORDER BY agent_id, session_id")
-        return [
-            AgentRecord(
-                session_id=r[0],
-                agent_id=r[1],
-                instance_id=r[2],
-                agent_version=r[3],
-                server_id=r[4],
-                peer=r[5],
-                accounts=msgspec.json.decode(r[6]),
-                connected_at_ms=r[7],
-                last_seen_ms=r[8],
-            )
-            for r in rows
-        ]
-
-    # -- operations ---------------------------------------------------------------------
-
-    def record_operation(self, op: OperationRecord, message: str) -> None:
-        now = self._now_ms()
-
-        def write() -> None:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO operations VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    op.id,
-                    op.account,
-                    op.type,
-                    op.payload_json,
-                    op.state,
-                    op.created_ms or now,
-                    op.updated_ms or now,
-                    op.result_json,
-                    op.error_message,
-                    op.error_code,
-                ),
-            )
-            self._conn.execute(
-                "INSERT INTO operation_history(operation_id, at_ms, state, message)"
-                " VALUES (?,?,?,?)",
-                (op.id, op.updated_ms or now, op.state, message),
-            )
-
-        self._write(write)
-
-    def get_operation(self, operation_id: str) -> OperationRecord | None:
-        rows = self._read("SELECT * FROM operations WHERE id=?", (operation_id,))
-        return OperationRecord(*rows[0]) if rows else None
-
-    def list_operations(self, account: str | None, limit: int) -> list[OperationRecord]:
-        if account is None:
-            rows = self._read("SELECT * FROM operations ORDER BY created_ms DESC LIMIT ?", (limit,))
-        else:
-            rows = self._read(
-                "SELECT * FROM operations WHERE account=? ORDER BY created_ms DESC LIMIT ?",
-                (account, limit),
-            )
-        return [OperationRecord(*r) for r in rows]
-
-    def operation_history(self, operation_id: str) -> list[OperationEvent]:
-        rows = self._read(
-            "SELECT operation_id, at_ms, state, message FROM operation_history"
-            " WHERE operation_id=? ORDER BY id",
-            (operation_id,),
-        )
-        return [OperationEvent(*r) for r in rows]
 
 
 def wall_clock_ms() -> int:
