@@ -315,3 +315,41 @@ async def test_bad_limits_are_named_in_the_error(autojump_clock: trio.testing.Mo
         receive.receive_batch_nowait(10, 0)
     with pytest.raises(ValueError, match="min_entries: must be an int >= 1, got -1"):
         await receive.wait_pending(-1, 10)
+
+
+async def test_a_close_between_grant_and_wakeup_still_returns_the_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    budget, send, receive = channel(capacity=10)
+    with trio.fail_after(5):
+        await send.send(entry(1, 10))
+        held = await receive.receive_batch()
+        async with trio.open_nursery() as nursery:
+
+            async def producer() -> None:
+                with pytest.raises(trio.BrokenResourceError):
+                    await send.send(entry(2, 8))
+
+            nursery.start_soon(producer)
+            await trio.testing.wait_all_tasks_blocked()
+            receive.acknowledge(held)  # grants the parked sender its 8 bytes...
+            assert budget.statistics().in_use == 8
+            receive.close()  # ...and the receiver closes before that sender runs
+        assert budget.statistics().in_use == 0
+        assert receive.statistics().pending_entries == 0
+
+
+async def test_two_channels_can_share_one_budget(autojump_clock: trio.testing.MockClock) -> None:
+    budget, first, first_receive = channel(capacity=10)
+    second, second_receive = open_event_channel(budget)
+    with trio.fail_after(5):
+        await first.send(entry("a", 6))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(second.send_many, (entry(k, 3) for k in "bc"))  # a generator
+            await trio.testing.wait_all_tasks_blocked()
+            assert second_receive.statistics().senders_waiting == 1
+            first_receive.acknowledge(await first_receive.receive_batch())
+        assert budget.statistics().in_use == 6
+        second_receive.close()
+        first_receive.close()
+        assert budget.statistics().in_use == 0
