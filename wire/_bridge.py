@@ -221,26 +221,33 @@ class ClientStream:
         self._closed = False
         # Once the call is over, every later operation raises this (a copy of) again.
         self._terminal: WireError | None = None
+        # One task may receive while another sends, but two sends (or two receives) must not
+        # interleave their frames.
+        self._receive_lock = trio.Lock()
+        self._send_lock = trio.Lock()
 
     async def send(self, message: AgentMessage) -> None:
         """Send one message. Raises MessageTooLarge (nothing sent, the stream stays usable),
         ConnectionLost, RemoteRefused, EndOfStream or StreamClosed."""
         data = _checked(encode_agent_message(message), self._limit)
-        if self._ended and self._terminal is None:
-            raise StreamClosed("cannot send after end()")
-        await self._op(self._aio_send, data)
+        async with self._send_lock:
+            if self._ended and self._terminal is None:
+                raise StreamClosed("cannot send after end()")
+            await self._op(self._aio_send, data)
 
     async def receive(self) -> ServerMessage:
         """Wait for the server's next message. Raises EndOfStream when the server ended the call
         with OK, RemoteRefused(status, message) for any other status, ConnectionLost,
         MessageTooLarge, ProtocolViolation or StreamClosed."""
-        data = await self._op(self._aio_receive)
+        async with self._receive_lock:
+            data = await self._op(self._aio_receive)
         return _decode(data, _parse_server_message, "ServerMessage", self._limit)
 
     async def end(self) -> None:
         """Finish our side (half-close): the server's receive() raises EndOfStream; receiving
         what the server still sends keeps working."""
-        await self._op(self._aio_end)
+        async with self._send_lock:
+            await self._op(self._aio_end)
 
     async def aclose(self) -> None:
         """Reset the call if it is still open and close the connection. Idempotent; shielded and
@@ -409,7 +416,11 @@ class ServerStream:
         self._lost_reason: str | None = None
         self._finished = False
         self._end_seen = False
-        self._op_scope: trio.CancelScope | None = None
+        # One task may receive while another sends; _lose() must wake both.
+        self._op_scopes: set[trio.CancelScope] = set()
+        # grpclib's reads and writes of one message must not interleave with another's.
+        self._receive_lock = trio.Lock()
+        self._send_lock = trio.Lock()
 
     async def receive(self) -> AgentMessage:
         """Wait for the client's next message. Raises EndOfStream when the client finished its
@@ -417,7 +428,8 @@ class ServerStream:
         ProtocolViolation, or StreamClosed after the handler's call is over."""
         if self._end_seen:
             raise EndOfStream("the client finished sending")
-        data = await self._op(self._grpc.recv_message)
+        async with self._receive_lock:
+            data = await self._op(self._grpc.recv_message)
         if data is None:
             self._end_seen = True
             raise EndOfStream("the client finished sending")
@@ -427,7 +439,8 @@ class ServerStream:
         """Send one message. Raises MessageTooLarge (nothing sent), ConnectionLost or
         StreamClosed."""
         data = _checked(bytes(message), self._limit)
-        await self._op(self._grpc.send_message, data)
+        async with self._send_lock:
+            await self._op(self._grpc.send_message, data)
 
     async def _op(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         if self._lost_reason is not None:
@@ -435,7 +448,7 @@ class ServerStream:
         if self._finished:
             raise StreamClosed("the call is over; its stream cannot be used")
         with trio.CancelScope() as scope:
-            self._op_scope = scope
+            self._op_scopes.add(scope)
             try:
                 result: _T = await trio_asyncio.aio_as_trio(fn)(*args)
                 return result
@@ -450,7 +463,7 @@ class ServerStream:
                         await trio_asyncio.aio_as_trio(self._aio_reset)()
                 raise
             finally:
-                self._op_scope = None
+                self._op_scopes.discard(scope)
         # Only _lose() cancels this scope.
         raise ConnectionLost(self._lost_reason or "the stream was lost")
 
@@ -470,8 +483,8 @@ class ServerStream:
         """Called on the asyncio side when grpclib gives up on the call."""
         if self._lost_reason is None:
             self._lost_reason = reason
-        if self._op_scope is not None:
-            self._op_scope.cancel()
+        for scope in self._op_scopes:
+            scope.cancel()
 
 
 class _HandlerCancelled:

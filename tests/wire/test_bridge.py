@@ -329,3 +329,63 @@ async def test_send_after_end_is_refused_locally_and_receiving_goes_on() -> None
                 with pytest.raises(wire.EndOfStream):
                     await stream.receive()
             nursery.cancel_scope.cancel()
+
+
+@in_loop
+async def test_client_reset_wakes_a_receive_while_another_task_sends() -> None:
+    """A handler receives in one task and sends in another; the client going away must wake
+    the pending receive even though sends started and finished meanwhile."""
+    outcome: list[BaseException] = []
+    sent = trio.Event()
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        async def sender() -> None:
+            for seq in range(5):
+                await stream.send(m.ServerMessage(ack=m.Ack(seq=seq)))
+            sent.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sender)
+            try:
+                await stream.receive()
+            except wire.WireError as exc:
+                outcome.append(exc)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                for seq in range(5):
+                    assert (await stream.receive()).ack.seq == seq
+                await sent.wait()
+            while not outcome:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert isinstance(outcome[0], wire.ConnectionLost)
+
+
+@in_loop
+async def test_concurrent_sends_do_not_interleave() -> None:
+    received: list[int] = []
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        while True:
+            try:
+                message = await stream.receive()
+            except wire.EndOfStream:
+                return
+            received.append(len(message.event_batch.records))
+
+    sizes = [300_000, 5, 200_000, 7, 100_000, 3]
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                async with trio.open_nursery() as senders:
+                    for size in sizes:
+                        senders.start_soon(stream.send, batch(1, b"z" * size))
+                await stream.end()
+                with pytest.raises(wire.EndOfStream):
+                    await stream.receive()
+            nursery.cancel_scope.cancel()
+    assert sorted(received) == sorted(sizes)
