@@ -5,9 +5,11 @@ Theory of operation. Every process runs trio; :func:`open_loop` runs an asyncio 
 ``ClientStream.send`` encodes the protobuf on the trio side, checks its size, then makes one
 ``aio_as_trio`` call into grpclib's ``send_message``; ``receive`` makes one call that returns
 the message's bytes and decodes them back on the trio side. grpclib's codec here is the
-identity on bytes, so no protobuf work happens on the asyncio side. HTTP/2 credit is given
-back when grpclib's ``recv_message`` consumes the data, i.e. only when the trio side calls
-``receive()``: backpressure reaches the socket.
+identity on bytes, so no protobuf work happens on the asyncio side (EventBatch envelopes take
+the hand-written path in _envelope.py). HTTP/2 credit is given back when grpclib's
+``recv_message`` consumes the data, i.e. only when the trio side calls ``receive()``:
+backpressure reaches the socket. Both ends announce 1 MiB DATA frames, so a batch of events
+is one frame rather than dozens (h2's cost is per frame). One call per connection.
 
 Server calls. grpclib runs each call in an asyncio task (:meth:`_ConnectService._handle`),
 which starts the trio handler as a task in :func:`serve`'s own nursery (so serve owns every
@@ -21,7 +23,9 @@ message would corrupt it otherwise); the stream raises StreamClosed afterwards.
 Errors from grpclib, h2, ssl and sockets are translated here into wire's tree (_errors.py).
 Known limit: grpclib buffers an incoming message before the size check can run, so
 ``max_message_size`` bounds what the application sees, while the HTTP/2 window (4 MiB per
-stream and per connection) bounds what is in flight.
+stream and per connection) bounds what is in flight. Private grpclib seams used (grpclib is
+pinned < 0.5): ``Server._protocol_factory`` / ``Channel._protocol_factory`` and
+``Connection._connection`` (frame size, closing connections on shutdown).
 """
 
 from __future__ import annotations

@@ -389,3 +389,50 @@ async def test_concurrent_sends_do_not_interleave() -> None:
                     await stream.receive()
             nursery.cancel_scope.cancel()
     assert sorted(received) == sorted(sizes)
+
+
+@in_loop
+async def test_backpressure_a_server_that_does_not_read_stops_the_sender() -> None:
+    """HTTP/2 credit goes back only when the handler calls receive(): a sender facing a handler
+    that does not read blocks once the stream window (4 MiB) is full, and resumes after."""
+    start_reading = trio.Event()
+    received = 0
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        nonlocal received
+        await start_reading.wait()
+        while True:
+            try:
+                await stream.receive()
+            except wire.EndOfStream:
+                return
+            received += 1
+
+    chunk = 256 * 1024
+    total = 40  # 10 MiB: well over the window
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                sent = 0
+
+                async def sender() -> None:
+                    nonlocal sent
+                    while sent < total:
+                        await stream.send(batch(sent, b"b" * chunk))
+                        sent += 1
+
+                async with trio.open_nursery() as senders:
+                    senders.start_soon(sender)
+                    await trio.sleep(0.5)  # real time: let the sender run into the window
+                    stalled_at = sent
+                    await trio.sleep(0.5)
+                    assert sent == stalled_at, "the sender went on while nobody read"
+                    assert stalled_at >= 8
+                    assert stalled_at * chunk <= 5 * 2**20
+                    start_reading.set()
+                await stream.end()
+                with pytest.raises(wire.EndOfStream):
+                    await stream.receive()
+            nursery.cancel_scope.cancel()
+    assert received == total
