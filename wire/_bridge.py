@@ -21,11 +21,11 @@ Cancellation from trio: cancelling ``send``/``receive`` resets the gRPC stream (
 message would corrupt it otherwise); the stream raises StreamClosed afterwards.
 
 Errors from grpclib, h2, ssl and sockets are translated here into wire's tree (_errors.py).
-Known limit: grpclib buffers an incoming message before the size check can run, so
-``max_message_size`` bounds what the application sees, while the HTTP/2 window (4 MiB per
-stream and per connection) bounds what is in flight. Private grpclib seams used (grpclib is
-pinned < 0.5): ``Server._protocol_factory`` / ``Channel._protocol_factory`` and
-``Connection._connection`` (frame size, closing connections on shutdown).
+Message size: the server reads the gRPC length prefix itself and refuses an oversize message
+before reading its body. The client (facing its own server) lets grpclib read the message and
+checks the size after. Private grpclib seams used (grpclib is pinned < 0.5):
+``Server._protocol_factory`` / ``Channel._protocol_factory`` and ``Connection._connection``
+(frame size, closing connections on shutdown), ``server.Stream._stream`` (the bounded read).
 """
 
 from __future__ import annotations
@@ -420,6 +420,7 @@ class ServerStream:
         self._lost_reason: str | None = None
         self._finished = False
         self._end_seen = False
+        self._oversize: MessageTooLarge | None = None
         # One task may receive while another sends; _lose() must wake both.
         self._op_scopes: set[trio.CancelScope] = set()
         # grpclib's reads and writes of one message must not interleave with another's.
@@ -432,8 +433,14 @@ class ServerStream:
         ProtocolViolation, or StreamClosed after the handler's call is over."""
         if self._end_seen:
             raise EndOfStream("the client finished sending")
+        if self._oversize is not None:
+            raise _again(self._oversize)
         async with self._receive_lock:
-            data = await self._op(self._grpc.recv_message)
+            try:
+                data = await self._op(self._aio_receive)
+            except MessageTooLarge as exc:
+                self._oversize = exc  # the rest of that message is unread: no way back
+                raise
         if data is None:
             self._end_seen = True
             raise EndOfStream("the client finished sending")
@@ -470,6 +477,25 @@ class ServerStream:
                 self._op_scopes.discard(scope)
         # Only _lose() cancels this scope.
         raise ConnectionLost(self._lost_reason or "the stream was lost")
+
+    async def _aio_receive(self) -> bytes | None:
+        """grpclib's recv_message, but the gRPC length prefix is checked before the body is
+        read: a client (not yet authenticated, maybe) cannot make the server buffer more than
+        max_message_size. Uses grpclib's protocol stream (``Stream._stream``); connection loss
+        reaches a pending read through _lose(), not through grpclib's wrapper."""
+        protocol_stream = self._grpc._stream
+        prefix = await protocol_stream.recv_data(5)
+        if not prefix:
+            return None
+        if len(prefix) != 5 or prefix[0] != 0:
+            raise ProtocolViolation("compressed or truncated gRPC message (compression is off)")
+        size = int.from_bytes(prefix[1:5], "big")
+        if size > self._limit:
+            raise MessageTooLarge(size, self._limit, direction="incoming")
+        data: bytes = await protocol_stream.recv_data(size)
+        if len(data) != size:
+            raise ProtocolViolation(f"gRPC message cut short: {len(data)} of {size} bytes")
+        return data
 
     async def _aio_end_call(self, status: _GrpcStatus, message: str) -> None:
         try:

@@ -436,3 +436,26 @@ async def test_backpressure_a_server_that_does_not_read_stops_the_sender() -> No
                     await stream.receive()
             nursery.cancel_scope.cancel()
     assert received == total
+
+
+@in_loop
+async def test_the_server_refuses_an_oversize_message_without_reading_its_body() -> None:
+    """The length prefix is checked first: a 20 MiB message to a server with a 64 KiB limit is
+    refused while the client is still blocked sending it (the server never takes the rest)."""
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        await stream.receive()
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(
+                functools.partial(wire.serve, handler, "127.0.0.1", 0, max_message_size=2**16)
+            )
+            async with wire.open_connection(
+                "127.0.0.1", port, max_message_size=64 * 2**20
+            ) as stream:
+                with pytest.raises(wire.RemoteRefused) as info:
+                    await stream.send(batch(1, b"h" * (20 * 2**20)))
+            nursery.cancel_scope.cancel()
+    assert info.value.status is wire.Status.RESOURCE_EXHAUSTED
+    assert "exceeds the limit of 65536 bytes" in info.value.message
