@@ -263,7 +263,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> Starlette:
     """The ASGI app over `state`. Metrics go to `registry` (a new one when None), never to the
     process-global registry, so that several servers can live in one process (the tests)."""
-    metrics = ApiMetrics(registry or CollectorRegistry(auto_describe=True), state.feed)
+    if registry is None:
+        registry = CollectorRegistry(auto_describe=True)
+    metrics = ApiMetrics(registry, state.feed)
     app = Starlette(
         routes=routes_for(ENDPOINTS),
         middleware=[Middleware(MetricsMiddleware, metrics=metrics)],

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..store import AccountRecord, AccountState, AgentRecord
-from ._context import context, iterate_objects, json_body
+from ._context import collect_objects, context, json_body
 from ._errors import BadRequest, Conflict, NotFound
 
 __all__ = ["account_json", "account_namespaces"]
@@ -331,11 +331,8 @@ async def account_namespaces(request: Request, record: AccountRecord) -> list[st
     if isinstance(configured, list) and configured:
         return sorted(str(n) for n in configured)
     store = context(request).state.store
-    names = [
-        o.name
-        async for o in iterate_objects(store, account=record.name, kind="Namespace", namespace="")
-    ]
-    return sorted(names)
+    found = await collect_objects(store, account=record.name, kind="Namespace", namespace="")
+    return sorted(o.name for o in found)
 
 
 async def kubernetes_account(request: Request) -> Response:

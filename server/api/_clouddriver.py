@@ -11,10 +11,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .._manifest_status import compute_status
-from .._moniker import moniker_for, parse_name
+from .._moniker import ANNOTATION_PREFIX as MONIKER_PREFIX
+from .._moniker import moniker_for
 from ..store import AccountRecord, Store, StoredObject
 from ._armory import account_namespaces
-from ._context import context, iterate_objects
+from ._context import collect_objects, context
 from ._errors import BadRequest, NotFound
 from ._kinds import SPINNAKER_KIND_MAP, KindRef, resolve_kind
 from ._manifest_view import artifacts_of, events_about, parse_manifest_name, pick_by_criteria
@@ -88,19 +89,17 @@ async def _find(
     if ref.group is not None:
         return await store.get_object(account, ref.group, ref.kind, namespace, name)
     # A custom kind named without its group: look it up by kind alone (a bounded scan).
-    async for obj in iterate_objects(store, account=account, kind=ref.kind, namespace=namespace):
-        if obj.name == name:
-            return obj
-    return None
+    found = await collect_objects(
+        store, account=account, kind=ref.kind, namespace=namespace, keep=lambda o: o.name == name
+    )
+    return found[0] if found else None
 
 
 async def _events(store: Store, account: str, obj: StoredObject) -> list[Mapping[str, Any]]:
     # Events live in the namespace of the object they are about (default for cluster-scoped).
     namespace = obj.namespace or "default"
-    bodies = [
-        _decode(e.body)
-        async for e in iterate_objects(store, account=account, kind="Event", namespace=namespace)
-    ]
+    found = await collect_objects(store, account=account, kind="Event", namespace=namespace)
+    bodies = [_decode(e.body) for e in found]
     return events_about(bodies, obj.kind, obj.name, obj.namespace)
 
 
@@ -149,13 +148,15 @@ def _in_cluster(obj: Mapping[str, Any], ref: KindRef, app: str, cluster: str) ->
     write as "<kind> <name>" (e.g. "replicaSet frontend"), else the name without -vNNN.
     """
     moniker = moniker_for(obj)
-    if moniker.app is not None and moniker.app != app:
+    if moniker.app != app:
         return False
     if moniker.cluster == cluster:
         return True
-    name = str(obj.get("metadata", {}).get("name", ""))
-    base = parse_name(name).cluster
-    return cluster == f"{ref.token} {base}"
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    if f"{MONIKER_PREFIX}cluster" in annotations:
+        return False
+    # No cluster annotation: also accept Spinnaker's "<kind> <name without -vNNN>" spelling.
+    return cluster == f"{ref.token} {moniker.cluster}"
 
 
 async def _cluster_members(request: Request) -> tuple[KindRef, str, list[Mapping[str, Any]]]:
@@ -165,10 +166,11 @@ async def _cluster_members(request: Request) -> tuple[KindRef, str, list[Mapping
     ref = resolve_kind(p["kind"])
     namespace = "" if p["location"] == "_" else p["location"]
     store = context(request).state.store
-    members = []
-    async for stored in iterate_objects(
+    found = await collect_objects(
         store, account=account, kind=ref.kind, namespace=namespace, group=ref.group
-    ):
+    )
+    members = []
+    for stored in found:
         obj = _decode(stored.body)
         if _in_cluster(obj, ref, p["app"], p["cluster"]):
             members.append(obj)

@@ -8,7 +8,7 @@ disconnects nobody.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,7 +20,7 @@ from ..store import Store, StoredObject
 from ._errors import BadRequest
 from ._metrics import ApiMetrics
 
-__all__ = ["ApiContext", "ApiState", "StandaloneState", "context", "iterate_objects", "json_body"]
+__all__ = ["ApiContext", "ApiState", "StandaloneState", "collect_objects", "context", "json_body"]
 
 # Object scans (events of an object, cluster lookups) stop here: every answer has a bound.
 MAX_SCAN_OBJECTS = 100_000
@@ -90,15 +90,18 @@ async def json_body(request: Request) -> Any:
         raise BadRequest(f"the request body is not valid JSON: {exc}") from exc
 
 
-async def iterate_objects(
+async def collect_objects(
     store: Store,
     *,
     account: str,
     kind: str,
     namespace: str | None,
     group: str | None = None,
-) -> AsyncIterator[StoredObject]:
-    """Every stored object matching, page by page, stopping after MAX_SCAN_OBJECTS."""
+    keep: Callable[[StoredObject], bool] | None = None,
+) -> list[StoredObject]:
+    """The stored objects matching (and accepted by `keep`), read page by page; the scan stops
+    after MAX_SCAN_OBJECTS objects so that every answer has a bound."""
+    found: list[StoredObject] = []
     token: str | None = None
     seen = 0
     while True:
@@ -110,9 +113,8 @@ async def iterate_objects(
             continue_token=token,
             group=group,
         )
-        for obj in page.objects:
-            yield obj
+        found.extend(o for o in page.objects if keep is None or keep(o))
         seen += len(page.objects)
         token = page.next_token
         if token is None or seen >= MAX_SCAN_OBJECTS:
-            return
+            return found

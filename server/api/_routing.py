@@ -64,9 +64,7 @@ def routes_for(endpoints: Iterable[Endpoint]) -> list[BaseRoute]:
         if endpoint.method == "WEBSOCKET":
             routes.append(WebSocketRoute(endpoint.path, endpoint.handler))
         else:
-            routes.append(
-                Route(endpoint.path, endpoint.handler, methods=[endpoint.method])
-            )
+            routes.append(Route(endpoint.path, endpoint.handler, methods=[endpoint.method]))
     return routes
 
 

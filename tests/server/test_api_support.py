@@ -4,6 +4,7 @@ Hypercorn socket on 127.0.0.1 port 0). No tests here."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -88,7 +89,8 @@ async def open_api(
                 yield Harness(store, state.feed, state, client)
             return
         async with trio.open_nursery() as nursery:
-            port: int = await nursery.start(serve_api, state, "127.0.0.1", 0)
+            serve = functools.partial(serve_api, registry=registry)
+            port: int = await nursery.start(serve, state, "127.0.0.1", 0)
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
                 yield Harness(store, state.feed, state, client, port)
             nursery.cancel_scope.cancel()
