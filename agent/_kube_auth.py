@@ -318,6 +318,25 @@ class KubeAuth(httpx.Auth):
         )
         self._on_credential = on_credential
 
+    async def headers(self) -> tuple[dict[str, str], Credential]:
+        """The Authorization header (if any) for a request sent outside httpx, and the
+        credential it came from (to pass to :meth:`refused` on a 401)."""
+        credential = await self._source.get()
+        if self._on_credential is not None:
+            self._on_credential(credential)
+        if credential.token:
+            return {"Authorization": f"Bearer {credential.token}"}, credential
+        if self._basic is not None:
+            return {"Authorization": self._basic}, credential
+        return {}, credential
+
+    def refused(self, credential: Credential) -> bool:
+        """Note a 401 for ``credential``; True when asking again may give a new one."""
+        if not self._source.refreshable:
+            return False
+        self._source.refused(credential)
+        return True
+
     async def _apply(self, request: httpx.Request) -> Credential:
         credential = await self._source.get()
         if self._on_credential is not None:

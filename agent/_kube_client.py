@@ -21,35 +21,38 @@ subclasses, raised by ``raise_for_status()``, with the Kubernetes Status kept.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import logging
 import os
 import ssl
-import tempfile
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import trio
 
 from ._config_schema import AccountConfig, KubernetesConfig, RetriesConfig
-from ._errors import (
-    KubeClosedError,
-    KubeConnectionError,
-    KubeError,
-    KubeStatusError,
-    KubeTimeoutError,
-    status_error,
-)
+from ._errors import KubeClosedError, KubeConnectionError, KubeError, KubeTimeoutError
 from ._kube_auth import Credential, KubeAuth, credential_source
+from ._kube_h2 import H2Pool
 from ._kube_proxy import select_proxy
+from ._kube_response import (
+    MAX_ERROR_BODY_BYTES,
+    MAX_RESPONSE_BYTES,
+    H2WatchStream,
+    HttpxStream,
+    KubeReply,
+    KubeStream,
+    explain,
+    retry_after,
+    translated,
+)
+from ._kube_tls import load_client_certificate, ssl_context
 from ._kubeconfig import (
     SERVICE_ACCOUNT_DIR,
     ClusterAccess,
@@ -70,8 +73,6 @@ __all__ = [
 log = logging.getLogger("agent.kube")
 
 CONNECT_TIMEOUT = 30.0  # seconds for TCP + TLS; a silent network otherwise hangs a dial forever
-MAX_RESPONSE_BYTES = 256 * 2**20  # request() bodies: a 500-object list page is a few MB
-MAX_ERROR_BODY_BYTES = 64 * 1024  # a Status is small; do not read a huge error page
 MAX_RETRY_AFTER = 60.0
 STREAMS_PER_CONNECTION = 100  # httpcore's h2 cap per connection (see KubeClient)
 _DEFAULT_RETRIES = RetriesConfig()
@@ -91,220 +92,6 @@ class ClusterIdentity:
     version: Mapping[str, Any]
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    if value.strip().isdigit():
-        return float(value.strip())
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _status_error(
-    code: int, headers: Mapping[str, str], body: bytes, method: str, path: str
-) -> KubeStatusError:
-    """The KubeStatusError for an error answer, keeping the Status message when there is one."""
-    status: dict[str, Any] | None = None
-    try:
-        decoded = json.loads(body)
-        if isinstance(decoded, dict) and decoded.get("kind") == "Status":
-            status = decoded
-    except ValueError:
-        pass
-    if status is not None:
-        message = str(status.get("message") or "")
-        reason = str(status.get("reason") or "")
-    else:
-        message = body[:500].decode(errors="replace").strip()
-        reason = ""
-    return status_error(
-        code,
-        message or httpx.codes.get_reason_phrase(code),
-        reason=reason,
-        status=status,
-        method=method,
-        path=path,
-        retry_after=_retry_after(headers),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class KubeReply:
-    """A whole answer. Unpacks as ``status, headers, content = response``."""
-
-    status_code: int
-    headers: Mapping[str, str]
-    content: bytes
-    method: str = ""
-    path: str = ""
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.status_code, self.headers, self.content))
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status_code < 300
-
-    def raise_for_status(self) -> None:
-        """Raise the KubeStatusError subclass for a status >= 400."""
-        if self.status_code >= 400:
-            raise _status_error(
-                self.status_code, self.headers, self.content, self.method, self.path
-            )
-
-    def json(self) -> Any:
-        """The body decoded as JSON. Raises KubeError when it is not JSON."""
-        try:
-            return json.loads(self.content)
-        except ValueError as exc:
-            raise KubeError(f"{self.method} {self.path}: the answer is not JSON: {exc}") from exc
-
-
-def _explain(exc: BaseException) -> str:
-    """The messages along an error's cause chain: httpx's own is often empty, the ssl or
-    socket error underneath says what happened (``CERTIFICATE_VERIFY_FAILED``)."""
-    parts: list[str] = []
-    current: BaseException | None = exc
-    for _ in range(8):
-        if current is None:
-            break
-        text = str(current).strip()
-        if text and text not in parts:
-            parts.append(text)
-        current = current.__cause__ or current.__context__
-    return "; ".join(parts) or "no details"
-
-
-@contextmanager
-def _translated(method: str, path: str, host: str) -> Iterator[None]:
-    """Translate httpx's errors into the agent's tree at this one edge."""
-    try:
-        yield
-    except httpx.TimeoutException as exc:
-        raise KubeTimeoutError(
-            f"{method} {path}: timeout talking to {host}: {_explain(exc)}"
-        ) from exc
-    except httpx.RequestError as exc:
-        raise KubeConnectionError(
-            f"{method} {path}: {host}: {type(exc).__name__}: {_explain(exc)}"
-        ) from exc
-    except httpx.StreamError as exc:  # read after close: our doing
-        raise KubeClosedError(f"{method} {path}: the response was closed: {exc}") from exc
-
-
-class KubeStream:
-    """A response whose body is read as it arrives. Owned by ``KubeClient.stream()``."""
-
-    def __init__(self, response: httpx.Response, method: str, path: str, host: str) -> None:
-        self._response = response
-        # httpx's iterator is an async generator; kept to close it explicitly (no GC finalizer).
-        self._chunks = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
-        self._method = method
-        self._path = path
-        self._host = host
-        self.status_code = response.status_code
-        self.headers: Mapping[str, str] = response.headers
-        self.http_version = response.http_version
-        self._finished = False  # the body's generators have run to their end
-
-    async def receive_some(self) -> bytes:
-        """The next body chunk as it came off the network (decompressed); ``b""`` at the end.
-
-        Raises KubeConnectionError when the body is cut, KubeClosedError after close.
-        """
-        with _translated(self._method, self._path, self._host):
-            try:
-                return await self._chunks.__anext__()
-            except StopAsyncIteration:
-                self._finished = True
-                return b""
-            except BaseException:
-                self._finished = True  # an exception unwound (and finished) the generators
-                raise
-
-    async def read(self, limit: int = MAX_RESPONSE_BYTES) -> bytes:
-        """The rest of the body. Raises KubeError when it is longer than ``limit`` bytes."""
-        body = bytearray()
-        while chunk := await self.receive_some():
-            body += chunk
-            if len(body) > limit:
-                raise KubeError(
-                    f"{self._method} {self._path}: the answer is larger than {limit} bytes"
-                )
-        return bytes(body)
-
-    async def raise_for_status(self) -> None:
-        """For a status >= 400: read (at most 64 KiB of) the body and raise KubeStatusError."""
-        if self.status_code < 400:
-            return
-        body = bytearray()
-        while len(body) < MAX_ERROR_BODY_BYTES and (chunk := await self.receive_some()):
-            body += chunk
-        raise _status_error(self.status_code, self.headers, bytes(body), self._method, self._path)
-
-    def peer_certificate(self) -> bytes | None:
-        """The DER serving certificate of the connection that carried this response."""
-        stream = self._response.extensions.get("network_stream")
-        ssl_object = stream.get_extra_info("ssl_object") if stream is not None else None
-        if ssl_object is None:
-            return None
-        der: bytes | None = ssl_object.getpeercert(binary_form=True)
-        return der
-
-    async def _close(self) -> None:
-        # httpx reads the body through a chain of async generators (httpx and httpcore
-        # layers); closing the outer one leaves the inner ones suspended, and trio warns when
-        # they are garbage collected (encode/httpx#3686). So an unfinished body is ended by a
-        # read inside an already-cancelled scope: Cancelled raised at the socket read unwinds
-        # and finishes every generator of the chain; httpcore then drops the connection (or
-        # resets the HTTP/2 stream) as aclose would.
-        if not self._finished:
-            with trio.CancelScope() as scope:
-                scope.cancel()
-                try:
-                    while await self._chunks.__anext__():
-                        pass  # data already buffered: no checkpoint until the next read
-                except StopAsyncIteration:
-                    pass
-                except (httpx.HTTPError, httpx.StreamError):
-                    pass  # closing anyway
-            self._finished = True
-        await self._chunks.aclose()
-        await self._response.aclose()
-
-
-def _ssl_context(access: ClusterAccess) -> ssl.SSLContext:
-    if access.ca_pem:
-        try:
-            context = ssl.create_default_context(cadata=access.ca_pem.decode())
-        except (ssl.SSLError, ValueError) as exc:
-            raise KubeError(f"{access.source}: the cluster CA is not valid PEM: {exc}") from exc
-    else:
-        context = ssl.create_default_context()
-    if access.insecure_skip_tls_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-def _load_client_certificate(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
-    """Install a client certificate from memory (ssl only loads files: a private temp dir)."""
-    with tempfile.TemporaryDirectory(prefix="kubesvc-cert-") as folder:
-        cert_path = Path(folder) / "tls.crt"
-        key_path = Path(folder) / "tls.key"
-        cert_path.write_bytes(cert_pem)
-        key_path.touch(mode=0o600)
-        key_path.write_bytes(key_pem)
-        try:
-            context.load_cert_chain(cert_path, key_path)
-        except ssl.SSLError as exc:
-            raise KubeError(f"the client certificate or key is not valid: {exc}") from exc
-
-
 @dataclass(slots=True)
 class _Lane:
     """One httpx client (connection pool) and how many requests it carries now."""
@@ -316,15 +103,17 @@ class _Lane:
 class KubeClient:
     """An HTTP client for one API server, with auth, retries and error translation.
 
-    HTTP/2 and watches. Short requests (lists, discovery, operations) share one HTTP/2
-    connection. Watches (``watch=1``) go over HTTP/1.1, one connection each, by default:
-    httpcore 1.0 reads an HTTP/2 connection under one lock, handed out first come first
-    served, and the holder blocks in the socket read until *any* frame arrives -- so with
-    quiet watches open, a response that already arrived for another stream waits until some
-    other data comes (measured: a request behind 10 idle watches never completed). With
-    ``watch_http2=True`` watches share HTTP/2 connections anyway ("lanes" of
-    ``streams_per_connection``, since httpcore also caps a connection at 100 concurrent
-    streams and parks the 101st); fine when every watch is busy.
+    HTTP/2 and watches. Short requests (lists, discovery, operations) share one httpx HTTP/2
+    connection. Watches (``watch=1``) cannot go there: httpcore 1.0 reads an HTTP/2 connection
+    under one lock handed out first come first served, whose holder blocks in the socket read
+    until *any* frame arrives, so with quiet watches open a response that already arrived
+    waits until some other data comes (measured: a request behind 10 idle watches never
+    completed); it also parks the 101st stream of a connection. So watches use the agent's
+    own HTTP/2 connections (agent/_kube_h2.py: one reader task each, up to 250 watches per
+    TCP connection) when the client has a ``nursery`` for those reader tasks (as
+    ``open_kube_client`` gives it) and the server speaks h2 without a proxy in between;
+    otherwise HTTP/1.1, one connection per watch. ``watch_http2=True`` forces watches onto
+    httpx's HTTP/2 instead ("lanes" of ``streams_per_connection`` streams), for comparison.
 
     Use as ``async with KubeClient(access, ...) as client`` (or ``open_kube_client``); closing
     closes the connection pool. Requests after closing raise KubeClosedError.
@@ -342,6 +131,7 @@ class KubeClient:
         max_connections: int = 1024,
         watch_http2: bool = False,
         streams_per_connection: int = STREAMS_PER_CONNECTION,
+        nursery: trio.Nursery | None = None,
     ) -> None:
         self.access = access
         self.base_url = access.server
@@ -350,7 +140,7 @@ class KubeClient:
         self.timeout_seconds = timeout_seconds
         # One SSLContext per pool: httpcore sets the ALPN protocols on the context it is given
         # (["http/1.1"] for an HTTP/1.1 pool), so a shared one would turn HTTP/2 off for all.
-        _ssl_context(access)  # fail early on a bad CA
+        ssl_context(access)  # fail early on a bad CA
         self._contexts: list[ssl.SSLContext] = []
         self._installed_cert: tuple[bytes, bytes] | None = None
         if access.client_cert_pem and access.client_key_pem:
@@ -374,13 +164,23 @@ class KubeClient:
         self.streams_per_connection = streams_per_connection
         self._lanes: list[_Lane] = []
         self._closed = False
+        self._h2_pool: H2Pool | None = None
+        parts = urlsplit(access.server)
+        if nursery is not None and http2 and parts.scheme == "https" and self.proxy is None:
+            self._h2_pool = H2Pool(
+                parts.hostname or "",
+                parts.port or 443,
+                ssl_context=self._new_context(),
+                server_hostname=access.tls_server_name or parts.hostname or "",
+                nursery=nursery,
+            )
 
     def _new_context(self, *, keep: bool = True) -> ssl.SSLContext:
         """A context with the CA, TLS options and current client certificate. Kept ones get
         new certificates when an exec plugin hands out one."""
-        context = _ssl_context(self.access)
+        context = ssl_context(self.access)
         if self._installed_cert is not None:
-            _load_client_certificate(context, *self._installed_cert)
+            load_client_certificate(context, *self._installed_cert)
         if keep:
             self._contexts.append(context)
         return context
@@ -430,7 +230,7 @@ class KubeClient:
         if pair != self._installed_cert:
             # New connections present the new certificate; open ones keep theirs.
             for context in self._contexts:
-                _load_client_certificate(context, *pair)
+                load_client_certificate(context, *pair)
             self._installed_cert = pair
 
     async def __aenter__(self) -> KubeClient:
@@ -444,6 +244,53 @@ class KubeClient:
         self._closed = True
         for lane in self._lanes:
             await lane.client.aclose()
+        if self._h2_pool is not None:
+            await self._h2_pool.aclose()
+
+    @property
+    def watch_connections(self) -> int:
+        """How many of the agent's own HTTP/2 connections carry watches now."""
+        return self._h2_pool.connections if self._h2_pool is not None else 0
+
+    async def _open_h2_watch(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str],
+        headers: Mapping[str, str] | None,
+    ) -> H2WatchStream | None:
+        """A watch on the agent's HTTP/2 connections, or None when the server has no h2."""
+        assert self._h2_pool is not None
+        target = f"{path}?{httpx.QueryParams(params)}"
+        for attempt in range(2):
+            try:
+                connection = await self._h2_pool.acquire()
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise KubeConnectionError(
+                    f"{method} {path}: {self.host}: cannot connect: {explain(exc)}"
+                ) from exc
+            if connection is None:
+                return None
+            try:
+                auth_headers, credential = await self._auth.headers()
+            except BaseException:
+                connection.reserved -= 1
+                raise
+            merged = {"accept": "application/json", "user-agent": "kubesvc-agent"}
+            merged.update({k.lower(): v for k, v in (headers or {}).items()})
+            merged.update({k.lower(): v for k, v in auth_headers.items()})
+            state = connection.begin(target, merged)
+            try:
+                await connection.wait_response(state)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await connection.close_stream(state)
+                raise
+            if state.status_code == 401 and attempt == 0 and self._auth.refused(credential):
+                await connection.close_stream(state)
+                continue
+            return H2WatchStream(connection, state, method, path, self.host)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _check_open(self, method: str, path: str) -> None:
         if self._closed:
@@ -466,6 +313,30 @@ class KubeClient:
         KubeClosedError / KubeCredentialError; the response is closed when the block exits.
         """
         self._check_open(method, path)
+        watch = params is not None and str(params.get("watch", "")).lower() in ("1", "true")
+        if (
+            watch
+            and method == "GET"
+            and content is None
+            and self._h2_pool is not None
+            and not self._h2_pool.unsupported
+        ):
+            assert params is not None
+            try:
+                with trio.fail_after(self.timeout_seconds or float("inf")):
+                    h2_stream = await self._open_h2_watch(method, path, params, headers)
+            except trio.TooSlowError as exc:
+                raise KubeTimeoutError(
+                    f"{method} {path}: timeout: no answer from {self.host} within "
+                    f"{self.timeout_seconds} s"
+                ) from exc
+            if h2_stream is not None:
+                try:
+                    yield h2_stream
+                finally:
+                    with trio.CancelScope(shield=True), trio.move_on_after(5):
+                        await h2_stream.close()
+                return
         lane = self._lane(params)
         request = lane.client.build_request(
             method,
@@ -477,7 +348,7 @@ class KubeClient:
         )
         lane.active += 1
         try:
-            with _translated(method, path, self.host):
+            with translated(method, path, self.host):
                 try:
                     with trio.fail_after(self.timeout_seconds or float("inf")):
                         response = await lane.client.send(request, stream=True)
@@ -486,12 +357,12 @@ class KubeClient:
                         f"{method} {path}: timeout: no answer from {self.host} within "
                         f"{self.timeout_seconds} s"
                     ) from exc
-            stream = KubeStream(response, method, path, self.host)
+            stream = HttpxStream(response, method, path, self.host)
             try:
                 yield stream
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await stream._close()
+                    await stream.close()
         finally:
             lane.active -= 1
 
@@ -593,7 +464,7 @@ class KubeClient:
             else:
                 retry = False
             if retry:
-                hint = _retry_after(response.headers)
+                hint = retry_after(response.headers)
                 if hint is not None:
                     delay = max(delay, min(hint, MAX_RETRY_AFTER))
             return delay if retry else None
@@ -630,7 +501,7 @@ class KubeClient:
         """Connect once, directly, and read the serving certificate (when httpx hid it)."""
         parts = urlsplit(self.base_url)
         host, port = parts.hostname or "", parts.port or 443
-        with _translated("CONNECT", "/", self.host):
+        with translated("CONNECT", "/", self.host):
             try:
                 with trio.fail_after(CONNECT_TIMEOUT):
                     tcp = await trio.open_tcp_stream(host, port)
@@ -690,13 +561,27 @@ async def open_kube_client(
             account, environ=environ, service_account_dir=service_account_dir
         )
     )
-    client = KubeClient(
-        access,
-        retries=kube.retries,
-        timeout_seconds=timeout_seconds,
-        no_proxy=account.no_proxy or kube.no_proxy,
-        environ=environ,
-        http2=http2,
-    )
-    async with client:
-        yield client
+    # The nursery runs the reader tasks of the client's own HTTP/2 watch connections. An
+    # error of the caller's block comes back wrapped in an exception group by the nursery;
+    # the readers never raise, so the group holds that one error, re-raised as it was.
+    try:
+        async with trio.open_nursery() as nursery:
+            client = KubeClient(
+                access,
+                retries=kube.retries,
+                timeout_seconds=timeout_seconds,
+                no_proxy=account.no_proxy or kube.no_proxy,
+                environ=environ,
+                http2=http2,
+                nursery=nursery,
+            )
+            try:
+                yield client
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await client.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0]  # noqa: B904 - keeps the error's own __cause__
+        raise

@@ -141,7 +141,7 @@ class Seen:
     client_port: int  # tells connections apart
 
 
-Reply = tuple[int, dict[str, str], bytes | list[bytes]]
+Reply = tuple[int, dict[str, str], bytes | list[bytes] | AsyncIterator[bytes]]
 Handler = Callable[[Seen], Awaitable[Reply]]
 
 
@@ -218,12 +218,16 @@ async def serve_api(
                 + [(b"content-type", b"application/json")],
             }
         )
-        chunks = payload if isinstance(payload, list) else [payload]
-        for index, chunk in enumerate(chunks):
-            await send(
-                {"type": "http.response.body", "body": chunk, "more_body": index < len(chunks) - 1}
-            )
-        if not chunks:
+        if isinstance(payload, bytes | list):
+            chunks = payload if isinstance(payload, list) else [payload]
+            for index, chunk in enumerate(chunks):
+                more = index < len(chunks) - 1
+                await send({"type": "http.response.body", "body": chunk, "more_body": more})
+            if not chunks:
+                await send({"type": "http.response.body", "body": b""})
+        else:
+            async for chunk in payload:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
 
     config = HypercornConfig()

@@ -1,0 +1,209 @@
+"""The agent's own HTTP/2 watch connections: many quiet watches on one TCP connection, no
+starvation, per-stream backpressure, more connections past the server's stream limit,
+fallback to HTTP/1.1, and errors. Against a real Hypercorn HTTPS server on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import trio
+
+from agent import KubeConnectionError, KubeStream
+from agent._kube_client import KubeClient
+from agent._kubeconfig import ClusterAccess
+
+from ._kube_edge import Pki, Reply, Seen, make_pki, serve_api
+
+WATCH = {"watch": "1"}
+
+
+async def _drain(response: KubeStream) -> None:
+    while await response.receive_some():
+        pass
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return make_pki(tmp_path)
+
+
+@asynccontextmanager
+async def _client(url: str, pki: Pki, **changes: object) -> AsyncIterator[KubeClient]:
+    access = replace(ClusterAccess(server=url, ca_pem=pki.ca_pem, token="t0k"), **changes)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        async with KubeClient(access, nursery=nursery) as client:
+            yield client
+        nursery.cancel_scope.cancel()
+
+
+async def test_quiet_watches_share_one_connection_and_never_block_a_request(pki: Pki) -> None:
+    release = trio.Event()
+
+    async def hold(seen: Seen) -> Reply:
+        if seen.path == "/version":
+            return 200, {}, b'{"major": "1"}'
+        await release.wait()
+        return 200, {}, b'{"type": "ADDED"}\n'
+
+    bodies: list[bytes] = []
+
+    async def watch(client: KubeClient, n: int) -> None:
+        async with client.stream("GET", f"/api/v1/pods/{n}", params=WATCH) as response:
+            assert response.http_version == "HTTP/2"
+            bodies.append(await response.read())
+
+    with trio.fail_after(30):
+        async with serve_api(hold, pki=pki) as server, _client(server.url, pki) as client:
+            async with trio.open_nursery() as nursery:
+                for n in range(20):
+                    nursery.start_soon(watch, client, n)
+                while len(server.seen) < 20:
+                    await trio.sleep(0.01)
+                with trio.fail_after(5):
+                    assert (await client.get_json("/version"))["major"] == "1"
+                release.set()
+            assert client.watch_connections == 1
+    assert bodies == [b'{"type": "ADDED"}\n'] * 20
+    watches = [seen for seen in server.seen if seen.path != "/version"]
+    assert {seen.http_version for seen in watches} == {"2"}
+    assert len({seen.client_port for seen in watches}) == 1
+    assert watches[0].query == "watch=1"
+    assert watches[0].headers["authorization"] == "Bearer t0k"
+
+
+async def test_a_full_stream_does_not_hold_back_the_others(pki: Pki) -> None:
+    big = [b"x" * 16384] * 64  # 1 MiB: far more than one stream's window
+
+    async def answer(seen: Seen) -> Reply:
+        if seen.path.endswith("/big"):
+            return 200, {}, big
+        return 200, {}, b"small\n"
+
+    with trio.fail_after(30):
+        async with serve_api(answer, pki=pki) as server, _client(server.url, pki) as client:
+            async with client.stream("GET", "/api/v1/big", params=WATCH) as stalled:
+                assert await stalled.receive_some()  # then stop reading it
+                async with client.stream("GET", "/api/v1/small", params=WATCH) as other:
+                    assert await other.read() == b"small\n"
+                rest = await stalled.read()
+            assert len(rest) + 16384 <= sum(map(len, big))
+            assert client.watch_connections == 1
+    assert len({seen.client_port for seen in server.seen}) == 1
+
+
+async def test_past_the_servers_stream_limit_another_connection_opens(pki: Pki) -> None:
+    release = trio.Event()
+
+    async def hold(seen: Seen) -> Reply:
+        await release.wait()
+        return 200, {}, b""
+
+    async def watch(client: KubeClient, n: int) -> None:
+        async with client.stream("GET", f"/w/{n}", params=WATCH) as response:
+            await response.read()
+
+    with trio.fail_after(30):
+        async with (
+            serve_api(hold, pki=pki) as server,
+            _client(server.url, pki) as client,
+            trio.open_nursery() as nursery,
+        ):
+            for n in range(150):  # Hypercorn allows 100 streams per connection
+                nursery.start_soon(watch, client, n)
+            while len(server.seen) < 150:
+                await trio.sleep(0.01)
+            assert client.watch_connections == 2
+            release.set()
+    assert len({seen.client_port for seen in server.seen}) == 2
+
+
+async def test_leaving_a_watch_early_resets_only_that_stream(pki: Pki) -> None:
+    async def endless(seen: Seen) -> Reply:
+        if seen.path == "/version":
+            return 200, {}, b'{"major": "1"}'
+        return 200, {}, [b"y" * 16384] * 256
+
+    with trio.fail_after(30):
+        async with serve_api(endless, pki=pki) as server, _client(server.url, pki) as client:
+            for _ in range(5):
+                async with client.stream("GET", "/api/v1/pods", params=WATCH) as response:
+                    assert await response.receive_some()
+            with trio.move_on_after(0.1):
+                async with client.stream("GET", "/api/v1/pods", params=WATCH):
+                    await trio.sleep_forever()
+            async with client.stream("GET", "/api/v1/pods", params=WATCH) as response:
+                assert await response.receive_some()
+            assert client.watch_connections == 1
+    assert len({seen.client_port for seen in server.seen if seen.path != "/version"}) == 1
+
+
+async def test_a_server_without_h2_gets_http1_watches(pki: Pki) -> None:
+    with trio.fail_after(30):
+        async with (
+            serve_api(pki=pki, http2=False) as server,
+            _client(server.url, pki) as client,
+        ):
+            async with client.stream("GET", "/version", params=WATCH) as response:
+                assert response.http_version == "HTTP/1.1"
+                assert b"major" in await response.read()
+            assert client.watch_connections == 0
+
+
+async def test_a_rotated_token_is_used_after_a_401_on_a_watch(pki: Pki, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("old")
+
+    async def only_new(seen: Seen) -> Reply:
+        if seen.headers.get("authorization") != "Bearer new":
+            return 401, {}, b'{"kind": "Status", "code": 401, "reason": "Unauthorized"}'
+        return 200, {}, b"ok"
+
+    with trio.fail_after(30):
+        async with (
+            serve_api(only_new, pki=pki) as server,
+            _client(server.url, pki, token=None, token_file=str(token)) as client,
+        ):
+            async with client.stream("GET", "/w", params=WATCH) as response:
+                assert response.status_code == 401
+            token.write_text("new")
+            async with client.stream("GET", "/w", params=WATCH) as response:
+                assert response.status_code == 200
+                assert await response.read() == b"ok"
+    assert [seen.headers["authorization"] for seen in server.seen] == [
+        "Bearer old",
+        "Bearer old",
+        "Bearer old",
+        "Bearer new",
+    ]
+
+
+async def test_a_server_going_away_breaks_the_watch(pki: Pki) -> None:
+    async def first_then_silence() -> AsyncIterator[bytes]:
+        yield b"first\n"
+        await trio.sleep_forever()
+
+    async def answer(seen: Seen) -> Reply:
+        return 200, {}, first_then_silence()
+
+    stop = trio.Event()
+
+    async def run_server(task_status: trio.TaskStatus[str]) -> None:
+        async with serve_api(answer, pki=pki) as server:
+            task_status.started(server.url)
+            await stop.wait()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(run_server)
+            async with (
+                _client(url, pki) as client,
+                client.stream("GET", "/w", params=WATCH) as response,
+            ):
+                assert await response.receive_some() == b"first\n"
+                stop.set()
+                with pytest.raises(KubeConnectionError):
+                    await _drain(response)
