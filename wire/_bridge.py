@@ -203,6 +203,14 @@ class _Channel(Channel):
 _BROKEN = (StreamTerminatedError, h2.exceptions.H2Error, ConnectionError, ssl.SSLError, OSError)
 
 
+def _require_loop(what: str) -> None:
+    if trio_asyncio.current_loop.get() is None:
+        raise RuntimeError(
+            f"{what} needs the bridge's asyncio loop: run it inside `async with wire.open_loop()`"
+            " (in this task or one of its parents)"
+        )
+
+
 @asynccontextmanager
 async def open_loop() -> AsyncIterator[None]:
     """Run the asyncio loop the bridge needs, for the duration of the block. Open it once, at
@@ -393,9 +401,10 @@ async def open_connection(
     ``ssl_context`` enables TLS (add a client certificate to it for mTLS); ALPN is set to h2 on
     it. ``server_hostname`` overrides the name the server certificate must match. ``metadata``
     is sent as call headers (lower-case keys), e.g. ``{"authorization": "Bearer ..."}``.
-    Raises ConnectionLost when the server cannot be reached. The call is reset and the
-    connection closed when the block exits.
+    Raises ConnectionLost when the server cannot be reached, RuntimeError outside
+    :func:`open_loop`. The call is reset and the connection closed when the block exits.
     """
+    _require_loop("wire.open_connection")
     if ssl_context is not None:
         ssl_context.set_alpn_protocols(["h2"])
     stream = ClientStream(max_message_size)
@@ -648,6 +657,7 @@ async def serve(
     server context; set ``verify_mode = CERT_REQUIRED`` and load a CA for mTLS) enables TLS.
     On exit, listening stops, open calls are cancelled and connections are closed.
     """
+    _require_loop("wire.serve")
     if ssl_context is not None:
         ssl_context.set_alpn_protocols(["h2"])
     sock = _bind(host, port)

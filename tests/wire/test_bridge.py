@@ -459,3 +459,12 @@ async def test_the_server_refuses_an_oversize_message_without_reading_its_body()
             nursery.cancel_scope.cancel()
     assert info.value.status is wire.Status.RESOURCE_EXHAUSTED
     assert "exceeds the limit of 65536 bytes" in info.value.message
+
+
+async def test_using_the_bridge_outside_open_loop_says_what_is_missing() -> None:
+    with trio.fail_after(5):
+        with pytest.raises(RuntimeError, match=r"inside `async with wire.open_loop\(\)`"):
+            async with wire.open_connection("127.0.0.1", 9):
+                pass
+        with pytest.raises(RuntimeError, match=r"wire\.serve needs"):
+            await wire.serve(ack_handler, "127.0.0.1", 0)
