@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from server.store import AgentRecord
@@ -11,9 +12,10 @@ from server.store import AgentRecord
 from .test_api_support import ACCOUNT, k8s, names, open_api
 
 
-async def test_add_accounts_then_read_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("standalone", [False, True], ids=["server-state", "standalone"])
+async def test_add_accounts_then_read_them(tmp_path: Path, standalone: bool) -> None:
     with trio.fail_after(10):
-        async with open_api(tmp_path) as api:
+        async with open_api(tmp_path, standalone=standalone) as api:
             body = [{"name": "a1", "zoneId": "eu"}, {"name": "a2", "kubeconfigFile": "/k/a2"}]
             r = await api.client.post("/armory/accounts", json=body)
             assert r.status_code == 202
@@ -113,9 +115,10 @@ async def test_delete_accounts_and_their_objects(tmp_path: Path) -> None:
             assert r.status_code == 404
 
 
-async def test_dynamic_accounts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("standalone", [False, True], ids=["server-state", "standalone"])
+async def test_dynamic_accounts(tmp_path: Path, standalone: bool) -> None:
     with trio.fail_after(10):
-        async with open_api(tmp_path) as api:
+        async with open_api(tmp_path, standalone=standalone) as api:
             definition = {
                 "name": "dyn",
                 "kubeconfigContents": "apiVersion: v1\nkind: Config\n",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from .test_api_support import ACCOUNT, Harness, k8s, open_api
@@ -98,9 +99,10 @@ async def test_credentials(tmp_path: Path) -> None:
             assert "expand" in r.json()["message"]
 
 
-async def test_manifest_read_is_shaped_like_clouddriver(tmp_path: Path) -> None:
+@pytest.mark.parametrize("standalone", [False, True], ids=["server-state", "standalone"])
+async def test_manifest_read_is_shaped_like_clouddriver(tmp_path: Path, standalone: bool) -> None:
     with trio.fail_after(10):
-        async with open_api(tmp_path) as api:
+        async with open_api(tmp_path, standalone=standalone) as api:
             await fill(api)
             r = await api.client.get(f"/manifests/{ACCOUNT}/prod/deployment%20web")
             assert r.status_code == 200

@@ -4,6 +4,7 @@ Hypercorn socket on 127.0.0.1 port 0). No tests here."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import AsyncIterator, Sequence
@@ -16,9 +17,10 @@ import httpx
 import trio
 from prometheus_client import CollectorRegistry
 
-from server import ChangeFeed
-from server.api import StandaloneState, build_app, serve_api
-from server.store import AccountRecord, AccountState, SqliteStore, open_sqlite_store
+from server import ChangeFeed, ServerConfig, open_server_state
+from server._config import StoreConfig
+from server.api import ApiState, StandaloneState, build_app, serve_api
+from server.store import AccountRecord, AccountState, Store, open_sqlite_store
 from wire import EventRecord, EventType
 
 ACCOUNT = "acct"
@@ -26,9 +28,9 @@ ACCOUNT = "acct"
 
 @dataclass
 class Harness:
-    store: SqliteStore
+    store: Store
     feed: ChangeFeed
-    state: StandaloneState
+    state: ApiState
     client: httpx.AsyncClient
     port: int | None = None
 
@@ -72,27 +74,43 @@ def k8s(
 
 
 @asynccontextmanager
+async def open_state(
+    tmp_path: Path, *, standalone: bool, feed: ChangeFeed | None
+) -> AsyncIterator[ApiState]:
+    """The real ServerState (registry, sessions, store) over a SQLite file, or the API's own
+    StandaloneState over the bare store."""
+    path = str(tmp_path / "cache.db")
+    if standalone:
+        async with open_sqlite_store(path) as store:
+            yield StandaloneState(store, feed or ChangeFeed(), server_id="srv-1")
+        return
+    config = ServerConfig(server_id="srv-1", store=StoreConfig(path=path))
+    async with open_server_state(config) as state:
+        yield state if feed is None else dataclasses.replace(state, feed=feed)
+
+
+@asynccontextmanager
 async def open_api(
     tmp_path: Path,
     *,
     over_socket: bool = False,
+    standalone: bool = False,
     feed: ChangeFeed | None = None,
     registry: CollectorRegistry | None = None,
 ) -> AsyncIterator[Harness]:
     """The API over a fresh SQLite file; in-process (httpx ASGI transport) unless over_socket,
     where Hypercorn serves it on 127.0.0.1 port 0."""
-    async with open_sqlite_store(str(tmp_path / "cache.db")) as store:
-        state = StandaloneState(store, feed or ChangeFeed(), server_id="srv-1")
+    async with open_state(tmp_path, standalone=standalone, feed=feed) as state:
         if not over_socket:
             transport = httpx.ASGITransport(app=build_app(state, registry=registry))
             async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-                yield Harness(store, state.feed, state, client)
+                yield Harness(state.store, state.feed, state, client)
             return
         async with trio.open_nursery() as nursery:
             serve = functools.partial(serve_api, registry=registry)
             port: int = await nursery.start(serve, state, "127.0.0.1", 0)
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-                yield Harness(store, state.feed, state, client, port)
+                yield Harness(state.store, state.feed, state, client, port)
             nursery.cancel_scope.cancel()
 
 
