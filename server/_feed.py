@@ -13,16 +13,19 @@ them.
 Messages are JSON text, one per object change:
     {"type": "ADDED"|"MODIFIED"|"DELETED", "account", "apiVersion", "kind", "namespace",
      "name", "uid", "resourceVersion", "object": {...the object...} | null}
-and one per completed full listing, after which the store may have deleted objects that were
-not listed again (the feed does not see those deletions one by one):
+and one per completed full listing:
     {"type": "SYNC_END", "account", "apiVersion", "kind", "scope"}
+The objects the store deleted at a SYNC_END because the listing no longer had them arrive as
+DELETED messages (uid and resourceVersion "", object null) just before that SYNC_END, when the
+ingest side passes them (`publish(records, swept=outcome.swept)`).
 Bookmarks and SYNC_BEGIN markers carry nothing a subscriber can use and are not forwarded.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -38,6 +41,7 @@ __all__ = [
     "FeedStatistics",
     "SubscriberLagged",
     "Subscription",
+    "SweptObject",
 ]
 
 # wire.EventType values (the feed only needs these four; it reads records structurally).
@@ -88,6 +92,21 @@ class FeedRecord(Protocol):
     def object(self) -> bytes: ...
     @property
     def scope(self) -> str: ...
+
+
+class SweptObject(Protocol):
+    """An object a sync bracket deleted (`server.store.ObjectRef`), read by attribute."""
+
+    @property
+    def account(self) -> str: ...
+    @property
+    def api_version(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,31 +239,55 @@ class ChangeFeed:
             self._subscribers.discard(subscription)
             subscription.close()
 
-    def publish(self, records: Sequence[FeedRecord]) -> None:
+    def publish(self, records: Sequence[FeedRecord], *, swept: Sequence[SweptObject] = ()) -> None:
         """Offer committed records to every subscriber whose filters accept them; never blocks.
 
         Call it after the batch's transaction committed, so that a subscriber never sees a
-        change the store does not hold.
+        change the store does not hold. `swept` are the objects the store deleted at the
+        batch's SYNC_END markers (`BatchOutcome.swept`): each becomes a DELETED message (with
+        `"object": null`), sent just before the SYNC_END of its account and kind.
         """
         self._published += len(records)
         if not self._subscribers:
             return
+        pending: dict[tuple[str, str], list[SweptObject]] = {}
+        for ref in swept:
+            pending.setdefault((ref.account, ref.kind.lower()), []).append(ref)
         subscribers = list(self._subscribers)
         for record in records:
-            kind_lower = record.kind.lower()
-            takers = [
-                s for s in subscribers if not s.lagged and s.accepts(record.account, kind_lower)
-            ]
-            if not takers:
-                continue
-            message = encode_record(record)
-            if message is None:
-                continue
-            for subscriber in takers:
-                if subscriber.offer(message):
-                    self._delivered += 1
-                else:
-                    self._lagged += 1
+            if record.type == _SYNC_END and pending:
+                for ref in pending.pop((record.account, record.kind.lower()), ()):
+                    self._offer(
+                        subscribers, ref.account, ref.kind, functools.partial(encode_swept, ref)
+                    )
+            self._offer(
+                subscribers, record.account, record.kind, functools.partial(encode_record, record)
+            )
+        for refs in pending.values():
+            for ref in refs:
+                self._offer(
+                    subscribers, ref.account, ref.kind, functools.partial(encode_swept, ref)
+                )
+
+    def _offer(
+        self,
+        subscribers: list[Subscription],
+        account: str,
+        kind: str,
+        encode: Callable[[], str | None],
+    ) -> None:
+        kind_lower = kind.lower()
+        takers = [s for s in subscribers if not s.lagged and s.accepts(account, kind_lower)]
+        if not takers:
+            return
+        message = encode()  # once, shared by every subscriber that takes it
+        if message is None:
+            return
+        for subscriber in takers:
+            if subscriber.offer(message):
+                self._delivered += 1
+            else:
+                self._lagged += 1
 
     def close(self) -> None:
         """Close the feed: subscribers drain what they have, then get FeedClosed."""
@@ -295,3 +338,19 @@ def encode_record(record: FeedRecord) -> str | None:
     head = _encoder.encode(header)
     body = record.object if record.object else b"null"
     return (head[:-1] + b',"object":' + body + b"}").decode()
+
+
+def encode_swept(ref: SweptObject) -> str:
+    """The DELETED message for an object a sync bracket swept away (its body is gone)."""
+    header = {
+        "type": "DELETED",
+        "account": ref.account,
+        "apiVersion": ref.api_version,
+        "kind": ref.kind,
+        "namespace": ref.namespace,
+        "name": ref.name,
+        "uid": "",
+        "resourceVersion": "",
+        "object": None,
+    }
+    return _encoder.encode(header).decode()

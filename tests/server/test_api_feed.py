@@ -12,7 +12,7 @@ import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 from server import ChangeFeed
-from wire import EventType
+from wire import EventRecord, EventType
 
 from .test_api_support import ACCOUNT, Harness, k8s, open_api, record
 
@@ -99,29 +99,36 @@ async def test_slow_subscriber_gets_resync_and_is_disconnected(tmp_path: Path) -
             assert stats.published_records == 50
 
 
-async def test_sync_end_is_forwarded(tmp_path: Path) -> None:
-    with trio.fail_after(20):
-        async with (
-            open_api(tmp_path, over_socket=True) as api,
-            open_websocket_url(f"ws://127.0.0.1:{api.port}/v1/events") as ws,
-        ):
-            await receive_json(ws)
-            marker = dict(
-                    account=ACCOUNT, api_version="v1", kind="Pod", namespace="", name="",
-                    uid="", resource_version="9", object=b"", scope="ns",
-                )  # fmt: skip
-            from wire import EventRecord
+async def test_sync_end_and_swept_objects_are_forwarded(tmp_path: Path) -> None:
+    """A relist that no longer has p2: the store sweeps it at SYNC_END, the feed says DELETED."""
 
-            begin = EventRecord(type=int(EventType.SYNC_BEGIN), **marker)  # type: ignore[arg-type]
-            end = EventRecord(type=int(EventType.SYNC_END), **marker)  # type: ignore[arg-type]
-            records = [begin, record(k8s("v1", "Pod", "p1", "ns")), end]
-            await api.store.apply_batch(ACCOUNT, records)
-            api.feed.publish(records)
-            assert (await receive_json(ws))["name"] == "p1"
-            assert await receive_json(ws) == {
+    def marker(type_: EventType) -> EventRecord:
+        return EventRecord(
+            type=int(type_), account=ACCOUNT, api_version="v1", kind="Pod", namespace="",
+            name="", uid="", resource_version="9", object=b"", scope="ns",
+        )  # fmt: skip
+
+    with trio.fail_after(20):
+        async with open_api(tmp_path, over_socket=True) as api:
+            await api.add(k8s("v1", "Pod", "p1", "ns"), k8s("v1", "Pod", "p2", "ns"))
+            async with open_websocket_url(f"ws://127.0.0.1:{api.port}/v1/events") as ws:
+                await receive_json(ws)
+                relist = [
+                    marker(EventType.SYNC_BEGIN),
+                    record(k8s("v1", "Pod", "p1", "ns"), type_=EventType.MODIFIED),
+                    marker(EventType.SYNC_END),
+                ]
+                outcome = await api.store.apply_batch(ACCOUNT, relist)
+                api.feed.publish(relist, swept=outcome.swept)
+                assert (await receive_json(ws))["name"] == "p1"
+                gone = await receive_json(ws)
+                assert (gone["type"], gone["name"], gone["object"]) == ("DELETED", "p2", None)
+                assert await receive_json(ws) == {
                     "type": "SYNC_END", "account": ACCOUNT, "apiVersion": "v1", "kind": "Pod",
                     "scope": "ns",
                 }  # fmt: skip
+            r = await api.client.get("/v1/objects", params={"kind": "Pod"})
+            assert [i["name"] for i in r.json()["items"]] == ["p1"]
 
 
 async def test_feed_close_ends_subscriptions(tmp_path: Path) -> None:

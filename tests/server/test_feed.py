@@ -151,3 +151,39 @@ async def test_receive_is_cancellable_and_loses_nothing() -> None:
         feed.publish([pod("p1")])
         with trio.fail_after(1):
             assert json.loads(await sub.receive())["name"] == "p1"
+
+
+async def test_swept_objects_become_deletions_before_their_sync_end() -> None:
+    @dataclass(frozen=True)
+    class Ref:
+        account: str
+        api_version: str
+        kind: str
+        namespace: str
+        name: str
+
+    feed = ChangeFeed()
+    with feed.subscribe() as sub:
+        records = [
+            Record(5, "a1", "v1", "Pod", "", ""),
+            pod("kept"),
+            Record(6, "a1", "v1", "Pod", "", "", scope="ns"),
+            Record(6, "a1", "v1", "Service", "", ""),
+        ]
+        swept = [
+            Ref("a1", "v1", "Service", "ns", "old-svc"),
+            Ref("a1", "v1", "Pod", "ns", "old-pod"),
+            Ref("a1", "v1", "ConfigMap", "ns", "orphan"),  # no SYNC_END in this batch: sent last
+        ]
+        feed.publish(records, swept=swept)
+        with trio.fail_after(1):
+            got = [json.loads(await sub.receive()) for _ in range(6)]
+    assert [(m["type"], m.get("name", m["kind"])) for m in got] == [
+        ("ADDED", "kept"),
+        ("DELETED", "old-pod"),
+        ("SYNC_END", "Pod"),
+        ("DELETED", "old-svc"),
+        ("SYNC_END", "Service"),
+        ("DELETED", "orphan"),
+    ]
+    assert got[1]["object"] is None
