@@ -1,0 +1,147 @@
+"""Injected faults, request counters, the admin endpoint, and discovery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+import kubesim
+
+
+def _cm(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+    }
+
+
+async def test_429_with_retry_after_then_5xx_then_normal(
+    server: kubesim.Server, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        server.faults.fail_next(2, status=429, retry_after=3, resource="configmaps")
+        server.faults.fail_next(1, status=503)
+        first = await http.get("/api/v1/configmaps")
+        assert first.status_code == 429
+        assert first.headers["retry-after"] == "3"
+        assert first.json()["reason"] == "TooManyRequests"
+        assert (await http.get("/api/v1/configmaps")).status_code == 429
+        assert (await http.get("/api/v1/pods")).status_code == 503
+        assert (await http.get("/api/v1/configmaps")).status_code == 200
+
+
+async def test_counters_tell_lists_from_watches(
+    server: kubesim.Server, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        await http.get("/api/v1/pods")
+        await http.get("/api/v1/pods", params={"watch": "true", "timeoutSeconds": "1"})
+        await http.get("/apis/apps/v1/deployments")
+        assert server.requests.count("list", "pods") == 1
+        assert server.requests.count("watch", "pods") == 1
+        assert server.requests.count("list", "deployments.apps") == 1
+        assert server.requests.count("list") == 2
+        remote = (await http.get("/kubesim/requests")).json()
+        assert remote["watch pods"] == 1
+        await http.delete("/kubesim/requests")
+        assert server.requests.count("list") == 0
+
+
+async def test_dropped_watch_is_cut_after_n_events(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        for i in range(5):
+            sim.create(_cm(f"cm-{i}"))
+        armed = await http.post("/kubesim/faults", json={"drop_watches": {"after_events": 2}})
+        assert armed.status_code == 200
+        lines: list[str] = []
+
+        async def read_watch() -> None:
+            async with http.stream("GET", "/api/v1/configmaps", params={"watch": "true"}) as resp:
+                async for line in resp.aiter_lines():
+                    if line:
+                        lines.append(line)
+
+        with pytest.raises(httpx.RemoteProtocolError):
+            await read_watch()
+        assert len(lines) == 2
+        bad = await http.post("/kubesim/faults", json={"explode": {}})
+        assert bad.status_code == 400
+
+
+async def test_stalled_watch_sends_nothing(
+    sim: kubesim.Cluster, server: kubesim.Server, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        sim.create(_cm("a"))
+        server.faults.stall_watches(after_events=0, seconds=5)
+        got: list[str] = []
+        with trio.move_on_after(1):
+            async with http.stream(
+                "GET",
+                "/api/v1/configmaps",
+                params={"watch": "true", "resourceVersion": str(sim.resource_version)},
+            ) as resp:
+                sim.create(_cm("b"))
+                async for line in resp.aiter_lines():
+                    got.append(line)
+        # the first chunk went out before the stall began; nothing after it
+        assert len([g for g in got if g]) <= 1
+
+
+async def test_discovery_documents(sim: kubesim.Cluster, http: httpx.AsyncClient) -> None:
+    with trio.fail_after(10):
+        core = (await http.get("/api/v1")).json()
+        pods = next(r for r in core["resources"] if r["name"] == "pods")
+        assert pods["namespaced"] is True
+        assert "watch" in pods["verbs"]
+        assert pods["shortNames"] == ["po"]
+        assert any(
+            r["name"] == "deployments/scale"
+            for r in (await http.get("/apis/apps/v1")).json()["resources"]
+        )
+        groups = (await http.get("/apis")).json()
+        assert "apps" in [g["name"] for g in groups["groups"]]
+        for version in ("v2", "v2beta1"):
+            accept = (
+                f"application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList,"
+                "application/json"
+            )
+            aggregated = await http.get("/apis", headers={"accept": accept})
+            assert aggregated.headers["content-type"].startswith(
+                f"application/json;g=apidiscovery.k8s.io;v={version}"
+            )
+            body = aggregated.json()
+            assert body["kind"] == "APIGroupDiscoveryList"
+            apps = next(i for i in body["items"] if i["metadata"]["name"] == "apps")
+            deployments = next(
+                r for r in apps["versions"][0]["resources"] if r["resource"] == "deployments"
+            )
+            assert deployments["scope"] == "Namespaced"
+        core_aggregated = (await http.get("/api", headers={"accept": accept})).json()
+        assert core_aggregated["items"][0]["metadata"]["name"] == ""
+        assert (await http.get("/version")).json()["major"] == "1"
+        assert (await http.get("/healthz")).text == "ok"
+        assert (await http.get("/apis/nope.example.com/v1")).status_code == 404
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {"kind": "Widget", "plural": "widgets"},
+                "versions": [{"name": "v1", "served": True, "storage": True}],
+            },
+        }
+        created = await http.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd
+        )
+        assert created.status_code == 201
+        listed = (await http.get("/apis/example.com/v1")).json()
+        assert [r["name"] for r in listed["resources"]] == ["widgets"]
