@@ -263,6 +263,9 @@ class KubeClient:
         assert self._h2_pool is not None
         target = f"{path}?{httpx.QueryParams(params)}"
         for attempt in range(2):
+            # Credentials first: an exec plugin's client certificate must be in the TLS
+            # context before the connection is made.
+            auth_headers, credential = await self._auth.headers()
             try:
                 connection = await self._h2_pool.acquire()
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -271,11 +274,6 @@ class KubeClient:
                 ) from exc
             if connection is None:
                 return None
-            try:
-                auth_headers, credential = await self._auth.headers()
-            except BaseException:
-                connection.reserved -= 1
-                raise
             merged = {"accept": "application/json", "user-agent": "kubesvc-agent"}
             merged.update({k.lower(): v for k, v in (headers or {}).items()})
             merged.update({k.lower(): v for k, v in auth_headers.items()})

@@ -4,6 +4,9 @@ fallback to HTTP/1.1, and errors. Against a real Hypercorn HTTPS server on loopb
 
 from __future__ import annotations
 
+import json
+import stat
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -14,11 +17,12 @@ import trio
 
 from agent import KubeConnectionError, KubeStream
 from agent._kube_client import KubeClient
-from agent._kubeconfig import ClusterAccess
+from agent._kubeconfig import ClusterAccess, ExecConfig
 
 from ._kube_edge import Pki, Reply, Seen, make_pki, serve_api
 
 WATCH = {"watch": "1"}
+EXEC_V1 = "client.authentication.k8s.io/v1"
 
 
 async def _drain(response: KubeStream) -> None:
@@ -207,3 +211,25 @@ async def test_a_server_going_away_breaks_the_watch(pki: Pki) -> None:
                 stop.set()
                 with pytest.raises(KubeConnectionError):
                     await _drain(response)
+
+
+async def test_an_exec_plugin_client_certificate_is_presented(pki: Pki, tmp_path: Path) -> None:
+    script = tmp_path / "plugin"
+    status = {
+        "clientCertificateData": pki.client_cert_pem.decode(),
+        "clientKeyData": pki.client_key_pem.decode(),
+    }
+    document = {"apiVersion": EXEC_V1, "kind": "ExecCredential", "status": status}
+    script.write_text(f"#!{sys.executable}\nprint({json.dumps(json.dumps(document))})\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    plugin = ExecConfig(EXEC_V1, str(script))
+    with trio.fail_after(30):
+        async with (
+            serve_api(pki=pki, require_client_cert=True) as server,
+            _client(server.url, pki, token=None, exec=plugin) as client,
+        ):
+            async with client.stream("GET", "/version", params=WATCH) as response:
+                assert response.http_version == "HTTP/2"
+                assert b"major" in await response.read()
+            assert (await client.get_json("/version"))["major"] == "1"
+    assert all("authorization" not in seen.headers for seen in server.seen)
