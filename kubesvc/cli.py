@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from kubesvc import __version__
 
 # The subcommand modules, in the order ``--help`` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("_cmd_agent", "_cmd_server")
+_COMMAND_MODULES: tuple[str, ...] = ("_cmd_agent", "_cmd_server", "_cmd_sim")
 
 
 def build_parser() -> argparse.ArgumentParser:
