@@ -8,6 +8,7 @@ The message says what was wrong and where (the field of a bad body, the unknown 
 from __future__ import annotations
 
 import http
+import logging
 import time
 from typing import Any
 
@@ -15,7 +16,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .._errors import InvalidQuery, ServerError
+from .._errors import InvalidQuery, ServerError, StoreError
+
+log = logging.getLogger("server.api")
 
 __all__ = ["ApiError", "BadRequest", "Conflict", "NotFound", "error_body", "error_response"]
 
@@ -89,8 +92,15 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, message)
 
 
+async def handle_store_error(request: Request, exc: Exception) -> Response:
+    # The store failed under the request (closed at shutdown, disk error): the caller may retry.
+    log.error("%s %s: the store failed: %s", request.method, request.url.path, exc)
+    return error_response(503, f"the cache store failed: {exc}")
+
+
 EXCEPTION_HANDLERS = {
     ApiError: handle_api_error,
     InvalidQuery: handle_invalid_query,
+    StoreError: handle_store_error,
     HTTPException: handle_http_exception,
 }

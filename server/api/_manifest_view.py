@@ -106,18 +106,23 @@ def _event_time(event: Mapping[str, Any]) -> str:
 def events_about(
     events: Iterable[Mapping[str, Any]], kind: str, name: str, namespace: str
 ) -> list[Mapping[str, Any]]:
-    """The Events whose subject is (kind, name, namespace), oldest first.
+    """The Events whose subject is (kind, name, namespace), oldest first, one per uid.
 
     Timestamps are RFC 3339 in UTC, so they order correctly as strings.
     """
-    about = [
-        e
-        for e in events
-        if str(_event_subject(e).get("kind", "")).lower() == kind.lower()
-        and _event_subject(e).get("name") == name
-        and str(_event_subject(e).get("namespace") or "") == namespace
-    ]
-    return sorted(about, key=_event_time)
+    about: dict[str, Mapping[str, Any]] = {}
+    for i, e in enumerate(events):
+        subject = _event_subject(e)
+        if (
+            str(subject.get("kind", "")).lower() == kind.lower()
+            and subject.get("name") == name
+            and str(subject.get("namespace") or "") == namespace
+        ):
+            # The API server serves each Event as core/v1 and as events.k8s.io/v1 (same uid):
+            # an agent watching both kinds would otherwise show it twice.
+            uid = _mapping(e.get("metadata")).get("uid")
+            about.setdefault(uid if isinstance(uid, str) and uid else f"#{i}", e)
+    return sorted(about.values(), key=_event_time)
 
 
 CRITERIA = ("newest", "second_newest", "oldest", "largest", "smallest")

@@ -12,6 +12,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from server.api import ENDPOINTS
 from server.api._app import MAX_BODY_BYTES
+from server.store import SqliteStore
 
 from .test_api_support import ACCOUNT, k8s, open_api
 
@@ -139,3 +140,14 @@ async def test_openapi_documents_every_route_and_nothing_else(tmp_path: Path) ->
             assert op["responses"], path
             path_params = {p["name"] for p in op["parameters"] if p["in"] == "path"}
             assert path_params == set(re.findall(r"{(\w+)}", path)), path
+
+
+async def test_a_failed_store_answers_503_with_a_message(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with open_api(tmp_path, standalone=True) as api:
+            store = api.store
+            assert isinstance(store, SqliteStore)
+            await store.aclose()
+            r = await api.client.get("/v1/objects")
+            assert r.status_code == 503
+            assert r.json()["message"].startswith("the cache store failed")

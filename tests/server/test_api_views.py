@@ -95,9 +95,11 @@ def test_events_about_match_both_event_apis_and_sort_oldest_first() -> None:
         {"metadata": {"name": "x"}, "involvedObject": {**subject, "namespace": "dev"}},
         {"metadata": {"name": "y"}, "involvedObject": {**subject, "kind": "ReplicaSet"}},
         {"metadata": {"name": "z"}},
+        {"metadata": {"name": "c", "uid": "u-c"}, "involvedObject": subject, **c_time},
+        {"metadata": {"name": "c", "uid": "u-c"}, "regarding": subject, **c_time},  # same event
     ]
     about = events_about(events, "deployment", "web", "prod")
-    assert [e["metadata"]["name"] for e in about] == ["a", "b", "c"]
+    assert [e["metadata"]["name"] for e in about] == ["a", "b", "c", "c"]
 
 
 def test_pick_by_criteria() -> None:
