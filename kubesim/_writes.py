@@ -23,6 +23,7 @@ from kubesim._errors import ApiError, InvalidObject, PatchError
 from kubesim._patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
 from kubesim._resources import ResourceType
 from kubesim._store import Stored
+from kubesim._validate import validate_object
 
 if TYPE_CHECKING:
     from kubesim._cluster import Cluster
@@ -71,9 +72,19 @@ def _now(options: WriteOptions) -> str:
 
 
 def _check_body(
-    rtype: ResourceType, body: Any, namespace: str | None, name: str | None
+    rtype: ResourceType,
+    body: Any,
+    namespace: str | None,
+    name: str | None,
+    *,
+    validate: bool = True,
 ) -> dict[str, Any]:
-    """The request body as an object of ``rtype``; raises InvalidObject 400/422 saying why."""
+    """The request body as an object of ``rtype``; raises InvalidObject 400/422 saying why.
+
+    ``validate=False`` for partial bodies (an applied configuration), checked after merging.
+    """
+    if validate:
+        validate_object(body, kind_info=rtype, namespace=namespace, name=name)
     if not isinstance(body, dict):
         raise InvalidObject("the request body must be a JSON object", status_code=400)
     api_version, kind = body.get("apiVersion"), body.get("kind")
@@ -311,11 +322,13 @@ def patch(
     key = ((namespace or "") if rtype.namespaced else "", name)
     old = store.objects.get(key)
     if base == "application/apply-patch+yaml":
-        applied = _check_body(rtype, document, namespace, name)
+        applied = _check_body(rtype, document, namespace, name, validate=False)
         live = old.decode() if old is not None else None
         result = server_side_apply(
             live, applied, manager=options.manager, force=options.force, now=_now(options)
         )
+        if subresource is None:
+            validate_object(result, kind_info=rtype, namespace=namespace, name=name)
         if old is None:
             if subresource is not None:
                 raise _status.not_found(rtype, name)
@@ -344,6 +357,8 @@ def patch(
         new = apply_strategic_merge_patch(current, document, rtype.kind)
     if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
         raise PatchError("the patch result is not an object with metadata")
+    if subresource is None:
+        validate_object(new, kind_info=rtype, namespace=namespace, name=name)
     _check_rv(rtype, old, new["metadata"].get("resourceVersion"))
     return _finish_update(cluster, rtype, current, new, subresource, options), False
 

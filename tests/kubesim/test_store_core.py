@@ -37,7 +37,10 @@ def test_one_global_counter_and_server_set_metadata() -> None:
             "spec": {
                 "replicas": 0,
                 "selector": {"matchLabels": {"a": "b"}},
-                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": []}},
+                "template": {
+                    "metadata": {"labels": {"a": "b"}},
+                    "spec": {"containers": [{"name": "a", "image": "a"}]},
+                },
             },
         }
     )
