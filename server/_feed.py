@@ -138,6 +138,7 @@ class Subscription:
         self._lagged = False
         self._closed = False
         self._lot = trio.lowlevel.ParkingLot()
+        self._lagged_event = trio.Event()
 
     def accepts(self, account: str, kind_lower: str) -> bool:
         return (not self.accounts or account in self.accounts) and (
@@ -155,6 +156,7 @@ class Subscription:
         size = len(message)
         if len(self._queue) >= self._max_messages or self._queued_bytes + size > self._max_bytes:
             self._lagged = True
+            self._lagged_event.set()
             self._queue.clear()
             self._queued_bytes = 0
             self._lot.unpark_all()
@@ -163,6 +165,10 @@ class Subscription:
         self._queued_bytes += size
         self._lot.unpark_all()
         return True
+
+    async def wait_lagged(self) -> None:
+        """Return once the subscriber has fallen behind (for a sender blocked on a slow peer)."""
+        await self._lagged_event.wait()
 
     def close(self) -> None:
         """End the subscription: a parked `receive()` raises FeedClosed once the queue drains."""

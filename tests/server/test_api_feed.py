@@ -34,6 +34,11 @@ async def release_client_socket(ws: Any) -> None:
     await ws._stream.aclose()
 
 
+async def drain(ws: Any) -> None:
+    while True:
+        await ws.get_message()
+
+
 async def ingest(api: Harness, objects: list[dict[str, Any]], account: str = ACCOUNT) -> None:
     """What the ingest path does: commit the batch, then publish it."""
     records = [record(o, account=account) for o in objects]
@@ -144,3 +149,32 @@ async def test_feed_close_ends_subscriptions(tmp_path: Path) -> None:
             await release_client_socket(ws)
             assert closed.value.reason is not None
             assert closed.value.reason.code == 1001
+
+
+async def test_a_client_that_stops_reading_is_dropped_without_slowing_ingest(
+    tmp_path: Path,
+) -> None:
+    """A client that reads nothing more: publishing goes on unhindered, and once the client
+    lags its subscription ends on the server's side without any help from the client (the
+    sender may be blocked in a socket write; the lag watcher interrupts it)."""
+    feed = ChangeFeed(max_messages=1000, max_bytes=512 * 1024)
+    padding = "x" * 64 * 1024
+    with trio.fail_after(30):
+        async with (
+            open_api(tmp_path, over_socket=True, feed=feed) as api,
+            open_websocket_url(f"ws://127.0.0.1:{api.port}/v1/events") as ws,
+        ):
+            assert (await receive_json(ws))["type"] == "subscribed"
+            published = 0
+            while not feed.statistics().lagged_subscribers:
+                assert published < 2000, "the subscriber never lagged"
+                obj = k8s("v1", "Pod", f"p{published}", "ns", spec={"pad": padding})
+                feed.publish([record(obj)])  # never blocks, whatever the client does
+                published += 1
+                await trio.sleep(0.001)
+            while feed.statistics().subscribers:
+                await trio.sleep(0.05)
+            # now drain what the sockets held; the connection then ends
+            with pytest.raises(ConnectionClosed):
+                await drain(ws)
+            await release_client_socket(ws)
