@@ -129,6 +129,8 @@ class Cluster:
         meta = obj["metadata"]
         rv = self.next_rv()
         meta["resourceVersion"] = str(rv)
+        if next(iter(obj)) != "kind":  # the API server writes kind and apiVersion first
+            obj = {"kind": obj.get("kind"), "apiVersion": obj.get("apiVersion"), **obj}
         raw = _encode(obj)
         stored = Stored(
             meta.get("namespace", ""), meta["name"], meta.get("uid", ""), rv,

@@ -67,7 +67,10 @@ class Stored:
         return self._meta
 
 
-Event = tuple[int, int, Stored]  # (resourceVersion, ADDED|MODIFIED|DELETED, object version)
+# (resourceVersion, ADDED|MODIFIED|DELETED, object version, the version before it or None):
+# the previous version lets a watch with a label selector turn a MODIFIED that moves an
+# object into or out of its selection into ADDED or DELETED, as the API server does.
+Event = tuple[int, int, Stored, Stored | None]
 
 
 class EventRing:
@@ -126,18 +129,19 @@ class ResourceStore:
         self._sorted: list[tuple[str, str]] | None = []
 
     def put(self, stored: Stored, event_type: int) -> None:
-        if stored.key not in self.objects:
+        previous = self.objects.get(stored.key)
+        if previous is None:
             self._sorted = None
         self.objects[stored.key] = stored
         self.last_change_rv = stored.rv
-        self.ring.append((stored.rv, event_type, stored))
+        self.ring.append((stored.rv, event_type, stored, previous))
 
     def remove(self, final: Stored) -> None:
         """Drop the object; ``final`` is its last version, stamped with the deletion's rv."""
         del self.objects[final.key]
         self._sorted = None
         self.last_change_rv = final.rv
-        self.ring.append((final.rv, DELETED, final))
+        self.ring.append((final.rv, DELETED, final, None))
 
     def sorted_keys(self) -> list[tuple[str, str]]:
         """All keys in (namespace, name) order, as the API server lists them (cached)."""

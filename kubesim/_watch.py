@@ -22,7 +22,7 @@ from kubesim._cluster import Cluster, parse_rv
 from kubesim._errors import ApiError
 from kubesim._resources import ResourceType
 from kubesim._selectors import Selector
-from kubesim._store import EVENT_TYPES, Stored
+from kubesim._store import ADDED, DELETED, EVENT_TYPES, MODIFIED, Stored
 
 __all__ = ["WatchCursor", "WatchOptions"]
 
@@ -172,13 +172,23 @@ class WatchCursor:
             self.finished = True
             return self._error_line(_status.gone(self.last_rv, ring.evicted_rv))
         while seq < next_seq and size < max_bytes and count < limit:
-            rv, event_type, stored = ring.get(seq)
+            rv, event_type, stored, previous = ring.get(seq)
             seq += 1
             self.last_rv = rv
             if namespace is not None and stored.namespace != namespace:
                 continue
-            if check and not selector.matches(stored.namespace, stored.name, stored.labels):
-                continue
+            if check:
+                now_in = selector.matches(stored.namespace, stored.name, stored.labels)
+                if event_type == MODIFIED and previous is not None:
+                    was_in = selector.matches(previous.namespace, previous.name, previous.labels)
+                    if not (now_in or was_in):
+                        continue
+                    if not was_in:
+                        event_type = ADDED  # the change moved it into the selection
+                    elif not now_in:
+                        event_type = DELETED  # ... or out of it
+                elif not now_in:
+                    continue
             body = stored.meta_raw() if meta_only else stored.raw
             append(_PREFIX[event_type])
             append(body)
