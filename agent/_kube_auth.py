@@ -169,6 +169,11 @@ class ExecPlugin(CredentialSource):
 
     async def _run(self) -> Credential:
         config = self._config
+        if config.interactive_mode == "Always":
+            raise KubeCredentialError(
+                f"exec plugin {config.command!r} needs an interactive terminal "
+                "(interactiveMode: Always), which the agent does not have"
+            )
         env = dict(self._environ)
         env.update(config.env)
         env["KUBERNETES_EXEC_INFO"] = self._exec_info()
@@ -289,10 +294,10 @@ def credential_source(
         if access.tls_server_name:
             cluster["tls-server-name"] = access.tls_server_name
         return ExecPlugin(access.exec, cluster=cluster, environ=environ)
+    if access.token_file:  # client-go: a token file wins over a token, and is re-read
+        return TokenFile(access.token_file)
     if access.token:
         return StaticCredential(Credential(token=access.token))
-    if access.token_file:
-        return TokenFile(access.token_file)
     return StaticCredential(Credential())
 
 

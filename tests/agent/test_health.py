@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ssl
 from functools import partial
+from pathlib import Path
 
 import httpx
+import pytest
 import trio
 
-from agent import AccountConfig, ClusterIdentity
+from agent import AccountConfig, ClusterIdentity, ConfigError
 from agent._account_watch import AccountWatchStatus
 from agent._accounts import AccountState
+from agent._config_schema import ServerSslConfig
 from agent._discovery import KindInfo, WatchTarget
 from agent._health import health_app, metrics_app, serve_http
 from agent._link import LinkStatus
@@ -17,6 +21,8 @@ from agent._metrics import metrics_registry
 from agent._reflector import ReflectorState
 from agent._status import AgentStatus
 from budget import ByteBudget
+
+from ._kube_edge import make_pki
 
 PODS = KindInfo(group="", version="v1", kind="Pod", plural="pods", namespaced=True)
 DEPLOYMENTS = KindInfo(
@@ -151,3 +157,29 @@ async def test_two_agents_in_one_process_have_separate_registries() -> None:
     two = metrics_registry(second, process=False)
     assert one.get_sample_value("kubesvc_disconnection_total") == 2
     assert two.get_sample_value("kubesvc_disconnection_total") == 9
+
+
+async def test_the_health_port_serves_tls_when_server_ssl_is_enabled(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    ssl_config = ServerSslConfig(
+        enabled=True,
+        cert_file=str(pki.write("s.crt", pki.server_cert_pem)),
+        key_file=str(pki.write("s.key", pki.server_key_pem)),
+    )
+    status, _ = _status()
+    context = ssl.create_default_context(cadata=pki.ca_pem.decode())
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(
+                partial(serve_http, health_app(status), "127.0.0.1", 0, ssl=ssl_config)
+            )
+            async with httpx.AsyncClient(verify=context) as client:
+                response = await client.get(f"https://127.0.0.1:{port}/health")
+            nursery.cancel_scope.cancel()
+    assert response.json() == {"status": "UP"}
+
+
+async def test_enabled_tls_without_files_is_a_config_error() -> None:
+    status, _ = _status()
+    with trio.fail_after(5), pytest.raises(ConfigError, match="certFile and keyFile"):
+        await serve_http(health_app(status), "127.0.0.1", 0, ssl=ServerSslConfig(enabled=True))

@@ -13,8 +13,8 @@ import trio
 import trio.testing
 
 from agent import KubeCredentialError
-from agent._kube_auth import Credential, ExecPlugin, TokenFile
-from agent._kubeconfig import ExecConfig
+from agent._kube_auth import Credential, ExecPlugin, TokenFile, credential_source
+from agent._kubeconfig import ClusterAccess, ExecConfig
 
 V1 = "client.authentication.k8s.io/v1"
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -175,3 +175,16 @@ async def test_an_empty_or_missing_token_file_is_a_credential_error(tmp_path: Pa
             await TokenFile(str(tmp_path / "empty")).get()
         with pytest.raises(KubeCredentialError, match="cannot read the token file"):
             await TokenFile(str(tmp_path / "absent")).get()
+
+
+async def test_a_plugin_that_needs_a_terminal_is_refused(tmp_path: Path) -> None:
+    config = ExecConfig(V1, "/bin/true", interactive_mode="Always")
+    with trio.fail_after(5), pytest.raises(KubeCredentialError, match="interactive terminal"):
+        await ExecPlugin(config, environ={}).get()
+
+
+async def test_a_token_file_wins_over_a_token(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("from-file")
+    access = ClusterAccess(server="https://h:1", token="inline", token_file=str(tmp_path / "token"))
+    with trio.fail_after(5):
+        assert (await credential_source(access).get()).token == "from-file"
