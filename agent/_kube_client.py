@@ -267,7 +267,12 @@ class KubeClient:
             # context before the connection is made.
             auth_headers, credential = await self._auth.headers()
             try:
-                connection = await self._h2_pool.acquire()
+                with trio.fail_after(CONNECT_TIMEOUT):
+                    connection = await self._h2_pool.acquire()
+            except trio.TooSlowError as exc:
+                raise KubeTimeoutError(
+                    f"{method} {path}: timeout connecting to {self.host}"
+                ) from exc
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise KubeConnectionError(
                     f"{method} {path}: {self.host}: cannot connect: {explain(exc)}"

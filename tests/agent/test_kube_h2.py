@@ -233,3 +233,23 @@ async def test_an_exec_plugin_client_certificate_is_presented(pki: Pki, tmp_path
                 assert b"major" in await response.read()
             assert (await client.get_json("/version"))["major"] == "1"
     assert all("authorization" not in seen.headers for seen in server.seen)
+
+
+async def test_connection_failures_on_the_watch_path_are_connection_errors(
+    pki: Pki, tmp_path: Path
+) -> None:
+    (tmp_path / "other").mkdir()
+    stranger = make_pki(tmp_path / "other")
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    closed_port = listener.getsockname()[1]
+    listener.close()
+    with trio.fail_after(30):
+        async with _client(f"https://127.0.0.1:{closed_port}", pki) as client:
+            with pytest.raises(KubeConnectionError, match="cannot connect"):
+                async with client.stream("GET", "/w", params=WATCH):
+                    pass
+        async with serve_api(pki=pki) as server, _client(server.url, stranger) as client:
+            with pytest.raises(KubeConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+                async with client.stream("GET", "/w", params=WATCH):
+                    pass
