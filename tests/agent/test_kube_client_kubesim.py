@@ -9,7 +9,13 @@ import pytest
 import trio
 
 import kubesim
-from agent import AccountConfig, KubeForbiddenError, KubeNotFoundError, open_kube_client
+from agent import (
+    AccountConfig,
+    KubeClient,
+    KubeForbiddenError,
+    KubeNotFoundError,
+    open_kube_client,
+)
 
 
 @pytest.mark.parametrize("auth", ["token", "cert"])
@@ -72,3 +78,45 @@ async def test_a_watch_streams_events_as_they_happen(tmp_path: Path) -> None:
                         body += await response.receive_some()
     assert b'"ADDED"' in body
     assert b'"web"' in body
+
+
+async def test_many_watches_share_one_tls_connection_to_kubesim(tmp_path: Path) -> None:
+    sim = kubesim.Cluster()
+    namespaces = [f"team-{n}" for n in range(30)]
+    for namespace in namespaces:
+        sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    seen: dict[str, bytes] = {}
+
+    async def watch(client: KubeClient, namespace: str, rv: str, ready: trio.Event) -> None:
+        params = {"watch": "1", "resourceVersion": rv}
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        async with client.stream("GET", path, params=params) as response:
+            ready.set()
+            body = b""
+            while b"\n" not in body:
+                body += await response.receive_some()
+            seen[namespace] = body
+
+    with trio.fail_after(60):
+        async with kubesim.open_server(sim, tls=True) as server:
+            path = server.kubeconfig(tmp_path / "kubeconfig")
+            account = AccountConfig("sim", kube_config_file=str(path))
+            async with open_kube_client(account, environ={}) as client:
+                rv = (await client.get_json("/api/v1/configmaps"))["metadata"]["resourceVersion"]
+                async with trio.open_nursery() as nursery:
+                    for namespace in namespaces:
+                        ready = trio.Event()
+                        nursery.start_soon(watch, client, namespace, rv, ready)
+                        await ready.wait()
+                    assert client.watch_connections == 1
+                    for namespace in namespaces:
+                        sim.create(
+                            {
+                                "apiVersion": "v1",
+                                "kind": "ConfigMap",
+                                "metadata": {"name": "settings", "namespace": namespace},
+                                "data": {"team": namespace},
+                            }
+                        )
+    assert sorted(seen) == sorted(namespaces)
+    assert all(b'"ADDED"' in body for body in seen.values())
