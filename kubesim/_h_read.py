@@ -96,25 +96,33 @@ async def serve_list(
         content_type = JSON
     head = f'{{"kind":"{kind}","apiVersion":"{api_version}","metadata":{meta}}},"items":['.encode()
     bodies = [s.meta_raw() for s in page.items] if metadata_only else [s.raw for s in page.items]
-    total = sum(len(b) for b in bodies)
+    total = sum(map(len, bodies))
     if total < LIST_CHUNK:
-        await respond(send, 200, head + b",".join(bodies) + b"]}", content_type)
+        # One join, so the page's bytes are copied once here (and once more by h11).
+        parts = [head]
+        for body in bodies:
+            parts.append(body)
+            parts.append(b",")
+        if bodies:
+            parts.pop()
+        parts.append(b"]}")
+        await respond(send, 200, b"".join(parts), content_type)
         return
-    # A big list goes out in ~1 MiB chunks so no single copy of the whole body is made.
+    # A big list goes out in ~4 MiB chunks so no single copy of the whole body is made.
     writer = BodyWriter(send)
     await writer.start(200, content_type)
-    parts: list[bytes] = [head]
+    chunk: list[bytes] = [head]
     size = 0
     for index, body in enumerate(bodies):
         if index:
-            parts.append(b",")
-        parts.append(body)
+            chunk.append(b",")
+        chunk.append(body)
         size += len(body)
         if size >= LIST_CHUNK:
-            await writer.write(b"".join(parts))
-            parts, size = [], 0
-    parts.append(b"]}")
-    await writer.write(b"".join(parts))
+            await writer.write(b"".join(chunk))
+            chunk, size = [], 0
+    chunk.append(b"]}")
+    await writer.write(b"".join(chunk))
     await writer.end()
 
 
