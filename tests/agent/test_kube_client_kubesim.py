@@ -120,3 +120,14 @@ async def test_many_watches_share_one_tls_connection_to_kubesim(tmp_path: Path) 
                         )
     assert sorted(seen) == sorted(namespaces)
     assert all(b'"ADDED"' in body for body in seen.values())
+
+
+async def test_open_kube_client_lets_the_blocks_own_error_through(tmp_path: Path) -> None:
+    sim = kubesim.Cluster()
+    with trio.fail_after(30):
+        async with kubesim.open_server(sim, tls=True) as server:
+            path = server.kubeconfig(tmp_path / "kubeconfig")
+            account = AccountConfig("sim", kube_config_file=str(path))
+            with pytest.raises(KubeNotFoundError):  # not an ExceptionGroup
+                async with open_kube_client(account, environ={}) as client:
+                    await client.get_json("/api/v1/namespaces/default/pods/nope")
