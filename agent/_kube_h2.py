@@ -69,6 +69,15 @@ class StreamState:
         await self.wakeup.wait()
 
 
+def _stream_error(cause: Exception) -> Exception:
+    """What a stream's consumer sees: KubeClosedError when we closed the connection,
+    KubeConnectionError for everything the peer or the network did."""
+    error_type = KubeClosedError if isinstance(cause, KubeClosedError) else KubeConnectionError
+    error = error_type(str(cause))
+    error.__cause__ = cause
+    return error
+
+
 class H2Connection:
     """One HTTP/2 connection; see the module docstring. Made by :meth:`H2Pool.acquire`."""
 
@@ -230,7 +239,7 @@ class H2Connection:
         while state.headers is None and state.error is None:
             await state.wait()
         if state.error is not None:
-            raise KubeConnectionError(str(state.error)) from state.error
+            raise _stream_error(state.error)
 
     async def receive_some(self, state: StreamState) -> bytes:
         while not state.chunks and not state.ended and state.error is None:
@@ -243,7 +252,7 @@ class H2Connection:
             await self._flush()
             return data
         if state.error is not None:
-            raise KubeConnectionError(str(state.error)) from state.error
+            raise _stream_error(state.error)
         return b""
 
     async def close_stream(self, state: StreamState) -> None:
@@ -264,7 +273,9 @@ class H2Connection:
             pass  # the connection is going away; the reader reports it
 
     async def aclose(self) -> None:
+        """Close the connection; its open streams get KubeClosedError."""
         self.closed = True
+        self._fail(KubeClosedError("the client was closed"))
         await trio.aclose_forcefully(self._socket)
 
 

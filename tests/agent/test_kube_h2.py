@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agent import KubeConnectionError, KubeStream
+from agent import KubeClosedError, KubeConnectionError, KubeStream
 from agent._kube_client import KubeClient
 from agent._kubeconfig import ClusterAccess, ExecConfig
 
@@ -253,3 +253,23 @@ async def test_connection_failures_on_the_watch_path_are_connection_errors(
             with pytest.raises(KubeConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
                 async with client.stream("GET", "/w", params=WATCH):
                     pass
+
+
+async def test_closing_the_client_ends_open_watches_with_closed_errors(pki: Pki) -> None:
+    async def silent() -> AsyncIterator[bytes]:
+        yield b"hello\n"
+        await trio.sleep_forever()
+
+    async def answer(seen: Seen) -> Reply:
+        return 200, {}, silent()
+
+    with trio.fail_after(30):
+        async with (
+            serve_api(answer, pki=pki) as server,
+            _client(server.url, pki) as client,
+            client.stream("GET", "/w", params=WATCH) as response,
+        ):
+            assert await response.receive_some() == b"hello\n"
+            await client.aclose()
+            with pytest.raises(KubeClosedError):
+                await response.receive_some()
