@@ -9,6 +9,7 @@ asyncio loop open) and stops when the block exits.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,8 @@ import kubesim
 import server
 import server.api
 import wire
+from agent import Agent
+from server import ServerConfig
 
 
 @dataclass
@@ -35,6 +38,10 @@ class Stack:
     kubeconfig: Path
     nursery: trio.Nursery
     extra: dict[str, Any] = field(default_factory=dict)
+    server_task: Task | None = None  # stop_server()/start_server() restart the server
+    agent_task: Task | None = None  # stop() it to kill the agent (like a crashed pod)
+    server_config: ServerConfig | None = None
+    clouddriver: dict[str, Any] = field(default_factory=dict)
 
     @property
     def store(self) -> Any:
@@ -42,19 +49,102 @@ class Stack:
 
     def write_config(self, accounts: Sequence[dict[str, Any]], **top: Any) -> None:
         """Rewrite the agent's config file (the live-reload tests swap accounts this way)."""
-        grpc_port = self.server.grpc_port
-        self.config_path.write_text(
-            yaml.safe_dump(agent_config(grpc_port, accounts, **top)), encoding="utf-8"
+        self.config_path.write_text(self.config_text(accounts, **top), encoding="utf-8")
+
+    def config_text(self, accounts: Sequence[dict[str, Any]], **top: Any) -> str:
+        """An agent config for this stack's server (the first agent's clouddriver settings,
+        updated by ``top["clouddriver"]`` when given)."""
+        clouddriver = {**self.clouddriver, **top.pop("clouddriver", {})}
+        config = agent_config(self.server.grpc_port, accounts, clouddriver=clouddriver, **top)
+        return yaml.safe_dump(config)
+
+    async def start_agent(
+        self, agent_id: str, accounts: Sequence[dict[str, Any]] | None = None, **top: Any
+    ) -> tuple[Agent, Task]:
+        """Another agent (its own config file, agent id ``agent_id``) in this stack."""
+        config_path = self.config_path.with_name(f"{agent_id}.yaml")
+        accounts = accounts or [{"name": "k1", "kubeConfigFile": str(self.kubeconfig)}]
+        config_path.write_text(self.config_text(accounts, **top), encoding="utf-8")
+        found: tuple[Agent, Task] = await start_task(
+            self.nursery, _agent_runner(config_path, agent_id)
+        )
+        return found
+
+    async def stop_server(self) -> None:
+        assert self.server_task is not None
+        await self.server_task.stop()
+
+    async def start_server(self) -> None:
+        """Start the server again on the same ports and SQLite file (after stop_server)."""
+        assert self.server_config is not None
+        config = replace(
+            self.server_config,
+            grpc=replace(self.server_config.grpc, port=self.server.grpc_port),
+            api=replace(self.server_config.api, port=self.server.api_port or 0),
+        )
+        self.server, self.server_task = await start_task(self.nursery, _server_runner(config))
+
+
+@dataclass
+class Task:
+    """A task started under its own cancel scope, so that a test can end it alone."""
+
+    scope: trio.CancelScope
+    done: trio.Event
+
+    async def stop(self) -> None:
+        """Cancel it and wait until it has finished (its sockets are closed then)."""
+        self.scope.cancel()
+        await self.done.wait()
+
+
+async def start_task(nursery: trio.Nursery, starter: Any) -> tuple[Any, Task]:
+    """``await nursery.start(starter)`` under a scope of its own: (what it reported, Task)."""
+
+    async def run(*, task_status: trio.TaskStatus[tuple[Any, Task]]) -> None:
+        task = Task(trio.CancelScope(), trio.Event())
+        try:
+            with task.scope:
+                await starter(task_status=_TaskRelay(task_status, task))
+        finally:
+            task.done.set()
+
+    found: tuple[Any, Task] = await nursery.start(run)
+    return found
+
+
+def _server_runner(config: server.ServerConfig) -> Any:
+    async def run(*, task_status: Any) -> None:
+        await server.run_server(config, serve_api=server.api.serve_api, task_status=task_status)
+
+    return run
+
+
+def _agent_runner(config_path: Path, agent_id: str) -> Any:
+    environ = {**os.environ, "POD_NAME": agent_id}
+
+    async def run(*, task_status: Any) -> None:
+        await agent.run_agent(
+            str(config_path), environ=environ, reload_poll_seconds=0.2, task_status=task_status
         )
 
+    return run
 
-def agent_config(grpc_port: int, accounts: Sequence[dict[str, Any]], **top: Any) -> dict[str, Any]:
+
+def agent_config(
+    grpc_port: int,
+    accounts: Sequence[dict[str, Any]],
+    *,
+    clouddriver: dict[str, Any] | None = None,
+    **top: Any,
+) -> dict[str, Any]:
     config: dict[str, Any] = {
         "clouddriver": {
             "grpc": f"127.0.0.1:{grpc_port}",
             "insecure": True,
             "keepAliveHeartbeatSeconds": 5,
             "backoff": {"baseDelay": "100ms", "maxDelay": "1s"},
+            **(clouddriver or {}),
         },
         "kubernetes": {"accounts": list(accounts)},
         "budget": {"bytes": "8Mi"},
@@ -72,8 +162,13 @@ async def open_stack(
     accounts: Sequence[dict[str, Any]] | None = None,
     sim: kubesim.Cluster | None = None,
     server_config: server.ServerConfig | None = None,
+    clouddriver: dict[str, Any] | None = None,
+    agent_id: str = "agent-a",
     **agent_top: Any,
 ) -> AsyncIterator[Stack]:
+    """kubesim + the server + one agent (id ``agent_id``). ``clouddriver`` adds to the agent's
+    clouddriver section (TLS, auth); ``server_config`` keeps its TLS/auth and accounts
+    settings, and gets loopback ports and a SQLite file in ``tmp_path``."""
     sim = sim or kubesim.Cluster()
     base = server_config or server.ServerConfig()
     config = replace(
@@ -86,23 +181,20 @@ async def open_stack(
         kubeconfig = tmp_path / "kubeconfig"
         kube.kubeconfig(kubeconfig, user="admin")
         async with trio.open_nursery() as nursery:
-            running = await nursery.start(
-                lambda task_status: server.run_server(
-                    config, serve_api=server.api.serve_api, task_status=task_status
-                )
-            )
+            running, server_task = await start_task(nursery, _server_runner(config))
             config_path = tmp_path / "kubesvc.yaml"
             accounts = accounts or [{"name": "k1", "kubeConfigFile": str(kubeconfig)}]
             config_path.write_text(
-                yaml.safe_dump(agent_config(running.grpc_port, accounts, **agent_top)),
+                yaml.safe_dump(
+                    agent_config(running.grpc_port, accounts, clouddriver=clouddriver,
+                                 **agent_top)
+                ),
                 encoding="utf-8",
             )
-            the_agent = await nursery.start(
-                lambda task_status: agent.run_agent(
-                    str(config_path), reload_poll_seconds=0.2, task_status=task_status
-                )
-            )
-            yield Stack(sim, kube, running, the_agent, config_path, kubeconfig, nursery)
+            the_agent, agent_task = await start_task(nursery, _agent_runner(config_path, agent_id))
+            yield Stack(sim, kube, running, the_agent, config_path, kubeconfig, nursery,
+                        server_task=server_task, agent_task=agent_task, server_config=config,
+                        clouddriver=dict(clouddriver or {}))
             nursery.cancel_scope.cancel()
 
 
@@ -173,6 +265,16 @@ class _Relay:
     def started(self, value: int = 0) -> None:
         self.port = value
         self._outer.started(self._scope)
+
+
+class _TaskRelay:
+    """Reports (value, Task) to the starter of start_task."""
+
+    def __init__(self, outer: trio.TaskStatus[tuple[Any, Task]], task: Task) -> None:
+        self._outer, self._task = outer, task
+
+    def started(self, value: Any = None) -> None:
+        self._outer.started((value, self._task))
 
 
 @asynccontextmanager

@@ -1,0 +1,83 @@
+"""Issue 5 acceptance, end to end (kubesim + the real agent + the real server): the server's
+cache equals kubesim object for object after the initial sync and after churn, and it holds
+no Secret data."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import kubesim
+
+from .cache_check import secret_bodies, wait_cache_equal, watched_kinds
+from .harness import open_stack
+
+SECRET_VALUE = "s3cr3t-e2e-cache-value"
+
+
+def _seed(sim: kubesim.Cluster) -> None:
+    kubesim.load_pods(sim, 60, namespaces=["team-a", "team-b"])
+    for index in range(10):
+        sim.create({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": f"cm-{index}", "namespace": "default"},
+                    "data": {"value": str(index)}})
+    sim.create({
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "db", "namespace": "default"},
+        "data": {"password": base64.b64encode(SECRET_VALUE.encode()).decode()},
+    })
+    sim.create(_deployment("web", replicas=2))
+
+
+def _deployment(name: str, *, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "app", "image": "nginx:1"}]}}},
+    }
+
+
+async def _assert_no_secret_data(stack: Any) -> None:
+    bodies = await secret_bodies(stack)
+    assert bodies, "no Secret reached the cache at all"
+    for body in bodies:
+        assert "data" not in body, body["metadata"]["name"]
+        assert "stringData" not in body, body["metadata"]["name"]
+    raw = b"".join([
+        obj.body for obj in (await stack.store.query_objects(account="k1", limit=10_000)).objects
+    ])
+    assert SECRET_VALUE.encode() not in raw
+    assert base64.b64encode(SECRET_VALUE.encode()) not in raw
+
+
+async def test_cache_equals_kubesim_after_sync_and_after_churn(tmp_path: Path) -> None:
+    sim = kubesim.Cluster()
+    _seed(sim)
+    with trio.fail_after(90):
+        async with open_stack(tmp_path, sim=sim) as stack:
+            await wait_cache_equal(stack, patience=30)
+            kinds = watched_kinds(stack, "k1")
+            for wanted in [("v1", "Pod"), ("v1", "Secret"), ("apps/v1", "Deployment"),
+                           ("apps/v1", "ReplicaSet"), ("v1", "Namespace")]:
+                assert wanted in kinds, f"the agent does not watch {wanted}"
+            await _assert_no_secret_data(stack)
+
+            churn = kubesim.Churn(sim, rate=200, seed=5,
+                                  kinds=("configmaps", "secrets", "services", "pods",
+                                         "deployments"))
+            async with trio.open_nursery() as nursery:
+                await nursery.start(churn.run)
+                await trio.sleep(3)
+                nursery.cancel_scope.cancel()
+            stats = churn.statistics()
+            assert stats.created > 50, stats
+            assert stats.updated > 50, stats
+            assert stats.deleted > 10, stats
+            await wait_cache_equal(stack, patience=30)
+            await _assert_no_secret_data(stack)
