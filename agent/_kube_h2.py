@@ -46,6 +46,8 @@ STREAM_WINDOW = 64 * 1024
 MAX_STREAMS = 250
 CONNECTION_WINDOW = MAX_STREAMS * STREAM_WINDOW
 READ_SIZE = 256 * 1024
+READ_IDLE = 30.0  # client-go's ReadIdleTimeout
+PING_TIMEOUT = 15.0  # client-go's PingTimeout
 MAX_FRAME_SIZE = 64 * 1024  # fewer frames (and task switches) per byte; = the window
 
 
@@ -101,6 +103,8 @@ class H2Connection:
         self._write_lock = trio.Lock()
         self._streams: dict[int, StreamState] = {}
         self.reserved = 0  # slots promised to streams being opened or open
+        self._last_read = trio.current_time()
+        self._ping_answered = trio.Event()
         self.error: Exception | None = None
         self.closed = False
 
@@ -138,10 +142,23 @@ class H2Connection:
             await self._flush()
 
     async def run_reader(self) -> None:
-        """Read frames until the connection ends; never raises (errors go to the streams)."""
+        """Read frames until the connection ends, with the PING health check beside it.
+        Never raises (errors go to the streams)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._health_check)
+                await self._read_frames()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self._socket)
+            self._fail(KubeClosedError("the HTTP/2 connection was closed"))
+
+    async def _read_frames(self) -> None:
         try:
             while True:
                 data = await self._socket.receive_some(READ_SIZE)
+                self._last_read = trio.current_time()
                 if not data:
                     raise KubeConnectionError("the server closed the HTTP/2 connection")
                 for event in self._h2.receive_data(data):
@@ -155,10 +172,37 @@ class H2Connection:
             OSError,
         ) as exc:
             self._fail(exc)
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(self._socket)
-            self._fail(KubeClosedError("the HTTP/2 connection was closed"))
+
+    async def _health_check(self) -> None:
+        """Like client-go's HTTP/2 health check: after READ_IDLE seconds without a frame,
+        PING; no answer within PING_TIMEOUT means the connection is dead (a silent network
+        or a vanished peer would otherwise hold every watch on it forever), so close it."""
+        while self.error is None:
+            idle = trio.current_time() - self._last_read
+            if idle < READ_IDLE:
+                await trio.sleep(READ_IDLE - idle)
+                continue
+            self._ping_answered = trio.Event()
+            try:
+                self._h2.ping(b"kubesvc!")
+                await self._flush()
+            except (
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                h2.exceptions.ProtocolError,
+            ):
+                return  # the reader sees the failure too
+            with trio.move_on_after(PING_TIMEOUT):
+                await self._ping_answered.wait()
+                continue
+            self._fail(
+                KubeConnectionError(
+                    f"no answer to an HTTP/2 PING within {PING_TIMEOUT:.0f} s: "
+                    "the connection is dead"
+                )
+            )
+            await trio.aclose_forcefully(self._socket)  # ends the reader
+            return
 
     def _fail(self, exc: Exception) -> None:
         if self.error is None:
@@ -201,6 +245,8 @@ class H2Connection:
                     f"the server reset the stream (HTTP/2 error {event.error_code!r})"
                 )
                 state.wake()
+        elif isinstance(event, h2.events.PingAckReceived):
+            self._ping_answered.set()
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.closed = True  # GOAWAY: no new streams; streams above last_stream_id are lost
             last = event.last_stream_id or 0

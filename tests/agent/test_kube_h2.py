@@ -5,15 +5,21 @@ fallback to HTTP/1.1, and errors. Against a real Hypercorn HTTPS server on loopb
 from __future__ import annotations
 
 import json
+import ssl
 import stat
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 import trio
+import trio.testing
 
 from agent import KubeClosedError, KubeConnectionError, KubeStream
 from agent._kube_client import KubeClient
@@ -273,3 +279,46 @@ async def test_closing_the_client_ends_open_watches_with_closed_errors(pki: Pki)
             await client.aclose()
             with pytest.raises(KubeClosedError):
                 await response.receive_some()
+
+
+async def test_a_silent_dead_connection_is_found_by_ping(
+    pki: Pki, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The peer answers the watch's headers, then never reads or writes again (a vanished
+    host behind a silent network): the PING health check closes the connection."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(
+        pki.write("s.crt", pki.server_cert_pem), pki.write("s.key", pki.server_key_pem)
+    )
+    context.set_alpn_protocols(["h2"])
+
+    async def goes_silent(stream: trio.SSLStream[trio.SocketStream]) -> None:
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+        conn = h2.connection.H2Connection(config)
+        conn.initiate_connection()
+        await stream.send_all(conn.data_to_send())
+        while True:
+            events = conn.receive_data(await stream.receive_some(65536))
+            for event in events:
+                if isinstance(event, h2.events.RequestReceived) and event.stream_id:
+                    conn.send_headers(event.stream_id, [(b":status", b"200")])
+                    await stream.send_all(conn.data_to_send())
+                    await trio.sleep_forever()  # silence from now on
+            await stream.send_all(conn.data_to_send())
+
+    with trio.fail_after(600):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                partial(trio.serve_ssl_over_tcp, goes_silent, 0, context, host="127.0.0.1")
+            )
+            port = listeners[0].transport_listener.socket.getsockname()[1]
+            async with (
+                _client(f"https://127.0.0.1:{port}", pki) as client,
+                client.stream("GET", "/w", params=WATCH) as response,
+            ):
+                assert response.status_code == 200
+                started = trio.current_time()
+                with pytest.raises(KubeConnectionError, match="no answer to an HTTP/2 PING"):
+                    await response.receive_some()
+                assert 45 <= trio.current_time() - started <= 50
+            nursery.cancel_scope.cancel()
