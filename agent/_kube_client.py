@@ -1,8 +1,9 @@
-"""The Kubernetes API client: httpx on trio, HTTP/2 first, errors translated at this edge.
+"""The Kubernetes API client: HTTP/2 first, credentials applied, errors translated here.
 
-One :class:`KubeClient` per account owns one ``httpx.AsyncClient``. With HTTP/2 (offered by
-every API server over TLS) all watches of the cluster are streams of one TCP connection; over
-HTTP/1.1 each watch holds its own connection, so the pool allows many (``max_connections``).
+One :class:`KubeClient` per account. Short requests go through httpx (one HTTP/2 connection
+when the server offers h2); watches go through the agent's own HTTP/2 connections
+(agent/_kube_h2.py), up to 250 per TCP connection, or HTTP/1.1 connections when h2 is not
+available -- see the class docstring for why httpx's HTTP/2 cannot carry watches.
 
 Two ways to talk:
 
