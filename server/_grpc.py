@@ -236,7 +236,7 @@ class ConnectHandler:
         kept = self._served(session, records, batch.seq, peer)
         if kept:
             try:
-                await self._state.store.apply_events(kept)
+                outcome = await self._state.store.apply_events(kept)
             except InvalidRecord as exc:
                 raise _refuse(
                     wire.Status.INVALID_ARGUMENT, f"batch seq {batch.seq}: {exc}", peer
@@ -251,7 +251,8 @@ class ConnectHandler:
                 raise wire.Refuse(
                     wire.Status.UNAVAILABLE, "the server's store failed; retry"
                 ) from None
-            self._state.feed.publish(kept)
+            # Objects a relist found gone are deletions too, for the feed's subscribers.
+            self._state.feed.publish(kept, swept=outcome.swept)
         await session.outbound.send(messages.ServerMessage(ack=messages.Ack(seq=batch.seq)))
         seq: int = batch.seq
         return seq
