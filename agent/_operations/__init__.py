@@ -1,0 +1,45 @@
+"""Clouddriver's Kubernetes operations, run by the agent with the account's credentials.
+
+``OperationExecutor(client_for_account, ...)`` is what ``Link(operations=...)`` calls for
+each ``messages.Operation``; it answers a ``messages.OperationResult`` whose ``result_json``
+is ``{"result", "phases", "objects", "deleted"}`` (contracts.md, "Operations contract").
+Modules: ``_executor`` (dedup, concurrency, deadlines, dispatch), ``_kinds`` (kind ->
+resource via discovery), ``_manifests`` (sans-I/O deploy preparation), ``_threeway``
+(client-side apply's patch), ``_apply`` / ``_deploy`` / ``_delete`` / ``_rollout`` (the
+operations), ``_kube`` (the calls, errors translated), ``_outcome`` (what is reported).
+"""
+
+from ._context import OperationSettings
+from ._errors import (
+    AgentUnavailable,
+    InvalidOperation,
+    KubernetesRefusal,
+    OperationError,
+    OperationTimeout,
+    UnsupportedOperation,
+)
+from ._executor import OPERATIONS, OperationExecutor
+from ._kinds import KindResolver, Resource, match_kind
+from ._manifests import Strategy, bind_artifacts, deploy_order, flatten, next_version
+from ._threeway import three_way_merge_patch
+
+__all__ = [
+    "OPERATIONS",
+    "AgentUnavailable",
+    "InvalidOperation",
+    "KindResolver",
+    "KubernetesRefusal",
+    "OperationError",
+    "OperationExecutor",
+    "OperationSettings",
+    "OperationTimeout",
+    "Resource",
+    "Strategy",
+    "UnsupportedOperation",
+    "bind_artifacts",
+    "deploy_order",
+    "flatten",
+    "match_kind",
+    "next_version",
+    "three_way_merge_patch",
+]

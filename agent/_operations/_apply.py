@@ -1,0 +1,108 @@
+"""Putting one prepared object into the cluster: server-side apply, client-side apply,
+replace or recreate, chosen by the ``strategy.spinnaker.io`` annotations and
+``kubernetes.serverSideApply`` (per kind, then global).
+
+Server-side apply modes (Armory's ``always|never|allowed``): ``never`` never uses it,
+``always`` always does, ``allowed`` (the default) when the manifest's
+``strategy.spinnaker.io/server-side-apply`` (or ``agent-k8s.armory.io/serverside-apply``)
+annotation says ``true`` or ``force-conflicts``; ``force-conflicts`` takes fields over from
+other managers. Otherwise client-side apply, like ``kubectl apply``: the object carries the
+``kubectl.kubernetes.io/last-applied-configuration`` annotation and an update is the
+three-way merge patch of ``_threeway.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import trio
+
+from ._context import OperationContext
+from ._errors import OperationTimeout
+from ._kinds import Resource
+from ._kube import APPLY_PATCH, MERGE_PATCH
+from ._manifests import LAST_APPLIED, Strategy, annotations_of
+from ._threeway import three_way_merge_patch
+
+__all__ = ["apply_object", "uses_server_side_apply"]
+
+
+def uses_server_side_apply(ctx: OperationContext, res: Resource, strategy: Strategy) -> bool:
+    config = ctx.settings.server_side_apply
+    mode = config.enabled
+    for entry in config.kinds:
+        if entry.kind.lower() in (res.kind.lower(), f"{res.kind}.{res.group}".lower()):
+            mode = entry.enabled or mode
+    if mode == "never":
+        return False
+    if mode == "always":
+        return True
+    return strategy.server_side_apply in ("true", "force-conflicts")
+
+
+def _with_last_applied(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` plus the last-applied annotation holding ``obj`` itself (without it)."""
+    bare = copy.deepcopy(obj)
+    notes = bare.get("metadata", {}).get("annotations")
+    if isinstance(notes, dict):
+        notes.pop(LAST_APPLIED, None)
+    out = copy.deepcopy(bare)
+    out["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(
+        bare, sort_keys=True, separators=(",", ":")
+    )
+    return out
+
+
+async def _wait_gone(ctx: OperationContext, res: Resource, namespace: str, name: str) -> None:
+    with trio.move_on_after(ctx.settings.recreate_wait_seconds):
+        while True:
+            if await ctx.cluster.get(res, namespace, name) is None:
+                return
+            await trio.sleep(ctx.settings.recreate_poll_seconds)
+    raise OperationTimeout(
+        f"{res.kind} {name} in {namespace or 'the cluster'} was still there "
+        f"{ctx.settings.recreate_wait_seconds:.0f} s after deleting it for a recreate"
+    )
+
+
+async def apply_object(
+    ctx: OperationContext, res: Resource, obj: dict[str, Any], strategy: Strategy
+) -> dict[str, Any]:
+    """Create or update ``obj`` (namespace and name already final); returns the object as
+    the API server answered. Raises KubernetesRefusal / AgentUnavailable / OperationTimeout."""
+    meta = obj["metadata"]
+    namespace = str(meta.get("namespace") or "") if res.namespaced else ""
+    name = str(meta["name"])
+    cluster = ctx.cluster
+    if uses_server_side_apply(ctx, res, strategy):
+        params = {"fieldManager": ctx.settings.field_manager}
+        if strategy.server_side_apply == "force-conflicts":
+            params["force"] = "true"
+        ctx.outcome.say(f"Server-side applying {res.kind} {name}")
+        return await cluster.patch(res, namespace, name, obj, APPLY_PATCH, params=params)
+    desired = _with_last_applied(obj)
+    live = await cluster.get(res, namespace, name)
+    if live is not None and strategy.recreate:
+        ctx.outcome.say(f"Recreating {res.kind} {name}: deleting the old one")
+        await cluster.delete(res, namespace, name, {"propagationPolicy": "Foreground"})
+        await _wait_gone(ctx, res, namespace, name)
+        live = None
+    if live is None:
+        return await cluster.create(res, namespace, desired)
+    if strategy.replace:
+        desired["metadata"]["resourceVersion"] = live["metadata"].get("resourceVersion")
+        return await cluster.replace(res, namespace, name, desired)
+    original: dict[str, Any] | None = None
+    raw = annotations_of(live).get(LAST_APPLIED)
+    if raw:
+        try:
+            decoded = json.loads(raw)
+            original = decoded if isinstance(decoded, dict) else None
+        except ValueError:
+            original = None  # a broken annotation: behave as if never applied
+    patch = three_way_merge_patch(original, desired, live)
+    if not patch:
+        return live
+    return await cluster.patch(res, namespace, name, patch, MERGE_PATCH)

@@ -1,0 +1,273 @@
+"""deployManifest, runJob and cleanupArtifacts: prepare (``_manifests.py``), then apply.
+
+Versioning reads the cluster: the next ``-vNNN`` is one past the highest version of the
+same base name and kind in the namespace (listed live, so two deploys in a row give
+``-v000`` then ``-v001``). ``use-source-capacity`` copies ``spec.replicas`` from the newest
+existing version (or the live object of an unversioned kind). Traffic: each
+``traffic.spinnaker.io/load-balancers`` entry ("service name") adds that Service's selector
+to the pod template's labels when ``enableTraffic`` (default true).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._apply import apply_object
+from ._context import OperationContext
+from ._errors import InvalidOperation
+from ._kinds import Resource
+from ._manifests import (
+    ARTIFACT,
+    LOAD_BALANCERS,
+    RECREATE,
+    Strategy,
+    annotations_of,
+    bind_artifacts,
+    deploy_order,
+    flatten,
+    is_versioned,
+    label_moniker,
+    next_version,
+    pod_template_metadata,
+    set_artifact_annotations,
+    version_of,
+)
+from ._outcome import DeployResult
+
+__all__ = ["cleanup_artifacts", "deploy_manifest", "run_job"]
+
+DEPLOY = "DEPLOY_KUBERNETES_MANIFEST"
+RUN_JOB = "RUN_KUBERNETES_JOB"
+CLEANUP = "CLEANUP_KUBERNETES_ARTIFACTS"
+RUN_JOB_REFUSAL = "Only kind of Job is accepted for the Run Job operation."
+_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
+
+
+def _artifacts(ctx: OperationContext) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    d = ctx.description
+    required = [a for a in d.items("requiredArtifacts") if isinstance(a, Mapping)]
+    optional = [a for a in d.items("optionalArtifacts") if isinstance(a, Mapping)]
+    if d.flag("enableArtifactBinding", True):
+        return required, required + optional
+    return required, required
+
+
+async def _traffic(
+    ctx: OperationContext, obj: dict[str, Any], strategy: Strategy, namespace: str
+) -> None:
+    if not strategy.load_balancers or not ctx.description.flag("enableTraffic", True):
+        return
+    template = pod_template_metadata(obj, create=True)
+    if template is None:
+        return
+    service = await ctx.cluster.kinds.resolve("Service")
+    labels = template.setdefault("labels", {})
+    for entry in strategy.load_balancers:
+        kind, _, name = entry.partition(" ")
+        if kind.lower() != "service" or not name:
+            raise InvalidOperation(
+                f"{LOAD_BALANCERS}: {entry!r} is not a \"service <name>\" load balancer"
+            )
+        live = await ctx.cluster.get(service, namespace, name)
+        if live is None:
+            raise InvalidOperation(
+                f"load balancer service {name} does not exist in namespace {namespace}"
+            )
+        selector = (live.get("spec") or {}).get("selector") or {}
+        labels.update(selector)
+
+
+def _replicas(obj: Mapping[str, Any]) -> int | None:
+    spec = obj.get("spec")
+    value = spec.get("replicas") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) else None
+
+
+async def _deploy_one(
+    ctx: OperationContext,
+    obj: dict[str, Any],
+    result: DeployResult,
+    artifacts: Sequence[Mapping[str, Any]],
+    *,
+    namespace_override: str,
+    moniker: Mapping[str, Any],
+    versioned: bool | None,
+) -> None:
+    meta = obj.setdefault("metadata", {})
+    res: Resource = await ctx.cluster.kinds.resolve(
+        str(obj["kind"]), api_version=str(obj.get("apiVersion") or "")
+    )
+    base = str(meta.get("name") or "")
+    if not base:
+        raise InvalidOperation(f"{res.kind}: metadata.name is required")
+    if res.namespaced:
+        namespace = (
+            namespace_override or str(meta.get("namespace") or "")
+            or ctx.description.namespace or "default"
+        )
+        meta["namespace"] = namespace
+    else:
+        namespace = ""
+        meta.pop("namespace", None)
+    strategy = Strategy.of(obj)
+    bound = bind_artifacts(obj, artifacts)
+    sequence: int | None = None
+    name = base
+    source: Mapping[str, Any] | None = None
+    if is_versioned(res.kind, strategy, versioned):
+        existing = await ctx.cluster.list(res, namespace)
+        sequence = next_version(existing, base)
+        name = f"{base}-v{sequence:03d}"
+        versions = [o for o in existing if version_of(o, base) is not None]
+        source = max(versions, key=lambda o: version_of(o, base) or 0) if versions else None
+    elif strategy.use_source_capacity:
+        source = await ctx.cluster.get(res, namespace, base)
+    meta["name"] = name
+    if strategy.use_source_capacity and source is not None:
+        replicas = _replicas(source)
+        if replicas is not None:
+            obj.setdefault("spec", {})["replicas"] = replicas
+    await _traffic(ctx, obj, strategy, namespace)
+    full_moniker = dict(moniker)
+    full_moniker.setdefault("cluster", f"{res.spinnaker_kind} {base}")
+    label_moniker(
+        obj,
+        full_moniker,
+        sequence=sequence,
+        skip_template_labels=bool(ctx.description.flag("skipSpecTemplateLabels", False)),
+    )
+    version = f"v{sequence:03d}" if sequence is not None else ""
+    artifact_type = f"kubernetes/{res.spinnaker_kind}"
+    set_artifact_annotations(
+        obj, artifact_type=artifact_type, base=base, namespace=namespace, version=version
+    )
+    ctx.outcome.say(f"Deploying manifest {res.spinnaker_kind} {name}")
+    applied = await apply_object(ctx, res, obj, strategy)
+    result.manifests.append(ctx.outcome.wrote(applied))
+    result.add_name(namespace, f"{res.spinnaker_kind} {name}")
+    result.created_artifacts.append({
+        "type": artifact_type,
+        "customKind": res.spinnaker_kind != f"{res.kind[:1].lower()}{res.kind[1:]}",
+        "name": base,
+        "version": version,
+        "location": namespace,
+        "reference": name,
+        "metadata": {"account": ctx.account},
+    })
+    for artifact in bound:
+        if artifact not in result.bound_artifacts:
+            result.bound_artifacts.append(artifact)
+
+
+async def _deploy(
+    ctx: OperationContext,
+    manifests: list[dict[str, Any]],
+    *,
+    namespace_override: str,
+    moniker: Mapping[str, Any],
+    versioned: bool | None,
+) -> DeployResult:
+    required, artifacts = _artifacts(ctx)
+    result = DeployResult()
+    ctx.outcome.result = result
+    for obj in deploy_order(manifests):
+        await _deploy_one(
+            ctx, obj, result, artifacts,
+            namespace_override=namespace_override, moniker=moniker, versioned=versioned,
+        )
+    unbound = [a for a in required if dict(a) not in result.bound_artifacts]
+    if unbound:
+        names = ", ".join(str(a.get("reference") or a.get("name")) for a in unbound)
+        raise InvalidOperation(
+            f"The following required artifacts could not be bound: '[{names}]'. Check that "
+            "the Docker image name above matches the name used in the image field of your "
+            "manifest. Failing the stage as this is likely a configuration error."
+        )
+    return result
+
+
+def _moniker(ctx: OperationContext) -> dict[str, Any]:
+    moniker = {k: v for k, v in ctx.description.mapping("moniker").items() if v is not None}
+    if not moniker.get("app") and ctx.description.text("application"):
+        moniker["app"] = ctx.description.text("application")
+    return moniker
+
+
+async def deploy_manifest(ctx: OperationContext) -> None:
+    d = ctx.description
+    manifests = flatten(d.items("manifests"), where="deployManifest.manifests")
+    if not manifests and d.has("manifest"):
+        manifests = flatten([d.mapping("manifest")], where="deployManifest.manifest")
+    if not manifests:
+        raise InvalidOperation("deployManifest.manifests: no manifests to deploy")
+    ctx.outcome.say(f"Beginning deployment of manifests in account {ctx.account}")
+    services = d.texts("services")
+    if services:  # red/black and blue/green: the new server group fronts these services
+        for obj in manifests:
+            notes = obj.setdefault("metadata", {}).setdefault("annotations", {})
+            notes.setdefault(LOAD_BALANCERS, json.dumps(services))
+    await _deploy(
+        ctx, manifests,
+        namespace_override=d.text("namespaceOverride"),
+        moniker=_moniker(ctx),
+        versioned=d.flag("versioned"),
+    )
+    ctx.outcome.say("Deploy manifest task completed successfully.")
+
+
+async def run_job(ctx: OperationContext) -> None:
+    d = ctx.description
+    manifest = dict(d.mapping("manifest"))
+    if manifest.get("kind") != "Job":
+        raise InvalidOperation(RUN_JOB_REFUSAL)
+    job = flatten([manifest], where="runJob.manifest")[0]
+    meta = job.setdefault("metadata", {})
+    # Always a new Job: a run is never an update of the last one (Clouddriver names it
+    # like generateName would; computed here so the name is known before the create).
+    prefix = str(meta.pop("generateName", "") or "") or f"{meta.get('name') or 'job'}-"
+    meta["name"] = prefix + "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
+    meta.setdefault("annotations", {})[RECREATE] = "true"
+    ctx.outcome.say("Running Kubernetes job...")
+    result = await _deploy(
+        ctx, [job], namespace_override=d.namespace, moniker=_moniker(ctx), versioned=False
+    )
+    result.extra["deployedNamesByLocation"] = {
+        ns: list(names) for ns, names in result.names_by_namespace.items()
+    }
+    ctx.outcome.say("Run job completed successfully.")
+
+
+async def cleanup_artifacts(ctx: OperationContext) -> None:
+    d = ctx.description
+    manifests = flatten(d.items("manifests"), where="cleanupArtifacts.manifests")
+    result = DeployResult(include_manifests=False)
+    ctx.outcome.result = result
+    ctx.outcome.say(f"Beginning cleanup of artifacts in account {ctx.account}")
+    for obj in manifests:
+        strategy = Strategy.of(obj)
+        if strategy.max_version_history is None:
+            continue
+        meta = obj.get("metadata") or {}
+        res = await ctx.cluster.kinds.resolve(
+            str(obj["kind"]), api_version=str(obj.get("apiVersion") or "")
+        )
+        namespace = str(meta.get("namespace") or d.namespace or "default") if res.namespaced else ""
+        notes = annotations_of(obj)
+        base = notes.get(ARTIFACT + "name") or str(meta.get("name") or "")
+        versions = sorted(
+            ((n, o) for o in await ctx.cluster.list(res, namespace)
+             if (n := version_of(o, base)) is not None),
+            key=lambda pair: pair[0],
+        )
+        keep = max(strategy.max_version_history, 0)
+        doomed = versions[: max(len(versions) - keep, 0)]
+        for _, old in doomed:
+            name = str(old["metadata"]["name"])
+            ctx.outcome.say(f"Deleting {res.spinnaker_kind} {name} (max-version-history {keep})")
+            if await ctx.cluster.delete(res, namespace, name, {"propagationPolicy": "Background"}):
+                ctx.outcome.removed(res, namespace, name)
+                result.add_name(namespace, f"{res.spinnaker_kind} {name}")
+    ctx.outcome.say("Cleanup of artifacts completed.")

@@ -1,0 +1,171 @@
+"""Kind resolution: a Spinnaker/Kubernetes kind token -> the API resource that serves it.
+
+Operations work on every kind the cluster serves, whatever an account's ``kinds`` /
+``omitKinds`` say (those only decide what is watched). A :class:`KindResolver` holds the
+account's discovery result and answers ``resolve("deployment")``, ``resolve("Deployment",
+api_version="apps/v1")``, ``resolve("rs")`` or ``resolve("certificate.cert-manager.io")``.
+An unknown kind triggers one rediscovery (at most every ``min_rediscovery_seconds``), so a
+CRD created a moment ago resolves; still unknown -> UnsupportedOperation naming the kind.
+
+The matching itself (:func:`match_kind`) is sans-I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import trio
+
+from .._discovery import DiscoveryResult, KindInfo, discover
+from .._errors import KubeConnectionError, KubeStatusError
+from .._seam import KubeTransport
+from .._watch_errors import WatchDecodeError
+from ._errors import AgentUnavailable, KubernetesRefusal, UnsupportedOperation
+
+__all__ = ["KindResolver", "Resource", "lower_camel", "match_kind"]
+
+# Spinnaker's and kubectl's short names for the built-in kinds.
+ALIASES: dict[str, str] = {
+    "deploy": "deployment",
+    "rs": "replicaset",
+    "svc": "service",
+    "sts": "statefulset",
+    "ds": "daemonset",
+    "cm": "configmap",
+    "ns": "namespace",
+    "po": "pod",
+    "pvc": "persistentvolumeclaim",
+    "sa": "serviceaccount",
+    "ing": "ingress",
+    "hpa": "horizontalpodautoscaler",
+    "netpol": "networkpolicy",
+    "cj": "cronjob",
+    "crd": "customresourcedefinition",
+}
+# When a kind name is served by several groups, these win (in this order).
+PREFERRED_GROUPS: tuple[str, ...] = ("", "apps", "batch", "networking.k8s.io", "autoscaling")
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One API resource an operation talks to, with its URL paths."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def spinnaker_kind(self) -> str:
+        """The kind as Spinnaker writes it in names: ``replicaSet``, or ``Kind.group`` for
+        kinds outside the built-in groups."""
+        if self.group in PREFERRED_GROUPS or self.group.endswith(".k8s.io"):
+            return lower_camel(self.kind)
+        return f"{self.kind}.{self.group}"
+
+    def collection_path(self, namespace: str = "") -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            return f"{root}/namespaces/{namespace}/{self.plural}"
+        return f"{root}/{self.plural}"
+
+    def object_path(self, namespace: str, name: str, subresource: str = "") -> str:
+        path = f"{self.collection_path(namespace)}/{name}"
+        return f"{path}/{subresource}" if subresource else path
+
+
+def lower_camel(kind: str) -> str:
+    """``ReplicaSet`` -> ``replicaSet`` (Spinnaker's kind names)."""
+    return kind[:1].lower() + kind[1:]
+
+
+def _resource(info: KindInfo) -> Resource:
+    return Resource(info.group, info.version, info.kind, info.plural, info.namespaced)
+
+
+def match_kind(
+    kinds: Sequence[KindInfo], token: str, *, api_version: str = ""
+) -> Resource | None:
+    """The resource for ``token`` (kind name, plural or alias, any case, optionally
+    ``kind.group``), preferring ``api_version``'s group and version when given."""
+    token = token.strip()
+    if not token:
+        return None
+    name, _, group = token.partition(".")
+    name = ALIASES.get(name.lower(), name.lower())
+    want_group, _, want_version = api_version.rpartition("/")
+    if api_version and "/" not in api_version:
+        want_group, want_version = "", api_version
+    candidates = [
+        info
+        for info in kinds
+        if (info.kind.lower() == name or info.plural.lower() == name)
+        and (not group or info.group.lower() == group.lower())
+    ]
+    if not candidates:
+        return None
+    if api_version:
+        exact = [c for c in candidates if c.group == want_group]
+        if exact:
+            candidates = exact
+            # A version the discovery did not prefer is still served: use the manifest's.
+            if all(c.version != want_version for c in exact):
+                first = exact[0]
+                return Resource(first.group, want_version, first.kind, first.plural,
+                                first.namespaced)
+            candidates = [c for c in exact if c.version == want_version]
+
+    def rank(info: KindInfo) -> int:
+        try:
+            return PREFERRED_GROUPS.index(info.group)
+        except ValueError:
+            return len(PREFERRED_GROUPS)
+
+    return _resource(min(candidates, key=rank))
+
+
+class KindResolver:
+    """Resolves kind tokens for one account, discovering on first use and on a miss.
+
+    Raises UnsupportedOperation for a kind the cluster does not serve, KubernetesRefusal
+    when discovery itself is refused, AgentUnavailable when the cluster cannot be reached.
+    """
+
+    def __init__(self, transport: KubeTransport, *, min_rediscovery_seconds: float = 5.0) -> None:
+        self._transport = transport
+        self._min_rediscovery = min_rediscovery_seconds
+        self._kinds: tuple[KindInfo, ...] | None = None
+        self._discovered_at = float("-inf")
+        self._lock = trio.Lock()
+
+    async def _discover(self) -> None:
+        try:
+            result: DiscoveryResult = await discover(self._transport)
+        except KubeStatusError as exc:
+            raise KubernetesRefusal.from_status(exc) from exc
+        except (KubeConnectionError, WatchDecodeError) as exc:
+            raise AgentUnavailable(f"discovery failed: {exc}") from exc
+        self._kinds = result.kinds
+        self._discovered_at = trio.current_time()
+
+    async def resolve(self, token: str, *, api_version: str = "") -> Resource:
+        async with self._lock:
+            if self._kinds is None:
+                await self._discover()
+            assert self._kinds is not None
+            found = match_kind(self._kinds, token, api_version=api_version)
+            if found is None and trio.current_time() - self._discovered_at >= self._min_rediscovery:
+                await self._discover()
+                found = match_kind(self._kinds, token, api_version=api_version)
+        if found is None:
+            where = f" (apiVersion {api_version})" if api_version else ""
+            raise UnsupportedOperation(
+                f"kind {token!r}{where} is not served by this cluster", code="Invalid"
+            )
+        return found

@@ -1,0 +1,141 @@
+"""The Kubernetes calls operations make, with errors translated into the operation tree.
+
+:class:`Cluster` wraps one account's client and kind resolver. Every method raises
+KubernetesRefusal (the API server's Status message and code) or AgentUnavailable (the
+network or the peer broke it); reads of an absent object return None instead of raising.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .._errors import (
+    KubeClosedError,
+    KubeConnectionError,
+    KubeCredentialError,
+    KubeError,
+    KubeStatusError,
+)
+from .._kube_client import KubeClient
+from .._kube_response import KubeReply
+from ._errors import AgentUnavailable, KubernetesRefusal
+from ._kinds import KindResolver, Resource
+
+__all__ = ["APPLY_PATCH", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_PATCH", "Cluster"]
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+MAX_LIST_PAGES = 200  # 200 x 500 objects: a bound on how much one operation reads
+
+
+class Cluster:
+    """One account's API server as operations see it."""
+
+    def __init__(self, account: str, client: KubeClient, kinds: KindResolver) -> None:
+        self.account = account
+        self.client = client
+        self.kinds = kinds
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        missing_ok: bool = False,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        content = None
+        if body is not None:
+            content = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = content_type
+        try:
+            reply: KubeReply = await self.client.request(
+                method, path, params=params, headers=headers, content=content
+            )
+        except (KubeConnectionError, KubeClosedError, KubeCredentialError) as exc:
+            raise AgentUnavailable(f"{method} {path}: {exc}") from exc
+        if reply.status_code == 404 and missing_ok:
+            return None
+        if reply.status_code >= 400:
+            try:
+                reply.raise_for_status()
+            except KubeStatusError as exc:
+                raise KubernetesRefusal.from_status(exc) from exc
+        try:
+            return reply.json() if reply.content else {}
+        except KubeError as exc:
+            raise AgentUnavailable(str(exc)) from exc
+
+    async def get(self, res: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        found = await self._call("GET", res.object_path(namespace, name), missing_ok=True)
+        return found if isinstance(found, dict) else None
+
+    async def create(
+        self, res: Resource, namespace: str, obj: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        created: dict[str, Any] = await self._call(
+            "POST", res.collection_path(namespace), body=obj
+        )
+        return created
+
+    async def replace(
+        self, res: Resource, namespace: str, name: str, obj: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        replaced: dict[str, Any] = await self._call(
+            "PUT", res.object_path(namespace, name), body=obj
+        )
+        return replaced
+
+    async def patch(
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str,
+        *,
+        subresource: str = "",
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        patched: dict[str, Any] = await self._call(
+            "PATCH",
+            res.object_path(namespace, name, subresource),
+            params=params,
+            body=body,
+            content_type=content_type,
+        )
+        return patched
+
+    async def delete(
+        self, res: Resource, namespace: str, name: str, options: Mapping[str, Any]
+    ) -> bool:
+        """Delete one object; False when it was already gone."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", **options}
+        gone = await self._call(
+            "DELETE", res.object_path(namespace, name), body=body, missing_ok=True
+        )
+        return gone is not None
+
+    async def list(
+        self, res: Resource, namespace: str, *, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """Every object of ``res`` in ``namespace`` (all namespaces when ""), paged."""
+        items: list[dict[str, Any]] = []
+        params = {"limit": "500"}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        for _ in range(MAX_LIST_PAGES):
+            page = await self._call("GET", res.collection_path(namespace), params=params)
+            items.extend(item for item in page.get("items") or () if isinstance(item, dict))
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            params["continue"] = token
+        return items

@@ -1,0 +1,97 @@
+"""What an operation reports back: Clouddriver's result object, history lines, objects.
+
+An :class:`Outcome` collects, while an operation runs, the history lines (``phase`` +
+``status``), every object the API server returned for a create/update (Secret data and the
+last-applied annotation removed), and every object deleted; ``result`` is the Clouddriver
+result object (None for scale/undo/pause/resume/restart). ``to_json()`` is the
+``result_json`` of the contract; an operation that fails half way still reports what it did.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._kinds import Resource
+
+__all__ = ["DeployResult", "Outcome", "scrubbed"]
+
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def scrubbed(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy fit to report: Secret ``data``/``stringData`` and the last-applied annotation
+    (which holds the same data) removed."""
+    out = copy.deepcopy(dict(obj))
+    if out.get("kind") == "Secret":
+        out.pop("data", None)
+        out.pop("stringData", None)
+        meta = out.get("metadata")
+        notes = meta.get("annotations") if isinstance(meta, dict) else None
+        if isinstance(notes, dict):
+            notes.pop(_LAST_APPLIED, None)
+    return out
+
+
+@dataclass(slots=True)
+class DeployResult:
+    """Clouddriver's result object for deploy, delete, patch, cleanup and run job."""
+
+    names_by_namespace: dict[str, list[str]] = field(default_factory=dict)
+    manifests: list[dict[str, Any]] = field(default_factory=list)
+    created_artifacts: list[dict[str, Any]] = field(default_factory=list)
+    bound_artifacts: list[dict[str, Any]] = field(default_factory=list)
+    include_manifests: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add_name(self, namespace: str, kind_and_name: str) -> None:
+        names = self.names_by_namespace.setdefault(namespace, [])
+        if kind_and_name not in names:
+            names.append(kind_and_name)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"manifestNamesByNamespace": self.names_by_namespace}
+        if self.include_manifests:
+            out["manifests"] = self.manifests
+        out["createdArtifacts"] = self.created_artifacts
+        out["boundArtifacts"] = self.bound_artifacts
+        out.update(self.extra)
+        return out
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Everything one operation has to say, success or not."""
+
+    phase: str
+    result: DeployResult | None = None
+    phases: list[dict[str, str]] = field(default_factory=list)
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    deleted: list[dict[str, str]] = field(default_factory=list)
+
+    def say(self, status: str, *, phase: str | None = None) -> None:
+        self.phases.append({"phase": phase or self.phase, "status": status})
+
+    def wrote(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Record an object the API server returned; gives back the scrubbed copy."""
+        clean = scrubbed(obj)
+        self.objects.append(clean)
+        return clean
+
+    def removed(self, res: Resource, namespace: str, name: str) -> None:
+        self.deleted.append({
+            "apiVersion": res.api_version,
+            "kind": res.kind,
+            "namespace": namespace if res.namespaced else "",
+            "name": name,
+        })
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "result": self.result.to_json() if self.result is not None else None,
+            "phases": self.phases,
+            "objects": self.objects,
+            "deleted": self.deleted,
+        }

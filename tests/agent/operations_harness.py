@@ -1,0 +1,109 @@
+"""A real KubeClient against kubesim on loopback, and an executor running operations on it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubesim
+from agent import AccountConfig, KubeClient, open_kube_client
+from agent._operations import OperationExecutor
+from wire import messages
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Ran:
+    """One operation's answer, with result_json decoded."""
+
+    answer: messages.OperationResult
+    body: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.answer.ok)
+
+    @property
+    def result(self) -> Any:
+        return self.body.get("result")
+
+
+@dataclass
+class OpsBench:
+    sim: kubesim.Cluster
+    server: kubesim.Server
+    client: KubeClient
+    executor: OperationExecutor
+    account: str = "k1"
+
+    async def run(self, type: str, payload: dict[str, Any], *, op_id: str = "",
+                  deadline_ms: int = 0) -> Ran:
+        op = messages.Operation(
+            id=op_id or f"op-{next(_ids)}", account=self.account, type=type,
+            payload_json=json.dumps({"account": self.account, **payload}),
+            deadline_ms=deadline_ms,
+        )
+        answer = await self.executor(op)
+        body = json.loads(answer.result_json) if answer.result_json else {}
+        return Ran(answer, body)
+
+
+@asynccontextmanager
+async def open_ops_bench(
+    tmp_path: Path, *, user: str = "admin", sim: kubesim.Cluster | None = None,
+    **executor_options: Any,
+) -> AsyncIterator[OpsBench]:
+    sim = sim or kubesim.Cluster()
+    async with kubesim.open_server(sim, host="127.0.0.1", port=0) as server:
+        if user != "admin":
+            server.add_user(user, grants={"*": kubesim.READ_VERBS, "configmaps": kubesim.ALL_VERBS})
+        path = server.kubeconfig(tmp_path / "kubeconfig", user=user)
+        account = AccountConfig("k1", kube_config_file=str(path))
+        async with open_kube_client(account, environ={}) as client:
+            executor = OperationExecutor(lambda name: client if name == "k1" else None,
+                                         **executor_options)
+            yield OpsBench(sim, server, client, executor)
+
+
+def replica_set(name: str = "web", image: str = "nginx:1", **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name, "annotations": dict(annotations)},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": image}]},
+            },
+        },
+    }
+
+
+def deployment(name: str = "api", image: str = "nginx:1", replicas: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": image}]},
+            },
+        },
+    }
+
+
+def assert_ok(*runs: Ran) -> None:
+    """Every run succeeded (the failing one's answer is shown otherwise)."""
+    for ran in runs:
+        assert ran.ok, ran.answer
