@@ -8,7 +8,7 @@ from ._accounts import AccountSet, AccountState
 from ._app import Agent, build_agent, link_settings, parse_grpc_address, run_agent
 from ._backoff import Backoff
 from ._config_load import default_config_path, load_config, parse_config
-from ._config_reload import AccountsDiff, diff_accounts, watch_config
+from ._config_reload import AccountsDiff, diff_accounts, diff_config, watch_config
 from ._config_schema import (
     AccountConfig,
     ClouddriverConfig,
@@ -129,6 +129,7 @@ __all__ = [
     "decode_list_page",
     "default_config_path",
     "diff_accounts",
+    "diff_config",
     "diff_targets",
     "discover",
     "health_app",

@@ -16,7 +16,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import trio
@@ -25,7 +25,7 @@ from ._config_load import MAX_CONFIG_BYTES, parse_config
 from ._config_schema import AccountConfig, Config
 from ._errors import ConfigError
 
-__all__ = ["AccountsDiff", "diff_accounts", "watch_config"]
+__all__ = ["AccountsDiff", "diff_accounts", "diff_config", "watch_config"]
 
 log = logging.getLogger("agent.config")
 
@@ -62,6 +62,21 @@ def diff_accounts(old: Sequence[AccountConfig], new: Sequence[AccountConfig]) ->
     )
     removed = tuple(account for account in old if account.name not in new_names)
     return AccountsDiff(added, removed, changed)
+
+
+def diff_config(old: Config, new: Config) -> AccountsDiff:
+    """Like :func:`diff_accounts`, but an account also counts as ``changed`` when an option
+    outside ``accounts[]`` that shapes every account's client or watches changed
+    (``kubernetes.*`` such as ``noProxy``, ``retries``, ``stripManagedFields``, and
+    ``timeoutSeconds``). Pure."""
+    diff = diff_accounts(old.kubernetes.accounts, new.kubernetes.accounts)
+    shared_old = (replace(old.kubernetes, accounts=()), old.timeout_seconds)
+    shared_new = (replace(new.kubernetes, accounts=()), new.timeout_seconds)
+    if shared_old == shared_new:
+        return diff
+    added = {account.name for account in diff.added}
+    kept = tuple(account for account in new.kubernetes.accounts if account.name not in added)
+    return AccountsDiff(diff.added, diff.removed, kept)
 
 
 @dataclass(frozen=True, slots=True)

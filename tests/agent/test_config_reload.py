@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from agent import AccountConfig, Config, ConfigError, diff_accounts, watch_config
+from agent import (
+    AccountConfig,
+    Config,
+    ConfigError,
+    diff_accounts,
+    diff_config,
+    parse_config,
+    watch_config,
+)
 
 POLL = 0.01  # real time: the watcher reads files in worker threads, where virtual time is unsafe
 
@@ -146,3 +154,22 @@ def test_diff_accounts() -> None:
     assert removed == (a,)
     assert changed == (b2,)
     assert not diff_accounts([a, b], [b, a])
+
+
+def test_diff_config_restarts_every_account_when_shared_client_options_change() -> None:
+    base = parse_config(_accounts("a", "b"), source="f")
+    same = parse_config(_accounts("a", "b") + "tasks: {totalBudget: 5}\n", source="f")
+    assert not diff_config(base, same)
+    more = parse_config(_accounts("a", "b", "c"), source="f")
+    assert [a.name for a in diff_config(base, more).added] == ["c"]
+    assert not diff_config(base, more).changed
+    no_proxy = parse_config(
+        "kubernetes: {noProxy: true, accounts: [{name: a, kinds: [pod]}, {name: c}]}\n",
+        source="f",
+    )
+    added, removed, changed = diff_config(base, no_proxy)
+    assert [a.name for a in added] == ["c"]
+    assert [a.name for a in removed] == ["b"]
+    assert [a.name for a in changed] == ["a"]
+    slower = parse_config(_accounts("a", "b") + "timeoutSeconds: 30\n", source="f")
+    assert [a.name for a in diff_config(base, slower).changed] == ["a", "b"]
