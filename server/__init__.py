@@ -31,6 +31,7 @@ from ._moniker import Moniker, moniker_for
 from ._registry import Claim, Registry, Role, RoleChange
 from ._sessions import AgentView, Session, SessionManager
 from ._state import LogOperations, OperationsHook, ServerState
+from .ops import OperationService
 
 __all__ = [
     "AccountExists",
@@ -52,6 +53,7 @@ __all__ = [
     "LogOperations",
     "ManifestStatus",
     "Moniker",
+    "OperationService",
     "OperationsHook",
     "Principal",
     "Registry",

@@ -20,7 +20,8 @@ from ._config import ServerConfig
 from ._feed import ChangeFeed
 from ._grpc import ConnectHandler
 from ._sessions import SessionManager
-from ._state import LogOperations, OperationsHook, ServerState
+from ._state import OperationsHook, ServerState
+from .ops import OperationService
 from .store import open_sqlite_store
 from .store._sqlite_core import wall_clock_ms
 
@@ -70,6 +71,20 @@ async def open_server_state(
             outbound_queue=config.sessions.outbound_queue,
         )
         feed = ChangeFeed()
+        if operations is None:
+            # Issue 6: the real operations service (server/ops) replaces LogOperations.
+            operations = OperationService(
+                store=store,
+                sessions=sessions,
+                accounts=accounts,
+                feed=feed,
+                owner_id=server_id,
+                wait_ms=config.operations.wait_ms,
+                now_ms=now_ms,
+                # The session's outbound queue is bounded and a full one ends the session:
+                # keep unanswered operations well under it.
+                max_in_flight=max(1, config.sessions.outbound_queue // 2),
+            )
         try:
             yield ServerState(
                 config=config,
@@ -79,7 +94,7 @@ async def open_server_state(
                 feed=feed,
                 accounts=accounts,
                 sessions=sessions,
-                operations=operations or LogOperations(),
+                operations=operations,
             )
         finally:
             feed.close()
@@ -106,6 +121,8 @@ async def run_server(
         trio.open_nursery() as nursery,
     ):
         await nursery.start(state.accounts.run_expiry)
+        if isinstance(state.operations, OperationService):
+            await nursery.start(state.operations.run)  # issue 6: task runners
         serve = functools.partial(
             wire.serve,
             ConnectHandler(state, authenticator),

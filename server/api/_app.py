@@ -17,6 +17,7 @@ from starlette.middleware import Middleware
 
 from . import _armory as armory
 from . import _clouddriver as clouddriver
+from . import _ops_endpoints as ops_endpoints
 from . import _own as own
 from ._context import ApiContext, ApiState
 from ._errors import EXCEPTION_HANDLERS
@@ -225,6 +226,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             404: "unknown account or nothing fits",
         },
     ),
+    # Operations and tasks (issue 6, server/api/_ops.py).
+    *ops_endpoints.OPS_ENDPOINTS,
     # kubesvc's own.
     Endpoint(
         "GET",

@@ -1,0 +1,46 @@
+"""Clouddriver's operations: tolerant descriptions, orchestration tasks, and the service that
+sends operations to agents and turns their results into tasks and cache updates."""
+
+from ._describe import (
+    OPERATIONS,
+    POD_LOGS,
+    Description,
+    OperationSpec,
+    normalize,
+    operation_spec,
+    parse_request,
+)
+from ._errors import (
+    InvalidDescription,
+    OperationError,
+    OperationsUnavailable,
+    UnknownCredentials,
+    UnknownOperation,
+)
+from ._kinds import resolve_kind
+from ._results import AgentResult, cache_records, parse_result
+from ._service import OperationOutcome, OperationService
+from ._task import Task, TaskState
+
+__all__ = [
+    "OPERATIONS",
+    "POD_LOGS",
+    "AgentResult",
+    "Description",
+    "InvalidDescription",
+    "OperationError",
+    "OperationOutcome",
+    "OperationService",
+    "OperationSpec",
+    "OperationsUnavailable",
+    "Task",
+    "TaskState",
+    "UnknownCredentials",
+    "UnknownOperation",
+    "cache_records",
+    "normalize",
+    "operation_spec",
+    "parse_request",
+    "parse_result",
+    "resolve_kind",
+]

@@ -1,0 +1,537 @@
+"""The operations service: tasks in, operations out to agents, results back. The trio part.
+
+Theory of operation. ``submit`` validates every description (refusals raise before any task
+exists), de-duplicates by clientRequestId (the task id is derived from it, and the task is
+persisted before ``submit`` returns, so a retried POST finds it even after a restart), and
+starts one runner task in the service's nursery. The runner sends the task's operations one
+after another; each is recorded in the store (RECEIVED) before it is sent (SENT) to the
+PRIMARY session of its account, then waits for the agent's result under one cancel scope
+whose deadline is ``operations.waitMs``.
+
+At most once. An operation reaches an agent at most once: it is never resent, not after a
+timeout and not after a reconnect. When the session it was sent to ends before the result
+came, the operation fails with "agent disconnected before answering; the operation may or
+may not have been applied" (the agent de-duplicates a repeated id, but its memory of ids does
+not survive a restart, so resending could apply a deploy twice). A result that arrives after
+the task gave up is recorded in the operation's history and otherwise ignored. Session ends
+are noticed by a sweep every ``session_check_seconds`` (the session manager has no close
+callback yet; contracts.md REQUEST).
+
+Bounds: at most ``max_running`` unfinished tasks (more -> OperationsUnavailable, 503), at
+most ``max_in_flight`` operations sent and unanswered (the session's outbound queue is
+bounded and a full one ends the session), ``max_tasks_kept`` ended tasks in memory (older
+ones are read back from the store).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import trio
+
+import wire
+from wire import messages
+
+from .._accounts import AccountService
+from .._errors import ServerError
+from .._feed import ChangeFeed
+from .._sessions import Session, SessionManager
+from ..store import OperationEvent, OperationRecord, Store
+from ._describe import Description, OperationSpec, normalize, parse_request
+from ._errors import OperationsUnavailable, UnknownCredentials
+from ._results import AgentResult, cache_records, error_name, parse_result
+from ._task import Task
+
+__all__ = ["OperationOutcome", "OperationService"]
+
+log = logging.getLogger("server.operations")
+
+TASK_TYPE = "task"  # operations-table rows of this type hold a task (see _persist_task)
+_TASK_ID_NAMESPACE = uuid.UUID("5b0c1f9e-6f67-4a43-9b1c-6b7562657376")
+
+
+@dataclass(slots=True)
+class _Outstanding:
+    """An operation sent and not yet answered."""
+
+    session_id: str
+    agent_id: str
+    sent_at: float
+    done: trio.Event = field(default_factory=trio.Event)
+    result: messages.OperationResult | None = None
+    failure: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OperationOutcome:
+    """How one operation ended: ``error`` is the class-like name, ``message`` the reason."""
+
+    ok: bool
+    agent: AgentResult
+    error: str = ""
+    message: str = ""
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class OperationService:
+    """The server's OperationsHook, and what the REST routes call (see module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        sessions: SessionManager,
+        accounts: AccountService,
+        feed: ChangeFeed,
+        owner_id: str,
+        wait_ms: int = 30_000,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        max_running: int = 1000,
+        max_in_flight: int = 32,
+        max_tasks_kept: int = 10_000,
+        session_check_seconds: float = 0.5,
+    ) -> None:
+        self._store = store
+        self._sessions = sessions
+        self._accounts = accounts
+        self._feed = feed
+        self.owner_id = owner_id
+        self.wait_ms = wait_ms
+        self._now_ms = now_ms
+        self._max_running = max_running
+        self._max_tasks_kept = max_tasks_kept
+        self._session_check = session_check_seconds
+        self._slots = trio.Semaphore(max(1, max_in_flight))
+        self._tasks: OrderedDict[str, Task] = OrderedDict()
+        self._running = 0
+        self._outstanding: dict[str, _Outstanding] = {}
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run task runners and the session sweep until cancelled (runners are cancelled too:
+        their tasks stay RUNNING in the store and read back as failed after a restart)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._sweep_sessions)
+            task_status.started()
+            try:
+                await trio.sleep(math.inf)
+            finally:
+                self._nursery = None
+
+    async def _sweep_sessions(self) -> None:
+        while True:
+            await trio.sleep(self._session_check)
+            for op_id, waiting in list(self._outstanding.items()):
+                session = self._sessions.get(waiting.session_id)
+                if session is not None and not session.ended_reason:
+                    continue
+                reason = session.ended_reason if session is not None else "its session closed"
+                waiting.failure = (
+                    f"agent {waiting.agent_id} disconnected before answering ({reason}); "
+                    "the operation may or may not have been applied, and it is not resent"
+                )
+                log.warning("operation %s: %s", op_id, waiting.failure)
+                waiting.done.set()
+
+    # -- submitting -----------------------------------------------------------------------
+
+    def describe(self, operations: Sequence[tuple[str, Any]]) -> list[Description]:
+        """Normalize every description and check its account; raises the refusals."""
+        found = [normalize(name, raw) for name, raw in operations]
+        for d in found:
+            if self._accounts.get(d.account) is None:
+                raise UnknownCredentials(d.account, sorted(a.name for a in self._accounts.list()))
+        return found
+
+    async def submit_request(self, body: Any, *, request_id: str | None) -> Task:
+        """``POST /kubernetes/ops``'s body -> the task (new, or the one for ``request_id``)."""
+        return await self.submit(self.describe(parse_request(body)), request_id=request_id)
+
+    async def submit(self, descriptions: Sequence[Description], *, request_id: str | None) -> Task:
+        """Create (or find, by ``request_id``) the task and start running it.
+
+        Raises OperationsUnavailable when the service is not running or too many tasks are
+        unfinished, and StoreError when the task cannot be persisted (nothing runs then).
+        """
+        if request_id:
+            task_id = str(uuid.uuid5(_TASK_ID_NAMESPACE, request_id))
+            existing = await self.get_task(task_id)
+            if existing is not None:
+                return existing
+        else:
+            task_id = str(uuid.uuid4())
+        if self._nursery is None:
+            raise OperationsUnavailable("operations are not running on this server")
+        if self._running >= self._max_running:
+            raise OperationsUnavailable(
+                f"{self._running} operation tasks are unfinished (the limit); retry later"
+            )
+        if task_id in self._tasks:  # a concurrent POST with the same id got here first
+            return self._tasks[task_id]
+        task = Task.create(
+            task_id,
+            request_id=request_id or task_id,
+            owner_id=self.owner_id,
+            now_ms=self._now_ms(),
+            accounts=sorted({d.account for d in descriptions}),
+        )
+        self._remember(task)
+        self._running += 1
+        try:
+            await self._persist_task(task, "task received")
+        except BaseException:
+            self._running -= 1
+            self._tasks.pop(task_id, None)
+            raise
+        self._nursery.start_soon(self._run_task, task, list(descriptions))
+        return task
+
+    def _remember(self, task: Task) -> None:
+        self._tasks[task.id] = task
+        self._tasks.move_to_end(task.id)
+        while len(self._tasks) > self._max_tasks_kept:
+            oldest = next((t for t in self._tasks.values() if t.ended), None)
+            if oldest is None:
+                break
+            del self._tasks[oldest.id]
+
+    async def _persist_task(self, task: Task, message: str) -> None:
+        now = self._now_ms()
+        await self._store.record_operation(
+            OperationRecord(
+                id=task.id,
+                account=",".join(task.accounts),
+                type=TASK_TYPE,
+                payload_json=_dumps({"requestId": task.request_id}),
+                state=task.state,
+                created_ms=task.start_time_ms,
+                updated_ms=now,
+                result_json=_dumps(task.to_json()),
+            ),
+            message,
+        )
+
+    async def _run_task(self, task: Task, descriptions: list[Description]) -> None:
+        try:
+            for index, d in enumerate(descriptions):
+                op_id = f"{task.id}-{index}"
+                task.begin_operation(op_id, d.spec.class_name)
+                outcome = await self.execute(op_id, d.spec, d.account, d.payload)
+                task.add_phases(outcome.agent.phases, d.spec.phase)
+                if not outcome.ok:
+                    task.fail(d.spec.class_name, outcome.error, outcome.message, self._now_ms())
+                    break
+                task.add_result(outcome.agent.result)
+            task.complete(self._now_ms())
+        except Exception as exc:
+            # A bug or a store failure must fail this task, not the server's nursery.
+            log.exception("task %s failed inside the server", task.id)
+            task.fail(
+                "orchestration", type(exc).__name__, f"the server failed: {exc}", self._now_ms()
+            )
+        finally:
+            self._running -= 1
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                try:
+                    await self._persist_task(task, task.state)
+                except ServerError as exc:
+                    log.error("task %s: could not persist its end: %s", task.id, exc)
+
+    # -- one operation --------------------------------------------------------------------
+
+    async def execute(
+        self, op_id: str, spec: OperationSpec, account: str, payload: dict[str, Any]
+    ) -> OperationOutcome:
+        """Record, send, await and record one operation; never raises for the agent's or the
+        cluster's failures (they are the outcome), only StoreError when recording fails."""
+        received = self._now_ms()
+        record = OperationRecord(
+            id=op_id,
+            account=account,
+            type=spec.name,
+            payload_json=_dumps(payload),
+            state="RECEIVED",
+            created_ms=received,
+            updated_ms=received,
+        )
+        await self._store.record_operation(record, "received")
+        waiting: _Outstanding | None = None
+        with trio.move_on_after(self.wait_ms / 1000):
+            async with self._slots:
+                session = self._sessions.primary_session(account)
+                if session is None or session.ended_reason:
+                    return await self._failed(
+                        record,
+                        "NoAgent",
+                        f"no agent serves account {account} now (its agent is disconnected); "
+                        "nothing was sent",
+                    )
+                waiting = _Outstanding(session.session_id, session.agent_id, trio.current_time())
+                self._outstanding[op_id] = waiting
+                try:
+                    await self._send(record, session, spec)
+                    await waiting.done.wait()
+                finally:
+                    self._outstanding.pop(op_id, None)
+        if waiting is None:
+            return await self._failed(
+                record,
+                "OperationTimeout",
+                f"not sent within {self.wait_ms} ms: too many operations in flight",
+            )
+        if waiting.result is not None:
+            return await self._received(record, waiting)
+        if waiting.failure:
+            return await self._failed(record, "AgentDisconnected", waiting.failure)
+        return await self._failed(
+            record,
+            "OperationTimeout",
+            f"no result from agent {waiting.agent_id} within {self.wait_ms} ms "
+            "(operations.waitMs); the operation may or may not have been applied",
+        )
+
+    async def _send(self, record: OperationRecord, session: Session, spec: OperationSpec) -> None:
+        await self._store.record_operation(
+            replace(record, state="SENT", updated_ms=self._now_ms()),
+            f"sent to agent {session.agent_id} (session {session.session_id})",
+        )
+        operation = messages.Operation(
+            id=record.id,
+            account=record.account,
+            type=spec.name,
+            payload_json=record.payload_json,
+            deadline_ms=int(time.time() * 1000) + self.wait_ms,
+        )
+        if not session.post(messages.ServerMessage(operation=operation)):
+            waiting = self._outstanding.get(record.id)
+            if waiting is not None:
+                waiting.failure = (
+                    f"could not queue the operation for agent {session.agent_id}: "
+                    f"its session ended ({session.ended_reason or 'closed'}); nothing was sent"
+                )
+                waiting.done.set()
+
+    async def _failed(self, record: OperationRecord, error: str, message: str) -> OperationOutcome:
+        await self._store.record_operation(
+            replace(
+                record,
+                state="FAILED",
+                updated_ms=self._now_ms(),
+                error_message=message,
+                error_code=error,
+            ),
+            f"failed: {message}",
+        )
+        return OperationOutcome(False, AgentResult(ok=False), error, message)
+
+    async def _received(self, record: OperationRecord, waiting: _Outstanding) -> OperationOutcome:
+        result = waiting.result
+        assert result is not None
+        elapsed_ms = int((trio.current_time() - waiting.sent_at) * 1000)
+        agent = parse_result(result.ok, result.result_json, result.error_message, result.error_code)
+        if agent.problem:
+            log.warning("operation %s: %s", record.id, agent.problem)
+        await self._update_cache(record.account, agent)
+        message = result.error_message or (agent.problem if not result.ok else "")
+        if not result.ok and not message:
+            message = f"the agent reported a failure with no message (code {result.error_code!r})"
+        await self._store.record_operation(
+            replace(
+                record,
+                state="SUCCEEDED" if result.ok else "FAILED",
+                updated_ms=self._now_ms(),
+                result_json=result.result_json,
+                error_message=message,
+                error_code=result.error_code,
+            ),
+            f"result received from agent {waiting.agent_id} after {elapsed_ms} ms: "
+            + ("ok" if result.ok else f"failed: {message}"),
+        )
+        if result.ok:
+            return OperationOutcome(True, agent)
+        return OperationOutcome(False, agent, error_name(result.error_code), message)
+
+    async def _update_cache(self, account: str, agent: AgentResult) -> None:
+        """Write the objects the agent returned so /manifests shows them at once.
+
+        An object the watch already delivered in a newer version is skipped. The stored
+        records carry no resourceVersion: an object's version must not become a watch's
+        resume point (it could skip other objects' events on the next resume).
+        """
+        records = cache_records(account, agent.objects, agent.deleted)
+        fresh: list[wire.EventRecord] = []
+        for r in records:
+            if r.type != int(wire.EventType.DELETED) and r.resource_version.isdigit():
+                stored = await self._store.get_object(
+                    account, r.api_version, r.kind, r.namespace, r.name
+                )
+                if (
+                    stored is not None
+                    and stored.resource_version.isdigit()
+                    and int(stored.resource_version) >= int(r.resource_version)
+                ):
+                    continue
+            fresh.append(r)
+        if not fresh:
+            return
+        try:
+            await self._store.apply_events([replace_rv(r) for r in fresh])
+        except ServerError as exc:
+            log.warning("operation result for %s: cache not updated: %s", account, exc)
+            return
+        self._feed.publish(fresh)
+
+    # -- the hook -------------------------------------------------------------------------
+
+    async def on_result(self, session: Session, result: messages.OperationResult) -> None:
+        """An agent answered. Never blocks on I/O for an expected result (the session's
+        receive loop calls this); a late or unknown one is recorded and dropped."""
+        waiting = self._outstanding.get(result.id)
+        if waiting is not None and not waiting.done.is_set():
+            if waiting.session_id != session.session_id:
+                log.warning(
+                    "operation %s answered by session %s, sent to %s",
+                    result.id,
+                    session.session_id,
+                    waiting.session_id,
+                )
+            waiting.result = result
+            waiting.done.set()
+            return
+        if result.id.startswith("dynamic-"):
+            log.info(
+                "dynamic account %s: ok=%s %s", result.account, result.ok, result.error_message
+            )
+            return
+        record = await self._store.get_operation(result.id)
+        if record is None or record.type == TASK_TYPE:
+            log.warning("agent %s answered unknown operation %r", session.agent_id, result.id)
+            return
+        log.warning("operation %s: late result from agent %s ignored", result.id, session.agent_id)
+        await self._store.record_operation(
+            replace(record, updated_ms=self._now_ms()),
+            f"late result from agent {session.agent_id} ignored: ok={result.ok} "
+            f"{result.error_message}",
+        )
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def get_task(self, task_id: str) -> Task | None:
+        """A task from memory, else from the store. A task the store holds as RUNNING but no
+        runner owns (the server restarted) is failed and saved as such."""
+        task = self._tasks.get(task_id)
+        if task is not None:
+            return task
+        record = await self._store.get_operation(task_id)
+        if record is None or record.type != TASK_TYPE:
+            return None
+        try:
+            task = Task.from_json(json.loads(record.result_json))
+        except ValueError as exc:
+            log.error("task %s in the store cannot be read: %s", task_id, exc)
+            return None
+        if task_id in self._tasks:  # a concurrent reader restored it first
+            return self._tasks[task_id]
+        if not task.ended:
+            task.fail(
+                "orchestration",
+                "ServerRestarted",
+                "the server restarted while this task was running; its operation may or may "
+                "not have been applied",
+                self._now_ms(),
+            )
+            await self._persist_task(task, task.state)
+        self._remember(task)
+        return task
+
+    def recent_tasks(self, limit: int = 100) -> list[Task]:
+        """The newest tasks in memory, newest first."""
+        return list(reversed(self._tasks.values()))[:limit]
+
+    async def operation_view(self, op_id: str) -> dict[str, Any] | None:
+        record = await self._store.get_operation(op_id)
+        if record is None or record.type == TASK_TYPE:
+            return None
+        return _operation_json(record, await self._store.operation_history(op_id))
+
+    async def list_operations(self, account: str | None, limit: int) -> list[dict[str, Any]]:
+        # Task rows share the table; each task has >= 1 operation row, so the newest 2N rows
+        # hold at least the newest N operations.
+        records = await self._store.list_operations(account=account, limit=min(20_000, 2 * limit))
+        views: list[dict[str, Any]] = []
+        for record in records:
+            if record.type != TASK_TYPE and len(views) < limit:
+                views.append(
+                    _operation_json(record, await self._store.operation_history(record.id))
+                )
+        return views
+
+    def new_operation_id(self) -> str:
+        return str(uuid.uuid4())
+
+    def check_account(self, account: str) -> None:
+        if self._accounts.get(account) is None:
+            raise UnknownCredentials(account, sorted(a.name for a in self._accounts.list()))
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._outstanding)
+
+    @property
+    def running_tasks(self) -> int:
+        return self._running
+
+
+def replace_rv(record: wire.EventRecord) -> wire.EventRecord:
+    """The record without its resourceVersion (see OperationService._update_cache)."""
+    return wire.EventRecord(
+        type=record.type,
+        account=record.account,
+        api_version=record.api_version,
+        kind=record.kind,
+        namespace=record.namespace,
+        name=record.name,
+        uid=record.uid,
+        resource_version="",
+        object=record.object,
+        scope=record.scope,
+    )
+
+
+def _operation_json(record: OperationRecord, history: list[OperationEvent]) -> dict[str, Any]:
+    """An operation as /armory/agent/operations shows it."""
+    ended = record.state in ("SUCCEEDED", "FAILED")
+    result: Any = None
+    if record.result_json:
+        try:
+            result = json.loads(record.result_json)
+        except ValueError:
+            result = record.result_json
+    return {
+        "id": record.id,
+        "account": record.account,
+        "type": record.type,
+        "state": record.state,
+        "createdMs": record.created_ms,
+        "updatedMs": record.updated_ms,
+        "durationMs": (record.updated_ms - record.created_ms) if ended else None,
+        "errorMessage": record.error_message,
+        "errorCode": record.error_code,
+        "payload": json.loads(record.payload_json or "{}"),
+        "result": result,
+        "history": [{"atMs": e.at_ms, "state": e.state, "message": e.message} for e in history],
+    }
