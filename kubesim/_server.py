@@ -20,7 +20,6 @@ import trio
 import yaml
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 
@@ -29,6 +28,7 @@ from kubesim._auth import User, Users
 from kubesim._certs import CertificateAuthority, KeyPair
 from kubesim._cluster import Cluster
 from kubesim._faults import Faults, RequestCounters
+from kubesim._hypercorn import ConnectionServer
 
 __all__ = ["Server", "open_server"]
 
@@ -179,7 +179,7 @@ class Server:
                     self._peer_names[peer] = name
             connection = tls
         try:
-            await TCPServer(app, config, context, ConnectionState({}), connection)
+            await ConnectionServer(app, config, context, ConnectionState({}), connection)
         finally:
             if peer is not None:
                 self._peer_names.pop(peer, None)

@@ -8,7 +8,7 @@ pods loaded. Three figures:
 - list: pages of ``limit=500`` over all N pods.
 The reader only splits lines / counts items, as a real agent's raw reader does.
 
-Usage: .venv/bin/python -m tests.bench.bench_kubesim [--json] [--pods N]
+Usage: .venv/bin/python -m tests.bench.bench_kubesim [--json] [--pods N] [--tls [--http2]]
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -32,16 +34,21 @@ class _Page(msgspec.Struct):
     items: list[msgspec.Raw]
 
 
-def serve(pods: int) -> None:
-    """Child process: load pods, print 'url token rv_before', serve until stdin closes."""
+def serve(pods: int, tls: bool) -> None:
+    """Child process: load pods, print 'url token rv_before ca_file', serve until stdin closes."""
     import kubesim
 
     async def main() -> None:
         sim = kubesim.Cluster(kubesim.SimConfig(watch_history=pods + 100, controllers=False))
         before = sim.resource_version
-        async with kubesim.open_server(sim) as server:
+        async with kubesim.open_server(sim, tls=tls) as server:
             kubesim.load_pods(sim, pods, namespaces=4)
-            print(server.url, server.users["admin"].token, before, flush=True)
+            ca_file = "-"
+            if server.ca_pem is not None:
+                with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as ca:
+                    ca.write(server.ca_pem)
+                    ca_file = ca.name
+            print(server.url, server.users["admin"].token, before, ca_file, flush=True)
             await trio.to_thread.run_sync(sys.stdin.read)
 
     trio.run(main)
@@ -87,12 +94,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def measure(url: str, token: str, before: int, pods: int, pid: int) -> dict[str, float]:
+async def measure(
+    url: str, token: str, before: int, pods: int, pid: int, ca_file: str, http2: bool
+) -> dict[str, float]:
     """Each rate by the wall clock, and per CPU-second of the server process (the machine
     may be shared: the per-CPU figure says what kubesim costs, whatever the load)."""
     headers = {"authorization": f"Bearer {token}"}
     figures: dict[str, float] = {"pods": pods}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+    verify: ssl.SSLContext | bool = True
+    if ca_file != "-":
+        verify = ssl.create_default_context(cafile=ca_file)
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, timeout=60, verify=verify, http2=http2
+    ) as client:
         for name in ("watch_initial", "watch_history", "list"):
             cpu = _cpu_seconds(pid)
             if name == "watch_initial":
@@ -116,26 +130,34 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="last line: one JSON object")
     parser.add_argument("--pods", type=int, default=30_000)
+    parser.add_argument("--tls", action="store_true", help="HTTPS (default: plain HTTP)")
+    parser.add_argument("--http2", action="store_true", help="HTTP/2 (needs --tls: ALPN)")
     parser.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve)
+        serve(args.serve, args.tls)
         return 0
+    if args.http2 and not args.tls:
+        parser.error("--http2 needs --tls (httpx negotiates HTTP/2 with ALPN)")
+    tls = ["--tls"] if args.tls else []
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.bench.bench_kubesim", "--serve", str(args.pods)],
+        [sys.executable, "-m", "tests.bench.bench_kubesim", "--serve", str(args.pods), *tls],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert child.stdout is not None
-        url, token, before = child.stdout.readline().split()
-        figures = trio.run(measure, url, token, int(before), args.pods, child.pid)
+        url, token, before, ca_file = child.stdout.readline().split()
+        figures = trio.run(
+            measure, url, token, int(before), args.pods, child.pid, ca_file, args.http2
+        )
     finally:
         if child.stdin is not None:
             child.stdin.close()
         child.wait(timeout=30)
-    print(f"kubesim, {args.pods} pods of ~4.6 KB, raw httpx reader (HTTP/1.1, loopback):")
+    protocol = ("HTTP/2" if args.http2 else "HTTP/1.1") + (" over TLS" if args.tls else "")
+    print(f"kubesim, {args.pods} pods of ~4.6 KB, raw httpx reader ({protocol}, loopback):")
     f = {k: int(v) for k, v in figures.items()}
     print("                          wall clock       per server CPU-second")
     print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -265,3 +266,31 @@ async def test_two_watchers_and_a_writer_agree_with_a_fresh_list(
         assert states[0] == expected
         assert states[1] == expected
         assert int(list_rv) < int(fresh["metadata"]["resourceVersion"])
+
+
+async def test_http2_watches_share_one_connection(sim: kubesim.Cluster) -> None:
+    """Two big watches and a list multiplexed on one HTTP/2 connection (batched DATA frames)."""
+    with trio.fail_after(30):
+        kubesim.load_pods(sim, 300, namespaces=2)
+        async with kubesim.open_server(sim, tls=True) as server:
+            assert server.ca_pem is not None
+            verify = ssl.create_default_context(cadata=server.ca_pem.decode())
+            headers = {"authorization": f"Bearer {server.users['admin'].token}"}
+            async with httpx.AsyncClient(
+                base_url=server.url, verify=verify, http2=True, headers=headers
+            ) as client:
+                counts: dict[str, int] = {}
+
+                async def watch(namespace: str) -> None:
+                    events = await _watch(
+                        client, f"/api/v1/namespaces/{namespace}/pods", {"timeoutSeconds": "2"}
+                    )
+                    counts[namespace] = len(events)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch, "load-0")
+                    nursery.start_soon(watch, "load-1")
+                    listed = await client.get("/api/v1/pods")
+                assert listed.http_version == "HTTP/2"
+                assert len(listed.json()["items"]) == 300
+                assert counts == {"load-0": 150, "load-1": 150}
