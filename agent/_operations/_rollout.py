@@ -67,10 +67,10 @@ async def _target(
 
 
 async def scale_manifest(ctx: OperationContext) -> None:
-    res, namespace, name, _ = await _target(ctx, "scaleManifest", SCALABLE)
-    replicas = ctx.description.integer("replicas") or 0
+    replicas = ctx.description.integer("replicas") or 0  # missing means 0 (Clouddriver)
     if replicas < 0:
         raise InvalidOperation(f"scaleManifest.replicas: must be >= 0, got {replicas}")
+    res, namespace, name, _ = await _target(ctx, "scaleManifest", SCALABLE)
     ctx.outcome.say(f"Scaling {res.spinnaker_kind} {name} in {namespace} to {replicas} replicas")
     await ctx.cluster.patch(res, namespace, name, {"spec": {"replicas": replicas}}, MERGE_PATCH,
                             subresource="scale")
