@@ -145,3 +145,27 @@ async def test_discovery_documents(sim: kubesim.Cluster, http: httpx.AsyncClient
         assert created.status_code == 201
         listed = (await http.get("/apis/example.com/v1")).json()
         assert [r["name"] for r in listed["resources"]] == ["widgets"]
+
+
+async def test_drop_after_bytes_stall_and_slow_responses(
+    sim: kubesim.Cluster, server: kubesim.Server, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        for i in range(20):
+            sim.create(_cm(f"cm-{i}"))
+        server.faults.drop_watches(after_bytes=1)  # cut right after the first chunk
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.get("/api/v1/configmaps", params={"watch": "true"})
+        server.faults.stall_responses(seconds=0.3, count=1)
+        server.faults.slow(0.1)
+        start = trio.current_time()
+        assert (await http.get("/api/v1/configmaps")).status_code == 200
+        stalled = trio.current_time() - start
+        start = trio.current_time()
+        assert (await http.get("/api/v1/configmaps")).status_code == 200
+        slowed = trio.current_time() - start
+        assert stalled >= 0.4
+        assert 0.1 <= slowed < 0.3
+        cleared = await http.delete("/kubesim/faults")
+        assert cleared.json() == {"cleared": True}
+        assert server.faults.delay == 0
