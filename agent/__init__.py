@@ -56,6 +56,7 @@ from ._kube_client import (
 from ._kubeconfig import ClusterAccess, load_kubeconfig, parse_kubeconfig, service_account_access
 from ._link import Link, LinkSettings, LinkStatus
 from ._metrics import metrics_registry
+from ._operations import OperationExecutor, OperationSettings
 from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
 from ._scrub import Scrubber
 from ._seam import KubeResponse, KubeTransport
@@ -110,7 +111,9 @@ __all__ = [
     "LinkSettings",
     "LinkStatus",
     "ListCaps",
+    "OperationExecutor",
     "OperationRecord",
+    "OperationSettings",
     "Reflector",
     "ReflectorHooks",
     "ReflectorSettings",

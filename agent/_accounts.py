@@ -152,6 +152,11 @@ class AccountSet:
 
     # -- what the link needs ----------------------------------------------------------------
 
+    def client_for(self, name: str) -> KubeClient | None:
+        """The account's open client (for the operation executor), or None."""
+        state = self.accounts.get(name)
+        return state.client if state is not None else None
+
     async def hello_accounts(self) -> list[messages.AccountInfo]:
         """The accounts whose cluster is known, as Hello announces them."""
         return [

@@ -29,6 +29,7 @@ from ._errors import ConfigError
 from ._health import health_app, metrics_app, serve_http
 from ._link import Link, LinkSettings
 from ._metrics import metrics_registry
+from ._operations import OperationExecutor, OperationSettings
 from ._status import AgentStatus
 from ._token import TokenSource
 
@@ -112,6 +113,10 @@ def build_agent(config: Config, *, environ: Mapping[str, str] = os.environ) -> A
     """Wire the agent's parts from a validated config (no I/O yet)."""
     budget = ByteBudget(config.budget.bytes)
     accounts = AccountSet(config, environ=environ)
+    executor = OperationExecutor(
+        accounts.client_for,
+        settings=OperationSettings(server_side_apply=config.kubernetes.server_side_apply),
+    )
     link = Link(
         link_settings(config, environ=environ),
         budget,
@@ -119,9 +124,11 @@ def build_agent(config: Config, *, environ: Mapping[str, str] = os.environ) -> A
         runner=accounts.run_watches,
         max_resume_age_ms=accounts.max_resume_age_ms,
         token=TokenSource(config.clouddriver.auth).token,
+        operations=executor,
     )
     accounts.on_change = link.accounts_changed  # accounts found or removed -> tell the server
     status = AgentStatus(link=link.status, accounts=accounts.accounts, budget=budget.statistics)
+    executor.status = status  # the /operations view lists what it ran
     return Agent(config=config, budget=budget, accounts=accounts, link=link, status=status)
 
 

@@ -41,6 +41,7 @@ from ._description import Description
 from ._errors import AgentUnavailable, OperationError, OperationTimeout, UnsupportedOperation
 from ._kinds import KindResolver
 from ._kube import Cluster
+from ._logs import pod_logs
 from ._outcome import Outcome
 from ._rollout import (
     patch_manifest,
@@ -69,6 +70,7 @@ OPERATIONS: Mapping[str, tuple[str, Handler]] = {
     "rollingRestartManifest": ("ROLLING_RESTART_KUBERNETES_MANIFEST", rolling_restart),
     "runJob": (RUN_JOB, run_job),
     "cleanupArtifacts": (CLEANUP, cleanup_artifacts),
+    "podLogs": ("POD_LOGS", pod_logs),  # a read for the server's log routes (no task)
 }
 
 ClientForAccount = Callable[[str], KubeClient | None]
@@ -113,7 +115,7 @@ class OperationExecutor:
         self._results: OrderedDict[str, messages.OperationResult] = OrderedDict()
         self._running: dict[str, _Run] = {}
         self._max_run_seconds = max_run_seconds
-        self._status = status
+        self.status = status
         self._now_ms = now_ms
         self._resolvers: dict[str, tuple[KubeClient, KindResolver]] = {}
         self.runs = 0  # operations actually started (tests and metrics read it)
@@ -200,8 +202,8 @@ class OperationExecutor:
 
     async def _run(self, op: messages.Operation) -> messages.OperationResult:
         self.runs += 1
-        record = self._status.operation_started(op.id, op.account, op.type) \
-            if self._status is not None else None
+        record = self.status.operation_started(op.id, op.account, op.type) \
+            if self.status is not None else None
         entry = OPERATIONS.get(op.type)
         outcome = Outcome(entry[0] if entry else "ORCHESTRATION")
         try:

@@ -139,3 +139,27 @@ class Cluster:
                 return items
             params["continue"] = token
         return items
+
+    async def read_text(
+        self, path: str, *, params: Mapping[str, str] | None = None, limit: int
+    ) -> tuple[str, bool]:
+        """GET a text body (a pod's log), keeping at most ``limit`` bytes; returns the text
+        and whether it was cut there."""
+        body = bytearray()
+        truncated = False
+        try:
+            async with self.client.stream("GET", path, params=params) as response:
+                if response.status_code >= 400:
+                    try:
+                        await response.raise_for_status()
+                    except KubeStatusError as exc:
+                        raise KubernetesRefusal.from_status(exc) from exc
+                while chunk := await response.receive_some():
+                    body += chunk
+                    if len(body) >= limit:
+                        truncated = len(body) > limit
+                        del body[limit:]
+                        break
+        except (KubeConnectionError, KubeClosedError, KubeCredentialError) as exc:
+            raise AgentUnavailable(f"GET {path}: {exc}") from exc
+        return body.decode(errors="replace"), truncated

@@ -66,7 +66,7 @@ class Outcome:
     """Everything one operation has to say, success or not."""
 
     phase: str
-    result: DeployResult | None = None
+    result: DeployResult | dict[str, Any] | None = None
     phases: list[dict[str, str]] = field(default_factory=list)
     objects: list[dict[str, Any]] = field(default_factory=list)
     deleted: list[dict[str, str]] = field(default_factory=list)
@@ -90,7 +90,8 @@ class Outcome:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "result": self.result.to_json() if self.result is not None else None,
+            "result": self.result.to_json() if isinstance(self.result, DeployResult)
+            else self.result,
             "phases": self.phases,
             "objects": self.objects,
             "deleted": self.deleted,
