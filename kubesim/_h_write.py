@@ -93,8 +93,8 @@ async def serve_write(
             preconditions=delete_options.get("preconditions"),
         )
         cluster.reconcile()
-        if rtype.has_status or final.rv != cluster.store(rtype).last_change_rv:
-            await respond(send, 200, final.raw, JSON)
+        if rtype.has_status:  # like the API server: workloads answer with the object,
+            await respond(send, 200, final.raw, JSON)  # plain kinds with a Status
         else:
             await respond_json(
                 send,
@@ -180,7 +180,9 @@ async def _serve_scale(cluster: Cluster, target: ReadTarget, request: Request, s
     if given_rv not in (None, "") and str(given_rv) != str(old.rv):
         raise _status.conflict(rtype, name)
     obj.setdefault("spec", {})["replicas"] = replicas
-    stored = replace(cluster, rtype, target.namespace, name, obj, None, _options(request))
+    options = _options(request)
+    stored = replace(cluster, rtype, target.namespace, name, obj, None, options)
     cluster.reconcile()
-    await respond_json(send, 200, scale_of(cluster.get_stored(rtype, namespace, name).decode()
-                                          if stored.rv else obj))  # fmt: skip
+    if not options.dry_run:
+        stored = cluster.get_stored(rtype, namespace, name)  # with the controllers' status
+    await respond_json(send, 200, scale_of(stored.decode()))

@@ -54,6 +54,8 @@ class WriteOptions(msgspec.Struct, frozen=True):
     now: str = ""
     dry_run: bool = False
     force: bool = False
+    # True when the body's managedFields are already right (an apply that creates).
+    managed_fields_done: bool = False
 
 
 DEFAULT_OPTIONS = WriteOptions()
@@ -194,7 +196,7 @@ def create(
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj["status"] = {"phase": "Active"}
-    if "managedFields" not in meta or not options.manager.startswith("kubesim"):
+    if not options.managed_fields_done:
         meta["managedFields"] = update_managed_fields(
             None, obj, manager=options.manager, operation="Update", now=_now(options)
         )
@@ -333,11 +335,13 @@ def patch(
             if subresource is not None:
                 raise _status.not_found(rtype, name)
             result["metadata"].pop("resourceVersion", None)
-            managed = result["metadata"].get("managedFields")
-            created = create(cluster, rtype, namespace, result, _keep_managed(options))
-            if managed is not None and not options.dry_run:
-                return created, True
-            return created, True
+            done = WriteOptions(
+                manager=options.manager,
+                now=options.now,
+                dry_run=options.dry_run,
+                managed_fields_done=True,
+            )
+            return create(cluster, rtype, namespace, result, done), True
         _check_rv(rtype, old, applied["metadata"].get("resourceVersion"))
         return (
             _finish_update(
@@ -361,12 +365,6 @@ def patch(
         validate_object(new, kind_info=rtype, namespace=namespace, name=name)
     _check_rv(rtype, old, new["metadata"].get("resourceVersion"))
     return _finish_update(cluster, rtype, current, new, subresource, options), False
-
-
-def _keep_managed(options: WriteOptions) -> WriteOptions:
-    # An apply that creates: server_side_apply already wrote managedFields, create keeps them
-    # (create only computes them for managers not named kubesim*: see create()).
-    return WriteOptions(manager="kubesim-apply", now=options.now, dry_run=options.dry_run)
 
 
 # -- delete ----------------------------------------------------------------------------------
