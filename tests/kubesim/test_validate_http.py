@@ -1,4 +1,4 @@
-"""Invalid bodies over real HTTP: 400 for what cannot be decoded, 422 Invalid saying what is wrong."""
+"""Invalid bodies over real HTTP: 400 when they cannot be decoded, 422 saying what is wrong."""
 
 from __future__ import annotations
 
