@@ -335,6 +335,11 @@ class Reflector:
                 "GET", self._path, params=params, headers=self._watch_headers
             ) as response:
                 await check_status(response, method="WATCH", path=self._path)
+                if initial is None and not self.state.synced:
+                    # Resumed from a stored resourceVersion (no list this time): the server
+                    # accepted it, so the receiver holds this kind up to it and the watch
+                    # brings the rest; otherwise /ready would wait for ever after a resume.
+                    self._synced(self._tracker.current or "")
                 if initial is not None:
                     self.state.streaming = True
                     await self._send.send(self._marker(EventType.SYNC_BEGIN, ""))
