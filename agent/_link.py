@@ -93,6 +93,8 @@ class LinkStatus:
     last_error: str = ""
     server_id: str = ""
     roles: dict[str, str] = field(default_factory=dict)
+    # The server's reason with an account's role (why it was REJECTED, or promoted).
+    role_reasons: dict[str, str] = field(default_factory=dict)
     batches_sent: int = 0
     events_sent: int = 0
     bytes_sent: int = 0
@@ -147,6 +149,7 @@ class Link:
             finally:
                 self.status.connected = False
                 self.status.roles.clear()
+                self.status.role_reasons.clear()
                 self._session = None
             delay = backoff.next_delay()
             log.info("reconnecting in %.1f s", delay)
@@ -166,6 +169,7 @@ class Link:
         for name in removed:
             session.stop_account(name)
             self.status.roles.pop(name, None)
+            self.status.role_reasons.pop(name, None)
         for info in accounts:  # a changed account restarts under its new settings
             session.stop_account(info.name)
         await session.send(
@@ -268,6 +272,10 @@ class _Session:
         for assignment in assignments:
             role = messages.Role(assignment.role)
             self._link.status.roles[assignment.name] = role.name
+            if assignment.reason:
+                self._link.status.role_reasons[assignment.name] = assignment.reason
+            else:
+                self._link.status.role_reasons.pop(assignment.name, None)
             if role == messages.Role.PRIMARY:
                 self._start_account(assignment)
             else:
