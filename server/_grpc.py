@@ -28,7 +28,7 @@ from wire import messages
 
 from ._auth import Authenticator, Principal
 from ._errors import AuthError, InvalidRecord, StoreError
-from ._registry import Claim, Role
+from ._registry import Claim, Role, RoleChange
 from ._sessions import Session, claim_from_info
 from ._state import ServerState
 
@@ -85,14 +85,7 @@ class ConnectHandler:
                     ),
                     accounts=[await sessions.assignment(d) for d in decisions],
                 )
-                for d in decisions:
-                    if d.role is Role.REJECTED:
-                        log.warning(
-                            "session %s: account %s rejected: %s",
-                            session.session_id,
-                            d.account,
-                            d.reason,
-                        )
+                _log_rejections(session, decisions)
                 await stream.send(messages.ServerMessage(welcome=welcome))
                 try:
                     async with trio.open_nursery() as nursery:
@@ -295,11 +288,21 @@ class ConnectHandler:
         if change.removed:
             await sessions.unregister(session, change.removed)
         decisions = await sessions.register(session, claims) if claims else []
+        _log_rejections(session, decisions)
         if decisions:
             assignments = [await sessions.assignment(d) for d in decisions]
             await session.outbound.send(
                 messages.ServerMessage(assignment=messages.Assignment(accounts=assignments))
             )
+
+
+def _log_rejections(session: Session, decisions: Sequence[RoleChange]) -> None:
+    """Log each REJECTED decision with its reason (at Hello and at AccountsChanged alike: an
+    agent usually announces an account late, once it has read the cluster's identity)."""
+    for d in decisions:
+        if d.role is Role.REJECTED:
+            log.warning("session %s: account %s rejected: %s", session.session_id, d.account,
+                        d.reason)
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
