@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 import kubesim
+from agent import Agent
 
 from .harness import ObjectKey, Stack, stored_objects
 
@@ -38,9 +39,12 @@ def as_sent(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def watched_kinds(stack: Stack, account: str) -> set[tuple[str, str]]:
-    """(apiVersion, kind) of every kind the agent's reflectors watch for ``account``."""
-    state = stack.agent.accounts.accounts.get(account)
+def watched_kinds(
+    stack: Stack, account: str, watcher: Agent | None = None
+) -> set[tuple[str, str]]:
+    """(apiVersion, kind) of every kind the agent's reflectors watch for ``account``
+    (``watcher``: that agent instead of the stack's first)."""
+    state = (watcher or stack.agent).accounts.accounts.get(account)
     if state is None or state.watch is None:
         return set()
     return {
@@ -65,12 +69,15 @@ def expected_objects(
     return found
 
 
-async def cache_differences(stack: Stack, account: str = "k1") -> list[str]:
-    """What differs between the server's cache of ``account`` and kubesim (empty: equal)."""
-    state = stack.agent.accounts.accounts.get(account)
+async def cache_differences(
+    stack: Stack, account: str = "k1", watcher: Agent | None = None
+) -> list[str]:
+    """What differs between the server's cache of ``account`` and kubesim (empty: equal);
+    ``watcher`` is the agent serving it (default: the stack's first)."""
+    state = (watcher or stack.agent).accounts.accounts.get(account)
     if state is None or state.watch is None or not state.watch.synced:
         return [f"the agent has not synced account {account} yet"]
-    kinds = watched_kinds(stack, account)
+    kinds = watched_kinds(stack, account, watcher)
     want = expected_objects(stack.sim, kinds)
     have = await stored_objects(stack, account)
     problems: list[str] = []
@@ -86,12 +93,14 @@ async def cache_differences(stack: Stack, account: str = "k1") -> list[str]:
     return problems
 
 
-async def wait_cache_equal(stack: Stack, account: str = "k1", *, patience: float) -> None:
+async def wait_cache_equal(
+    stack: Stack, account: str = "k1", *, patience: float, watcher: Agent | None = None
+) -> None:
     """Poll until the cache equals kubesim; after ``patience`` s fail with the differences."""
     problems: list[str] = []
     with trio.move_on_after(patience):
         while True:
-            problems = await cache_differences(stack, account)
+            problems = await cache_differences(stack, account, watcher)
             if not problems:
                 return
             await trio.sleep(0.2)
@@ -103,3 +112,16 @@ async def secret_bodies(stack: Stack, account: str = "k1") -> list[dict[str, Any
     """The stored bodies of every Secret (to check that no data is stored)."""
     page = await stack.store.query_objects(account=account, kind="Secret", limit=10_000)
     return [json.loads(obj.body) for obj in page.objects]
+
+
+def relisted_kinds(watcher: Agent, account: str = "k1") -> list[str]:
+    """The kinds ``watcher``'s current reflectors fetched in full (a list, or a streaming
+    list: kubesim counts the latter as a watch) instead of resuming from a stored version."""
+    state = watcher.accounts.accounts.get(account)
+    if state is None or state.watch is None:
+        return []
+    return sorted(
+        target.describe()
+        for target, reflector in state.watch.reflectors.items()
+        if reflector.lists or reflector.streaming
+    )
