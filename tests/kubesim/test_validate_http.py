@@ -64,9 +64,8 @@ async def test_selector_mismatch_is_422_in_the_apiservers_words(api: k8s.ApiClie
 async def test_a_patch_that_breaks_the_object_is_422(api: k8s.ApiClient) -> None:
     apps = k8s.AppsV1Api(api)
     with trio.fail_after(10):
-        await trio.to_thread.run_sync(
-            lambda: apps.create_namespaced_deployment("default", deployment("ok", "ok"))
-        )
+        create: Callable[..., Any] = apps.create_namespaced_deployment
+        await trio.to_thread.run_sync(lambda: create("default", deployment("ok", "ok")))
         code, status = await failure(
             apps.patch_namespaced_deployment, "ok", "default", {"spec": {"replicas": -1}},
             _content_type="application/merge-patch+json",
