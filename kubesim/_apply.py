@@ -290,8 +290,12 @@ def update_managed_fields(
     manager: str,
     operation: Operation = "Update",
     now: str,
+    subresource: str = "",
 ) -> list[dict[str, Any]]:
     """The managedFields for ``new`` after ``manager`` wrote it over ``old`` (None: a create).
+
+    ``subresource`` names the subresource written (``"status"``, ``"scale"``): the manager's
+    entry for it is a separate one that says so, as in the API server.
 
     The manager's entry (by manager and operation) gains every field the write added or
     changed and those fields leave the other managers; fields the write removed leave every
@@ -316,7 +320,12 @@ def update_managed_fields(
     for raw in raw_entries:
         if not isinstance(raw, dict):
             continue
-        if manager and raw.get("manager") == manager and raw.get("operation") == operation:
+        if (
+            manager
+            and raw.get("manager") == manager
+            and raw.get("operation") == operation
+            and raw.get("subresource", "") == subresource
+        ):
             mine = raw
             continue
         tree = raw.get("fieldsV1")
@@ -347,6 +356,8 @@ def update_managed_fields(
                 if old is None:
                     edited = to_fields_v1(changed)  # sorted, like the apiserver writes it
                 entry: dict[str, Any] = {"manager": manager, "operation": operation}
+                if subresource:
+                    entry["subresource"] = subresource
             else:
                 entry = {k: v for k, v in mine.items() if k != "fieldsV1"}
             entry.update(apiVersion=api_version, time=now, fieldsType="FieldsV1", fieldsV1=edited)

@@ -419,3 +419,15 @@ def test_apply_sequences_keep_ownership_consistent(
         assert mine == set(field_values(config, "Pod"))
         owned_paths_exist(result)
         live = result
+
+
+def test_subresource_writes_get_their_own_entry() -> None:
+    obj = config()
+    obj["metadata"]["managedFields"] = update_managed_fields(None, obj, manager="kcm", now=T0)
+    scaled = copy.deepcopy(obj)
+    scaled["spec"]["replicas"] = 9
+    entries = update_managed_fields(obj, scaled, manager="kcm", now=T1, subresource="scale")
+    by_key = {(e["manager"], e.get("subresource", "")): e for e in entries}
+    assert by_key[("kcm", "scale")]["fieldsV1"] == {"f:spec": {"f:replicas": {}}}
+    assert by_key[("kcm", "scale")]["subresource"] == "scale"
+    assert "f:replicas" not in by_key[("kcm", "")]["fieldsV1"]["f:spec"]
