@@ -18,7 +18,7 @@ from typing import Any
 from ._apply import apply_object
 from ._context import OperationContext
 from ._errors import InvalidOperation
-from ._kinds import Resource
+from ._kinds import Resource, lower_camel
 from ._manifests import (
     ARTIFACT,
     LOAD_BALANCERS,
@@ -146,11 +146,13 @@ async def _deploy_one(
     )
     ctx.outcome.say(f"Deploying manifest {res.spinnaker_kind} {name}")
     applied = await apply_object(ctx, res, obj, strategy)
+    if res.kind == "CustomResourceDefinition":
+        ctx.cluster.kinds.invalidate()  # its custom resources may follow in this deploy
     result.manifests.append(ctx.outcome.wrote(applied))
     result.add_name(namespace, f"{res.spinnaker_kind} {name}")
     result.created_artifacts.append({
         "type": artifact_type,
-        "customKind": res.spinnaker_kind != f"{res.kind[:1].lower()}{res.kind[1:]}",
+        "customKind": res.spinnaker_kind != lower_camel(res.kind),
         "name": base,
         "version": version,
         "location": namespace,

@@ -154,6 +154,10 @@ class KindResolver:
         self._kinds = result.kinds
         self._discovered_at = trio.current_time()
 
+    def invalidate(self) -> None:
+        """Let the next miss rediscover at once (a CRD was just created or changed)."""
+        self._discovered_at = float("-inf")
+
     async def resolve(self, token: str, *, api_version: str = "") -> Resource:
         async with self._lock:
             if self._kinds is None:

@@ -198,3 +198,54 @@ async def test_run_job_creates_a_new_job_each_time_and_refuses_other_kinds(
     assert located[0].startswith("job migrate-")
     assert not refused.ok
     assert refused.answer.error_message == "Only kind of Job is accepted for the Run Job operation."
+
+
+async def test_source_capacity_traffic_secrets_and_a_crd_with_its_resources(
+    tmp_path: Path,
+) -> None:
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "front"},
+               "spec": {"selector": {"lb": "front"}, "ports": [{"port": 80}]}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+              "stringData": {"password": "hunter2"}}
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "widgets.example.com"},
+           "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                    "versions": [{"name": "v1", "served": True, "storage": True,
+                                  "schema": {"openAPIV3Schema": {"type": "object",
+                                             "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+              "spec": {"size": 3}}
+    with trio.fail_after(30):
+        async with open_ops_bench(tmp_path) as bench:
+            first = await bench.run("deployManifest", {
+                "namespace": "default", "manifests": [service, replica_set()]})
+            bench.sim.patch("apps", "v1", "replicasets", "default", "web-v000",
+                            {"spec": {"replicas": 4}},
+                            content_type="application/merge-patch+json")
+            sized = replica_set(**{"strategy.spinnaker.io/use-source-capacity": "true",
+                                   "traffic.spinnaker.io/load-balancers": '["service front"]'})
+            second = await bench.run("deployManifest", {"namespace": "default",
+                                                        "manifests": [sized]})
+            v001 = bench.sim.get("apps", "v1", "replicasets", "default", "web-v001")
+            secrets = await bench.run("deployManifest", {"namespace": "default",
+                                                         "manifests": [secret]})
+            custom = await bench.run("deployManifest", {"namespace": "default",
+                                                        "manifests": [widget, crd]})
+            live_widget = bench.sim.get("example.com", "v1", "widgets", "default", "w")
+    assert_ok(first, second, secrets, custom)
+    assert v001["spec"]["replicas"] == 4
+    assert v001["spec"]["template"]["metadata"]["labels"]["lb"] == "front"
+    reported = secrets.result["manifests"][0]
+    assert "data" not in reported
+    assert "stringData" not in reported
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in reported["metadata"].get(
+        "annotations", {})
+    assert "hunter2" not in secrets.answer.result_json
+    assert live_widget["spec"]["size"] == 3
+    assert custom.result["manifestNamesByNamespace"][""] == [
+        "customResourceDefinition widgets.example.com"]
+    assert custom.result["manifestNamesByNamespace"]["default"] == ["Widget.example.com w"]
+    widget_artifact = custom.result["createdArtifacts"][1]
+    assert widget_artifact["type"] == "kubernetes/Widget.example.com"
+    assert widget_artifact["customKind"] is True
