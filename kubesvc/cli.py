@@ -16,7 +16,9 @@ from collections.abc import Callable, Sequence
 from kubesvc import __version__
 
 # The subcommand modules, in the order ``--help`` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("_cmd_agent", "_cmd_server", "_cmd_sim")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "_cmd_demo", "_cmd_agent", "_cmd_server", "_cmd_sim", "_cmd_certs", "_cmd_token"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
