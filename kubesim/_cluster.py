@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from kubesim import _controllers, _status, _writes
+from kubesim import _controllers, _deletes, _status, _writes
 from kubesim._errors import ApiError
 from kubesim._resources import Registry, ResourceType, crd_types
 from kubesim._selectors import Selector
@@ -28,6 +28,17 @@ __all__ = ["Cluster", "ListPage", "SimConfig"]
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
+# The kinds the lite controllers reconcile: (group, kind).
+_CONTROLLED = frozenset(
+    {
+        ("apps", "Deployment"),
+        ("apps", "ReplicaSet"),
+        ("apps", "StatefulSet"),
+        ("apps", "DaemonSet"),
+        ("batch", "Job"),
+    }
+)
+_POD_OWNERS = ("ReplicaSet", "StatefulSet", "DaemonSet")
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -164,13 +175,13 @@ class Cluster:
         if not self.config.controllers:
             return
         meta = obj["metadata"]
-        if rtype.group == "apps" and rtype.kind in ("Deployment", "ReplicaSet", "StatefulSet"):
+        if (rtype.group, rtype.kind) in _CONTROLLED:
             self._dirty[(rtype.kind, meta.get("namespace", ""), meta["name"])] = None
         elif rtype.group == "" and rtype.kind == "Pod":
             if added and (obj.get("status") or {}).get("phase") != "Running":
                 self._dirty[("Pod", meta.get("namespace", ""), meta["name"])] = None
             for ref in meta.get("ownerReferences") or ():
-                if ref.get("kind") in ("ReplicaSet", "StatefulSet") and ref.get("controller"):
+                if ref.get("kind") in _POD_OWNERS and ref.get("controller"):
                     self._dirty[(ref["kind"], meta.get("namespace", ""), ref["name"])] = None
         for ref in meta.get("ownerReferences") or ():
             if ref.get("kind") == "Deployment" and rtype.kind == "ReplicaSet":
@@ -393,7 +404,7 @@ class Cluster:
     ) -> dict[str, Any]:
         """Delete (cascading like the API server); returns the object's last version."""
         rtype = self.resolve(group, version, plural)
-        final = _writes.delete(
+        final = _deletes.delete(
             self, rtype, namespace, name,
             propagation=propagation_policy, grace_period=grace_period_seconds,
         )  # fmt: skip

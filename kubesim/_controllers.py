@@ -82,7 +82,7 @@ def _pod_ip(cluster: Cluster) -> str:
     return f"10.244.{(n >> 8) & 255}.{n & 255}"
 
 
-def _now() -> str:
+def now() -> str:
     from kubesim._cluster import now_rfc3339
 
     return now_rfc3339()
@@ -99,7 +99,7 @@ def _owner_ref(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _owned(cluster: Cluster, rtype: ResourceType, namespace: str, owner_uid: str,
+def owned_by(cluster: Cluster, rtype: ResourceType, namespace: str, owner_uid: str,
            prefix: str = "") -> list[Stored]:  # fmt: skip
     """Objects of ``rtype`` in ``namespace`` (names starting with ``prefix``) owned by uid."""
     store = cluster.store(rtype)
@@ -117,7 +117,7 @@ def _owned(cluster: Cluster, rtype: ResourceType, namespace: str, owner_uid: str
     return found
 
 
-def _commit_if_changed(cluster: Cluster, rtype: ResourceType, old: dict[str, Any],
+def commit_if_changed(cluster: Cluster, rtype: ResourceType, old: dict[str, Any],
                        new: dict[str, Any]) -> None:  # fmt: skip
     if old != new:
         cluster.commit(rtype, new, added=False)
@@ -125,6 +125,9 @@ def _commit_if_changed(cluster: Cluster, rtype: ResourceType, old: dict[str, Any
 
 def reconcile(cluster: Cluster) -> None:
     """Run the controllers until nothing they watch is dirty (bounded by _MAX_STEPS)."""
+    # Imported here: the set controllers import this module's helpers.
+    from kubesim._controllers_sets import daemonset, job, statefulset
+
     for _ in range(_MAX_STEPS):
         item = cluster.take_dirty()
         if item is None:
@@ -135,12 +138,18 @@ def reconcile(cluster: Cluster) -> None:
         elif kind == "ReplicaSet":
             _replicaset(cluster, namespace, name)
         elif kind == "StatefulSet":
-            _statefulset(cluster, namespace, name)
+            statefulset(cluster, namespace, name)
+        elif kind == "DaemonSet":
+            daemonset(cluster, namespace, name)
+        elif kind == "Job":
+            job(cluster, namespace, name)
         elif kind == "Pod":
             _kubelet(cluster, namespace, name)
 
 
-def _get(cluster: Cluster, rtype: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+def get_live(
+    cluster: Cluster, rtype: ResourceType, namespace: str, name: str
+) -> dict[str, Any] | None:
     stored = cluster.store(rtype).objects.get((namespace, name))
     if stored is None:
         return None
@@ -152,16 +161,16 @@ def _get(cluster: Cluster, rtype: ResourceType, namespace: str, name: str) -> di
 
 def _kubelet(cluster: Cluster, namespace: str, name: str) -> None:
     pods = cluster.resolve("", "v1", "pods")
-    pod = _get(cluster, pods, namespace, name)
+    pod = get_live(cluster, pods, namespace, name)
     if pod is None or (pod.get("status") or {}).get("phase") == "Running":
         return
     new = msgspec.json.decode(msgspec.json.encode(pod))
     new.setdefault("spec", {}).setdefault("nodeName", "kubesim-node-1")
-    new["status"] = pod_status(new["spec"], _now(), _pod_ip(cluster))
-    _commit_if_changed(cluster, pods, pod, new)
+    new["status"] = pod_status(new["spec"], now(), _pod_ip(cluster))
+    commit_if_changed(cluster, pods, pod, new)
 
 
-def _new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[str, Any],
+def new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[str, Any],
              extra_labels: dict[str, str]) -> None:  # fmt: skip
     from kubesim._cluster import new_uid
 
@@ -170,7 +179,7 @@ def _new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[
     spec = msgspec.json.decode(msgspec.json.encode(template.get("spec") or {}))
     spec.setdefault("nodeName", "kubesim-node-1")
     spec.setdefault("restartPolicy", "Always")
-    now = _now()
+    stamp = now()
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -178,12 +187,12 @@ def _new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[
             "name": name,
             "namespace": owner["metadata"]["namespace"],
             "uid": new_uid(),
-            "creationTimestamp": now,
+            "creationTimestamp": stamp,
             "labels": {**(tmeta.get("labels") or {}), **extra_labels},
             "ownerReferences": [_owner_ref(owner)],
         },
         "spec": spec,
-        "status": pod_status(spec, now, _pod_ip(cluster)),
+        "status": pod_status(spec, stamp, _pod_ip(cluster)),
     }
     if tmeta.get("annotations"):
         pod["metadata"]["annotations"] = dict(tmeta["annotations"])
@@ -193,21 +202,21 @@ def _new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[
 def _replicaset(cluster: Cluster, namespace: str, name: str) -> None:
     rs_type = cluster.resolve("apps", "v1", "replicasets")
     pods_type = cluster.resolve("", "v1", "pods")
-    rs = _get(cluster, rs_type, namespace, name)
+    rs = get_live(cluster, rs_type, namespace, name)
     if rs is None:
         return
     desired = (rs.get("spec") or {}).get("replicas", 1)
     uid = rs["metadata"]["uid"]
-    pods = _owned(cluster, pods_type, namespace, uid, prefix=f"{name}-")
+    pods = owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")
     template = (rs.get("spec") or {}).get("template") or {}
     for _ in range(desired - len(pods)):
-        _new_pod(cluster, rs, f"{name}-{secrets.token_hex(3)[:5]}", template, {})
+        new_pod(cluster, rs, f"{name}-{secrets.token_hex(3)[:5]}", template, {})
     if len(pods) > desired:
-        from kubesim._writes import delete
+        from kubesim._deletes import delete
 
         for victim in sorted(pods, key=lambda s: s.rv, reverse=True)[: len(pods) - desired]:
             delete(cluster, pods_type, namespace, victim.name, grace_period=0)
-    count = len(_owned(cluster, pods_type, namespace, uid, prefix=f"{name}-"))
+    count = len(owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-"))
     new = msgspec.json.decode(msgspec.json.encode(rs))
     new["status"] = {
         "replicas": count,
@@ -219,7 +228,7 @@ def _replicaset(cluster: Cluster, namespace: str, name: str) -> None:
     if count == 0:
         for field in ("readyReplicas", "availableReplicas", "fullyLabeledReplicas"):
             new["status"].pop(field)
-    _commit_if_changed(cluster, rs_type, rs, new)
+    commit_if_changed(cluster, rs_type, rs, new)
 
 
 def _revision(obj: dict[str, Any]) -> int:
@@ -232,14 +241,14 @@ def _revision(obj: dict[str, Any]) -> int:
 def _deployment(cluster: Cluster, namespace: str, name: str) -> None:
     d_type = cluster.resolve("apps", "v1", "deployments")
     rs_type = cluster.resolve("apps", "v1", "replicasets")
-    dep = _get(cluster, d_type, namespace, name)
+    dep = get_live(cluster, d_type, namespace, name)
     if dep is None:
         return
     spec = dep.get("spec") or {}
     replicas = spec.get("replicas", 1)
     template = spec.get("template") or {}
     digest = template_hash(template)
-    owned = [s.decode() for s in _owned(cluster, rs_type, namespace, dep["metadata"]["uid"])]
+    owned = [s.decode() for s in owned_by(cluster, rs_type, namespace, dep["metadata"]["uid"])]
     newest = max((_revision(rs) for rs in owned), default=0)
     current = next(
         (rs for rs in owned if (rs["metadata"].get("labels") or {}).get(HASH_LABEL) == digest), None
@@ -256,7 +265,7 @@ def _deployment(cluster: Cluster, namespace: str, name: str) -> None:
     if current is not None and not spec.get("paused"):
         for rs in owned:
             want = replicas if rs["metadata"]["uid"] == current["metadata"]["uid"] else 0
-            fresh = _get(cluster, rs_type, namespace, rs["metadata"]["name"])
+            fresh = get_live(cluster, rs_type, namespace, rs["metadata"]["name"])
             if fresh is not None and (fresh.get("spec") or {}).get("replicas") != want:
                 fresh["spec"]["replicas"] = want
                 fresh["metadata"].setdefault("annotations", {})[
@@ -286,7 +295,7 @@ def _create_rs(cluster: Cluster, dep: dict[str, Any], digest: str, revision: int
             "name": f"{dep['metadata']['name']}-{digest}",
             "namespace": dep["metadata"]["namespace"],
             "uid": new_uid(),
-            "creationTimestamp": _now(),
+            "creationTimestamp": now(),
             "generation": 1,
             "labels": dict(tmeta["labels"]),
             "annotations": {
@@ -303,13 +312,13 @@ def _create_rs(cluster: Cluster, dep: dict[str, Any], digest: str, revision: int
 
 
 def _trim_history(cluster: Cluster, dep: dict[str, Any], current_uid: str) -> None:
-    from kubesim._writes import delete
+    from kubesim._deletes import delete
 
     rs_type = cluster.resolve("apps", "v1", "replicasets")
     limit = (dep.get("spec") or {}).get("revisionHistoryLimit", 10)
     old = [
         s.decode()
-        for s in _owned(cluster, rs_type, dep["metadata"]["namespace"], dep["metadata"]["uid"])
+        for s in owned_by(cluster, rs_type, dep["metadata"]["namespace"], dep["metadata"]["uid"])
     ]
     old = [rs for rs in old if rs["metadata"]["uid"] != current_uid]
     old.sort(key=_revision)
@@ -322,12 +331,12 @@ def _deployment_status(
 ) -> None:
     d_type = cluster.resolve("apps", "v1", "deployments")
     rs_type = cluster.resolve("apps", "v1", "replicasets")
-    fresh = _get(cluster, d_type, dep["metadata"]["namespace"], dep["metadata"]["name"])
+    fresh = get_live(cluster, d_type, dep["metadata"]["namespace"], dep["metadata"]["name"])
     if fresh is None:
         return
     owned = [
         s.decode()
-        for s in _owned(cluster, rs_type, dep["metadata"]["namespace"], dep["metadata"]["uid"])
+        for s in owned_by(cluster, rs_type, dep["metadata"]["namespace"], dep["metadata"]["uid"])
     ]
     total = sum((rs.get("status") or {}).get("replicas", 0) for rs in owned)
     ready = sum((rs.get("status") or {}).get("readyReplicas", 0) for rs in owned)
@@ -340,7 +349,7 @@ def _deployment_status(
         updated = ((cur or {}).get("status") or {}).get("replicas", 0)
         new["metadata"].setdefault("annotations", {})[REVISION] = str(_revision(cur or current))
     want = (fresh.get("spec") or {}).get("replicas", 1)
-    now = _now()
+    stamp = now()
     old_conditions = {c["type"]: c for c in (fresh.get("status") or {}).get("conditions", [])}
 
     def condition(kind: str, reason: str, message: str) -> dict[str, Any]:
@@ -349,8 +358,8 @@ def _deployment_status(
         return {
             "type": kind,
             "status": "True",
-            "lastUpdateTime": now if changed else previous.get("lastUpdateTime", now),  # type: ignore[union-attr]
-            "lastTransitionTime": previous.get("lastTransitionTime", now) if previous else now,
+            "lastUpdateTime": stamp if changed else previous.get("lastUpdateTime", stamp),  # type: ignore[union-attr]
+            "lastTransitionTime": previous.get("lastTransitionTime", stamp) if previous else stamp,
             "reason": reason,
             "message": message,
         }
@@ -379,47 +388,4 @@ def _deployment_status(
         if status[field] == 0:
             status.pop(field)
     new["status"] = status
-    _commit_if_changed(cluster, d_type, fresh, new)
-
-
-def _statefulset(cluster: Cluster, namespace: str, name: str) -> None:
-    sts_type = cluster.resolve("apps", "v1", "statefulsets")
-    pods_type = cluster.resolve("", "v1", "pods")
-    sts = _get(cluster, sts_type, namespace, name)
-    if sts is None:
-        return
-    spec = sts.get("spec") or {}
-    desired = spec.get("replicas", 1)
-    template = spec.get("template") or {}
-    revision = f"{name}-{template_hash(template)}"
-    uid = sts["metadata"]["uid"]
-    existing = {s.name for s in _owned(cluster, pods_type, namespace, uid, prefix=f"{name}-")}
-    for index in range(desired):
-        pod_name = f"{name}-{index}"
-        if pod_name not in existing:
-            labels = {
-                "controller-revision-hash": revision,
-                "statefulset.kubernetes.io/pod-name": pod_name,
-                "apps.kubernetes.io/pod-index": str(index),
-            }
-            _new_pod(cluster, sts, pod_name, template, labels)
-    from kubesim._writes import delete
-
-    for pod_name in sorted(existing):
-        suffix = pod_name[len(name) + 1 :]
-        if suffix.isdigit() and int(suffix) >= desired:
-            delete(cluster, pods_type, namespace, pod_name, grace_period=0)
-    count = min(desired, len(existing | {f"{name}-{i}" for i in range(desired)}))
-    new = msgspec.json.decode(msgspec.json.encode(sts))
-    new["status"] = {
-        "observedGeneration": sts["metadata"].get("generation", 1),
-        "replicas": count,
-        "readyReplicas": count,
-        "currentReplicas": count,
-        "updatedReplicas": count,
-        "availableReplicas": count,
-        "currentRevision": revision,
-        "updateRevision": revision,
-        "collisionCount": 0,
-    }
-    _commit_if_changed(cluster, sts_type, sts, new)
+    commit_if_changed(cluster, d_type, fresh, new)

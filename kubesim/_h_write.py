@@ -11,11 +11,12 @@ import msgspec
 
 from kubesim import _status
 from kubesim._cluster import Cluster
+from kubesim._deletes import delete
 from kubesim._errors import InvalidObject
 from kubesim._h_read import ReadTarget
 from kubesim._http import JSON, Request, Send, respond, respond_json
 from kubesim._patch import apply_json_patch, apply_merge_patch
-from kubesim._writes import WriteOptions, create, decode_patch, delete, patch, replace
+from kubesim._writes import WriteOptions, create, decode_patch, patch, replace
 
 __all__ = ["serve_write"]
 

@@ -1,17 +1,16 @@
-"""Writes with the API server's rules: create, replace, patch, delete, scale, status (sans-I/O).
+"""Writes with the API server's rules: create, replace (also of status), patch (sans-I/O).
 
 Every function takes the decoded request, checks it the way the API server does (names,
 namespaces, resourceVersion preconditions), sets what the server sets (uid,
-creationTimestamp, generation, managedFields, deletionTimestamp) and commits through
-:meth:`Cluster.commit`. Patch bodies are applied by B's pure functions (``_patch``,
-``_apply``). Deletion cascades: namespaces take their contents, owners their dependents.
+creationTimestamp, generation, managedFields) and commits through :meth:`Cluster.commit`.
+Patch bodies are applied by B's pure functions (``_patch``, ``_apply``) and validated by
+``_validate``. Deletion lives in ``_deletes``.
 """
 
 from __future__ import annotations
 
 import secrets
 import string
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -32,7 +31,6 @@ __all__ = [
     "PATCH_TYPES",
     "WriteOptions",
     "create",
-    "delete",
     "patch",
     "replace",
 ]
@@ -192,6 +190,8 @@ def create(
         meta["generation"] = 1
     if rtype.has_status and rtype.kind not in ("Namespace",):
         obj.pop("status", None)
+    if rtype.kind == "Service" and not rtype.group:
+        _service_defaults(cluster, obj)
     if rtype.kind == "Namespace":
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
@@ -205,6 +205,24 @@ def create(
             ns, meta["name"], meta["uid"], 0, meta.get("labels") or {}, msgspec.json.encode(obj)
         )
     return cluster.commit(rtype, obj, added=True)
+
+
+def _service_defaults(cluster: Cluster, obj: dict[str, Any]) -> None:
+    """What the API server fills in on a new Service: type, a cluster IP, port defaults."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if spec["type"] != "ExternalName" and not spec.get("clusterIP"):
+        n = cluster.resource_version + 1
+        spec["clusterIP"] = f"10.96.{(n >> 8) & 255}.{n & 255}"
+    if spec.get("clusterIP") and spec["clusterIP"] != "None":
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            port.setdefault("targetPort", port.get("port"))
 
 
 def _check_rv(rtype: ResourceType, old: Stored, given: Any) -> None:
@@ -365,124 +383,3 @@ def patch(
         validate_object(new, kind_info=rtype, namespace=namespace, name=name)
     _check_rv(rtype, old, new["metadata"].get("resourceVersion"))
     return _finish_update(cluster, rtype, current, new, subresource, options), False
-
-
-# -- delete ----------------------------------------------------------------------------------
-
-
-def _dependents(cluster: Cluster, owner_uid: str) -> list[tuple[ResourceType, Stored]]:
-    found: list[tuple[ResourceType, Stored]] = []
-    needle = owner_uid.encode()
-    seen: set[tuple[str, str]] = set()
-    for rtype in cluster.registry:
-        if rtype.key in seen:
-            continue
-        seen.add(rtype.key)
-        for stored in cluster.store(rtype).objects.values():
-            if needle in stored.raw and b'"ownerReferences"' in stored.raw:
-                refs = stored.decode()["metadata"].get("ownerReferences") or []
-                if any(ref.get("uid") == owner_uid for ref in refs):
-                    found.append((rtype, stored))
-    return found
-
-
-def delete(
-    cluster: Cluster,
-    rtype: ResourceType,
-    namespace: str | None,
-    name: str,
-    *,
-    propagation: str | None = None,
-    grace_period: int | None = None,
-    preconditions: dict[str, Any] | None = None,
-    now: Callable[[], str] | None = None,
-) -> Stored:
-    """Delete with the API server's rules; returns the last version of the object.
-
-    Objects with finalizers get a deletionTimestamp and stay; namespaces delete their contents
-    first; ``propagation`` Orphan strips owner references from dependents, Background and
-    Foreground delete them (kubesim collects garbage at once, in the same call).
-    Raises 404, 409 (a failed precondition), 400 (unknown propagation policy).
-    """
-    if propagation not in (None, "", "Orphan", "Background", "Foreground"):
-        raise _status.bad_request(f"unsupported propagationPolicy: {propagation!r}")
-    stamp = (now or _default_now)()
-    old = cluster.get_stored(rtype, namespace or "", name)
-    obj = old.decode()
-    meta = obj["metadata"]
-    pre = preconditions or {}
-    if pre.get("uid") not in (None, meta.get("uid")) or pre.get("resourceVersion") not in (
-        None,
-        str(old.rv),
-    ):
-        raise ApiError(
-            409,
-            "Conflict",
-            f"Precondition failed: UID in precondition: {pre.get('uid')}, UID in object meta: "
-            f"{meta.get('uid')}",
-        )
-    if meta.get("finalizers") and rtype.kind != "Namespace":
-        if not meta.get("deletionTimestamp"):
-            meta["deletionTimestamp"] = stamp
-            meta["deletionGracePeriodSeconds"] = 0
-            return cluster.commit(rtype, obj, added=False)
-        return old
-    if rtype.kind == "Namespace" and not rtype.group:
-        return _delete_namespace(cluster, rtype, obj, stamp)
-    if rtype.kind == "Pod" and not rtype.group and grace_period != 0:
-        # A real pod is marked first (the kubelet then stops it): watchers see both events.
-        meta["deletionTimestamp"] = stamp
-        meta["deletionGracePeriodSeconds"] = 30 if grace_period is None else grace_period
-        obj = cluster.commit(rtype, obj, added=False).decode()
-    final = cluster.commit_delete(rtype, obj)
-    _collect(cluster, meta.get("uid", ""), propagation or "Background", stamp)
-    return final
-
-
-def _default_now() -> str:
-    from kubesim._cluster import now_rfc3339
-
-    return now_rfc3339()
-
-
-def _collect(cluster: Cluster, owner_uid: str, propagation: str, stamp: str) -> None:
-    for dep_type, stored in _dependents(cluster, owner_uid):
-        current = cluster.store(dep_type).objects.get(stored.key)
-        if current is None:
-            continue
-        if propagation == "Orphan":
-            obj = current.decode()
-            refs = [
-                r for r in obj["metadata"].get("ownerReferences", []) if r.get("uid") != owner_uid
-            ]
-            if refs:
-                obj["metadata"]["ownerReferences"] = refs
-            else:
-                obj["metadata"].pop("ownerReferences", None)
-            cluster.commit(dep_type, obj, added=False)
-        else:
-            delete(cluster, dep_type, current.namespace, current.name, propagation="Background",
-                   grace_period=0, now=lambda: stamp)  # fmt: skip
-
-
-def _delete_namespace(
-    cluster: Cluster, rtype: ResourceType, obj: dict[str, Any], stamp: str
-) -> Stored:
-    name = obj["metadata"]["name"]
-    obj["metadata"]["deletionTimestamp"] = stamp
-    obj["status"] = {"phase": "Terminating"}
-    cluster.commit(rtype, obj, added=False)
-    seen: set[tuple[str, str]] = set()
-    for inner in cluster.registry:
-        if not inner.namespaced or inner.key in seen:
-            continue
-        seen.add(inner.key)
-        store = cluster.store(inner)
-        keys, lo, hi = store.key_range(name, None)
-        for key in list(keys[lo:hi]):
-            if key in store.objects:
-                victim = store.objects[key].decode()
-                victim["metadata"]["deletionTimestamp"] = stamp
-                cluster.commit_delete(inner, victim)
-    final = cluster.get_stored(rtype, "", name).decode()
-    return cluster.commit_delete(rtype, final)

@@ -1,0 +1,127 @@
+"""Controllers, lite, for the set-like kinds: StatefulSets own ordinal pods, DaemonSets run
+one pod on the simulated node, Jobs complete. Enough for a Clouddriver-style stable check."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from kubesim._controllers import (
+    commit_if_changed,
+    get_live,
+    new_pod,
+    now,
+    owned_by,
+    template_hash,
+)
+
+if TYPE_CHECKING:
+    from kubesim._cluster import Cluster
+
+__all__ = ["daemonset", "job", "statefulset"]
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    copied: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(obj))
+    return copied
+
+
+def statefulset(cluster: Cluster, namespace: str, name: str) -> None:
+    sts_type = cluster.resolve("apps", "v1", "statefulsets")
+    pods_type = cluster.resolve("", "v1", "pods")
+    sts = get_live(cluster, sts_type, namespace, name)
+    if sts is None:
+        return
+    spec = sts.get("spec") or {}
+    desired = spec.get("replicas", 1)
+    template = spec.get("template") or {}
+    revision = f"{name}-{template_hash(template)}"
+    uid = sts["metadata"]["uid"]
+    existing = {s.name for s in owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")}
+    for index in range(desired):
+        pod_name = f"{name}-{index}"
+        if pod_name not in existing:
+            labels = {
+                "controller-revision-hash": revision,
+                "statefulset.kubernetes.io/pod-name": pod_name,
+                "apps.kubernetes.io/pod-index": str(index),
+            }
+            new_pod(cluster, sts, pod_name, template, labels)
+    from kubesim._deletes import delete
+
+    for pod_name in sorted(existing):
+        suffix = pod_name[len(name) + 1 :]
+        if suffix.isdigit() and int(suffix) >= desired:
+            delete(cluster, pods_type, namespace, pod_name, grace_period=0)
+    count = min(desired, len(existing | {f"{name}-{i}" for i in range(desired)}))
+    new = _copy(sts)
+    new["status"] = {
+        "observedGeneration": sts["metadata"].get("generation", 1),
+        "replicas": count,
+        "readyReplicas": count,
+        "currentReplicas": count,
+        "updatedReplicas": count,
+        "availableReplicas": count,
+        "currentRevision": revision,
+        "updateRevision": revision,
+        "collisionCount": 0,
+    }
+    commit_if_changed(cluster, sts_type, sts, new)
+
+
+def daemonset(cluster: Cluster, namespace: str, name: str) -> None:
+    """One pod on the one simulated node, and the status a rolled-out DaemonSet reports."""
+    ds_type = cluster.resolve("apps", "v1", "daemonsets")
+    pods_type = cluster.resolve("", "v1", "pods")
+    ds = get_live(cluster, ds_type, namespace, name)
+    if ds is None:
+        return
+    template = (ds.get("spec") or {}).get("template") or {}
+    digest = template_hash(template)
+    uid = ds["metadata"]["uid"]
+    pods = owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")
+    from kubesim._deletes import delete
+
+    current = [p for p in pods if p.labels.get("controller-revision-hash") == digest]
+    for stale in pods:
+        if stale not in current:
+            delete(cluster, pods_type, namespace, stale.name, grace_period=0)
+    if not current:
+        labels = {"controller-revision-hash": digest, "pod-template-generation": "1"}
+        new_pod(cluster, ds, f"{name}-{digest[:5]}", template, labels)
+    new = _copy(ds)
+    new["status"] = {
+        "currentNumberScheduled": 1,
+        "desiredNumberScheduled": 1,
+        "numberAvailable": 1,
+        "numberMisscheduled": 0,
+        "numberReady": 1,
+        "observedGeneration": ds["metadata"].get("generation", 1),
+        "updatedNumberScheduled": 1,
+    }
+    commit_if_changed(cluster, ds_type, ds, new)
+
+
+def job(cluster: Cluster, namespace: str, name: str) -> None:
+    """A Job completes at once: its status says every completion succeeded."""
+    job_type = cluster.resolve("batch", "v1", "jobs")
+    current = get_live(cluster, job_type, namespace, name)
+    if current is None or (current.get("status") or {}).get("completionTime"):
+        return
+    completions = (current.get("spec") or {}).get("completions", 1)
+    stamp = now()
+    new = _copy(current)
+    new["status"] = {
+        "startTime": stamp,
+        "completionTime": stamp,
+        "succeeded": completions,
+        "ready": 0,
+        "terminating": 0,
+        "uncountedTerminatedPods": {},
+        "conditions": [
+            {"type": t, "status": "True", "lastProbeTime": stamp, "lastTransitionTime": stamp}
+            for t in ("SuccessCriteriaMet", "Complete")
+        ],
+    }
+    commit_if_changed(cluster, job_type, current, new)
