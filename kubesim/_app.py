@@ -101,6 +101,8 @@ class ApiApp:
             await serve_admin(request, send, self.faults, self.counters, self.cluster)
             return
         parts = [p for p in path.split("/") if p]
+        if not parts:
+            raise _status.path_not_found(path)
         is_api = parts[:1] == ["api"] and len(parts) <= 2
         if parts in (["api"], ["apis"]) or is_api or (parts[:1] == ["apis"] and len(parts) <= 3):
             if request.method != "GET":

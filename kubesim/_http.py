@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 import msgspec
 
@@ -66,7 +66,8 @@ class Request:
             text = value.decode("latin-1")
             headers[key] = f"{headers[key]},{text}" if key in headers else text
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        return cls(scope, receive, scope["method"], unquote(scope["path"]), query, headers)
+        # ASGI's "path" is already percent-decoded.
+        return cls(scope, receive, scope["method"], scope["path"], query, headers)
 
     def flag(self, name: str) -> bool:
         return self.query.get(name, "").lower() in ("true", "1")

@@ -169,3 +169,18 @@ async def test_drop_after_bytes_stall_and_slow_responses(
         cleared = await http.delete("/kubesim/faults")
         assert cleared.json() == {"cleared": True}
         assert server.faults.delay == 0
+
+
+async def test_unknown_paths_and_methods(http: httpx.AsyncClient) -> None:
+    with trio.fail_after(10):
+        for path in (
+            "/",
+            "/openapi/v2",
+            "/api/v1/nonsense",
+            "/api/v1/namespaces/default/pods/a/b/c",
+        ):
+            answer = await http.get(path)
+            assert answer.status_code == 404, path
+            assert answer.json()["kind"] == "Status"
+        assert (await http.post("/api/v1/namespaces/default/pods/p")).status_code == 405
+        assert (await http.post("/apis")).status_code == 405
