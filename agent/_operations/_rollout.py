@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ._context import OperationContext
@@ -36,9 +35,6 @@ RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 SCALABLE = frozenset({"Deployment", "ReplicaSet", "StatefulSet"})
 ROLLABLE = frozenset({"Deployment", "StatefulSet", "DaemonSet"})
 PATCH_TYPES = {"strategic": STRATEGIC_PATCH, "merge": MERGE_PATCH, "json": JSON_PATCH}
-
-Handler = Callable[[OperationContext], Coroutine[Any, Any, None]]
-
 
 async def _target(
     ctx: OperationContext, operation: str, kinds: frozenset[str] | None

@@ -127,3 +127,32 @@ async def test_the_result_lru_is_bounded() -> None:
     assert executor.recorded("a") is None
     assert executor.recorded("b") is not None
     assert executor.recorded("c") is not None
+
+
+async def test_a_cancelled_run_releases_its_waiters_and_its_slot(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with open_ops_bench(tmp_path, max_concurrent=1) as bench:
+            await bench.run("scaleManifest", {"kind": "Deployment", "name": "warm",
+                                              "namespace": "default"})  # discovery done
+            bench.server.faults.stall_responses(seconds=60, count=1)
+            waiter: list[Ran] = []
+            payload = {"namespace": "default", "manifests": [deployment()]}
+            async with trio.open_nursery() as nursery:
+                cancel = trio.CancelScope()
+
+                async def first() -> None:
+                    with cancel:
+                        await bench.run("deployManifest", payload, op_id="x")
+
+                nursery.start_soon(first)
+                await trio.sleep(0.2)
+                nursery.start_soon(lambda: _collect(waiter, bench.run(
+                    "deployManifest", payload, op_id="x")))
+                await trio.sleep(0.1)
+                cancel.cancel()
+            bench.server.faults.clear()
+            after = await bench.run("deployManifest", payload, op_id="y")
+    assert waiter[0].answer.error_code == "Unavailable"
+    assert "cancelled" in waiter[0].answer.error_message
+    assert bench.executor.recorded("x") is None
+    assert_ok(after)  # the slot came back
