@@ -168,6 +168,9 @@ class RegistryStore:
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._store.apply_events(records)
 
+    async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        return await self._store.apply_operation_objects(records)
+
     async def get_object(
         self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str
     ) -> StoredObject | None:

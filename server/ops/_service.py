@@ -37,7 +37,6 @@ from typing import Any
 
 import trio
 
-import wire
 from wire import messages
 
 from .._accounts import AccountService
@@ -366,34 +365,18 @@ class OperationService:
         return OperationOutcome(False, agent, error_name(result.error_code), message)
 
     async def _update_cache(self, account: str, agent: AgentResult) -> None:
-        """Write the objects the agent returned so /manifests shows them at once.
-
-        An object the watch already delivered in a newer version is skipped. The stored
-        records carry no resourceVersion: an object's version must not become a watch's
-        resume point (it could skip other objects' events on the next resume).
-        """
+        """Write the objects the agent returned so /manifests shows them at once. The store
+        keeps an object the watch already delivered in a newer version (one transaction, so
+        no read-then-write race with the session's batches) and leaves resume points alone."""
         records = cache_records(account, agent.objects, agent.deleted)
-        fresh: list[wire.EventRecord] = []
-        for r in records:
-            if r.type != int(wire.EventType.DELETED) and r.resource_version.isdigit():
-                stored = await self._store.get_object(
-                    account, r.api_version, r.kind, r.namespace, r.name
-                )
-                if (
-                    stored is not None
-                    and stored.resource_version.isdigit()
-                    and int(stored.resource_version) >= int(r.resource_version)
-                ):
-                    continue
-            fresh.append(r)
-        if not fresh:
+        if not records:
             return
         try:
-            await self._store.apply_events([replace_rv(r) for r in fresh])
+            await self._store.apply_operation_objects(records)
         except ServerError as exc:
             log.warning("operation result for %s: cache not updated: %s", account, exc)
             return
-        self._feed.publish(fresh)
+        self._feed.publish(records)
 
     # -- the hook -------------------------------------------------------------------------
 
@@ -494,22 +477,6 @@ class OperationService:
     @property
     def running_tasks(self) -> int:
         return self._running
-
-
-def replace_rv(record: wire.EventRecord) -> wire.EventRecord:
-    """The record without its resourceVersion (see OperationService._update_cache)."""
-    return wire.EventRecord(
-        type=record.type,
-        account=record.account,
-        api_version=record.api_version,
-        kind=record.kind,
-        namespace=record.namespace,
-        name=record.name,
-        uid=record.uid,
-        resource_version="",
-        object=record.object,
-        scope=record.scope,
-    )
 
 
 def _operation_json(record: OperationRecord, history: list[OperationEvent]) -> dict[str, Any]:

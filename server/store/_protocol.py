@@ -38,6 +38,11 @@ class Store(Protocol):
         """Like apply_batch for records of any accounts: one transaction for the whole batch."""
         ...
 
+    async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        """The objects an operation returned (issue 6): each upserted unless the stored one has
+        a newer (integer) resourceVersion; DELETED records delete. No resume points change."""
+        ...
+
     async def get_object(
         self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str
     ) -> StoredObject | None:

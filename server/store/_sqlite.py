@@ -56,6 +56,9 @@ class SqliteStore:
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._run(self._c.apply_events, records, None)
 
+    async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        return await self._run(self._c.apply_operation_objects, records)
+
     async def get_object(
         self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str
     ) -> StoredObject | None:

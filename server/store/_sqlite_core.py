@@ -53,6 +53,12 @@ _UPSERT = (
     " resource_version=excluded.resource_version, epoch=excluded.epoch,"
     " updated_at_ms=excluded.updated_at_ms, labels=excluded.labels, body=excluded.body"
 )
+# Operation results (issue 6): an object the watch already stored in a newer version stays.
+_UPSERT_NEWER = (
+    _UPSERT + " WHERE NOT (objects.resource_version GLOB '[0-9]*')"
+    " OR NOT (excluded.resource_version GLOB '[0-9]*')"
+    " OR CAST(excluded.resource_version AS INTEGER) > CAST(objects.resource_version AS INTEGER)"
+)
 _DELETE = "DELETE FROM objects WHERE account=? AND grp=? AND kind=? AND namespace=? AND name=?"
 _OBJECT_COLUMNS = (
     "account, api_version, kind, namespace, name, uid, resource_version, body, updated_at_ms"
@@ -247,6 +253,28 @@ class SqliteCore(RecordTables):
             [(*key, rv, now) for key, rv in rvs.items() if rv],
         )
         return BatchOutcome(upserted=upserted, deleted=deleted, swept=tuple(swept))
+
+    def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        """Objects an operation returned (issue 6): upsert unless the stored version is newer,
+        delete DELETED ones; resume points and sync brackets are left alone."""
+
+        def write() -> BatchOutcome:
+            now = self._now_ms()
+            rows = [
+                self._object_row(i, r, group_of(r.api_version), now)
+                for i, r in enumerate(records)
+                if r.type != _DELETED
+            ]
+            gone = [
+                (r.account, group_of(r.api_version), r.kind, r.namespace, r.name)
+                for r in records
+                if r.type == _DELETED
+            ]
+            self._conn.executemany(_UPSERT_NEWER, rows)
+            self._conn.executemany(_DELETE, gone)
+            return BatchOutcome(upserted=len(rows), deleted=len(gone))
+
+        return self._write(write)  # type: ignore[no-any-return]
 
     def _object_row(self, index: int, r: EventRecord, group: str, now: int) -> tuple[Any, ...]:
         body = r.object
