@@ -11,6 +11,7 @@ ReplicaSet's (pod-template-hash) adopts that ReplicaSet again and bumps its
 from __future__ import annotations
 
 import hashlib
+import random
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,13 @@ def template_hash(template: dict[str, Any]) -> str:
     return "".join("bcdfghjklmnpqrstvwxz2456789"[int(c, 16)] for c in digest[:10])
 
 
+_ids = random.Random()  # simulated image and container IDs need no cryptographic randomness
+
+
+def _hex64() -> str:
+    return f"{_ids.getrandbits(256):064x}"
+
+
 def pod_status(spec: dict[str, Any], now: str, ip: str) -> dict[str, Any]:
     """A Running, Ready pod status for ``spec``, as a kubelet would report it."""
     conditions = [
@@ -58,8 +66,8 @@ def pod_status(spec: dict[str, Any], now: str, ip: str) -> dict[str, Any]:
             "restartCount": 0,
             "started": True,
             "image": c.get("image", ""),
-            "imageID": f"docker.io/library/{c.get('image', 'app')}@sha256:{secrets.token_hex(32)}",
-            "containerID": f"containerd://{secrets.token_hex(32)}",
+            "imageID": f"docker.io/library/{c.get('image', 'app')}@sha256:{_hex64()}",
+            "containerID": f"containerd://{_hex64()}",
             "state": {"running": {"startedAt": now}},
         }
         for c in spec.get("containers") or []

@@ -7,6 +7,7 @@ without a cluster.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import sys
 from pathlib import Path
@@ -85,6 +86,9 @@ def _main(args: argparse.Namespace) -> int:
     async def main() -> None:
         if args.objects:
             kubesim.load_pods(sim, args.objects, namespaces=args.namespaces)
+            # The loaded objects live as long as the process: keep the cyclic collector
+            # from walking them again and again.
+            gc.freeze()
         async with kubesim.open_server(sim, host=args.host, port=args.port, tls=args.tls) as server:
             path = server.kubeconfig(Path(args.kubeconfig), auth=args.auth)
             print(f"kubesim serving {server.url} ({sim.count('', 'pods')} pods)", flush=True)
