@@ -203,9 +203,12 @@ class Link:
             metadata=metadata,
             max_message_size=settings.max_message_size,
         ) as stream:
-            await stream.send(messages.AgentMessage(hello=hello))
-            with trio.fail_after(settings.welcome_timeout_seconds):
-                first = await stream.receive()
+            try:
+                await stream.send(messages.AgentMessage(hello=hello))
+                with trio.fail_after(settings.welcome_timeout_seconds):
+                    first = await stream.receive()
+            except wire.ConnectionLost as exc:
+                raise wire.ConnectionLost(_before_welcome(exc, settings)) from exc
             name, welcome = betterproto.which_one_of(first, "message")
             if name != "welcome" or not isinstance(welcome, messages.Welcome):
                 raise _SessionEnded(f"the server answered Hello with {name or 'nothing'}")
@@ -427,3 +430,18 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, trio.TooSlowError):
         return "the server did not answer Hello in time"
     return str(exc) or type(exc).__name__
+
+
+def _before_welcome(exc: wire.ConnectionLost, settings: LinkSettings) -> str:
+    """Why a connection that broke before the Welcome broke, as far as we can tell.
+
+    A TLS server that does not trust our client certificate (TLS 1.3) completes the handshake
+    from our side and then just closes the connection: no gRPC status can say why, so say
+    what it most likely means."""
+    reason = f"{exc} before the server answered Hello"
+    if settings.ssl_context is not None:
+        reason += (
+            " (over TLS this is how a server refuses a client certificate it does not trust: "
+            "check clouddriver.tls.clientCertFile against the server's client CA)"
+        )
+    return reason
