@@ -23,9 +23,10 @@ from wire import messages
 
 from ._account_watch import AccountWatchStatus, run_account
 from ._backoff import Backoff
+from ._config_load import parse_config
 from ._config_reload import diff_accounts
 from ._config_schema import AccountConfig, Config
-from ._errors import AgentError
+from ._errors import AgentError, ConfigError
 from ._kube_client import ClusterIdentity, KubeClient, open_kube_client
 from ._link import ResumeKey
 from ._reflector import ReflectorSettings
@@ -151,6 +152,26 @@ class AccountSet:
                     await trio.sleep(delay)
 
     # -- what the link needs ----------------------------------------------------------------
+
+    def add_dynamic(self, definition: Mapping[str, Any]) -> str:
+        """Start (or restart) an account the server pushed (Armory's dynamic accounts).
+
+        ``definition`` is a ``kubernetes.accounts[]`` entry as JSON, usually with
+        ``kubeconfigContents``. It is validated like the config file; an account of the same
+        name from the file is never replaced. Returns what was done; raises ConfigError.
+        """
+        document = json.dumps({"kubernetes": {"accounts": [dict(definition)]}})
+        account = parse_config(document, source="dynamic account").kubernetes.accounts[0]
+        if any(a.name == account.name for a in self._config.kubernetes.accounts):
+            raise ConfigError(
+                f"account {account.name!r} is defined in the config file; a dynamic account "
+                "cannot replace it", path="name",
+            )
+        action = "restarted" if account.name in self.accounts else "started"
+        self._stop(account.name)
+        self._start(account)
+        log.info("dynamic account %s %s", account.name, action)
+        return f"dynamic account {account.name} {action}"
 
     def client_for(self, name: str) -> KubeClient | None:
         """The account's open client (for the operation executor), or None."""

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import socket
@@ -19,6 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 import trio
 
 from budget import ByteBudget
+from wire import messages
 
 from ._accounts import AccountSet
 from ._backoff import Backoff
@@ -34,6 +36,9 @@ from ._status import AgentStatus
 from ._token import TokenSource
 
 log = logging.getLogger("agent")
+
+#: The Operation type the server uses to push a dynamic account definition.
+DYNAMIC_ACCOUNT = "dynamicAccount"
 
 
 @dataclass(slots=True)
@@ -124,12 +129,35 @@ def build_agent(config: Config, *, environ: Mapping[str, str] = os.environ) -> A
         runner=accounts.run_watches,
         max_resume_age_ms=accounts.max_resume_age_ms,
         token=TokenSource(config.clouddriver.auth).token,
-        operations=executor,
+        operations=functools.partial(_run_operation, accounts, executor),
     )
     accounts.on_change = link.accounts_changed  # accounts found or removed -> tell the server
     status = AgentStatus(link=link.status, accounts=accounts.accounts, budget=budget.statistics)
     executor.status = status  # the /operations view lists what it ran
     return Agent(config=config, budget=budget, accounts=accounts, link=link, status=status)
+
+
+async def _run_operation(
+    accounts: AccountSet, executor: OperationExecutor, operation: messages.Operation
+) -> messages.OperationResult:
+    """Dynamic accounts are the agent's own business; everything else goes to Kubernetes."""
+    if operation.type != DYNAMIC_ACCOUNT:
+        return await executor(operation)
+    try:
+        definition = json.loads(operation.payload_json)
+        if not isinstance(definition, dict):
+            raise ConfigError("expected a JSON object (a kubernetes.accounts[] entry)")
+        done = accounts.add_dynamic(definition)
+    except (ValueError, ConfigError) as exc:
+        return messages.OperationResult(
+            id=operation.id, account=operation.account, ok=False, error_code="Invalid",
+            error_message=f"dynamic account: {exc}",
+        )
+    return messages.OperationResult(
+        id=operation.id, account=operation.account, ok=True,
+        result_json=json.dumps({"result": {"message": done}, "phases": [], "objects": [],
+                                "deleted": []}),
+    )
 
 
 async def run_agent(
