@@ -53,7 +53,7 @@ def managers(obj: Any) -> dict[tuple[str, str], dict[str, Any]]:
 
 async def test_apply_creates_then_conflicts_then_force_takes_ownership(api: k8s.ApiClient) -> None:
     apps = k8s.AppsV1Api(api)
-    with trio.fail_after(20):
+    with trio.fail_after(30):
         created = await call(
             apps.patch_namespaced_deployment, "web", "default", applied(2),
             field_manager="ci", _content_type=APPLY,
@@ -99,7 +99,7 @@ async def test_apply_creates_then_conflicts_then_force_takes_ownership(api: k8s.
 
 async def test_apply_conflicts_with_an_update_and_names_its_time(api: k8s.ApiClient) -> None:
     apps = k8s.AppsV1Api(api)
-    with trio.fail_after(20):
+    with trio.fail_after(30):
         await call(
             apps.patch_namespaced_deployment, "web", "default", applied(1),
             field_manager="ci", _content_type=APPLY,
@@ -126,7 +126,7 @@ async def test_apply_conflicts_with_an_update_and_names_its_time(api: k8s.ApiCli
 
 async def test_fields_dropped_from_the_configuration_are_removed(api: k8s.ApiClient) -> None:
     core = k8s.CoreV1Api(api)
-    with trio.fail_after(20):
+    with trio.fail_after(30):
         first = {"apiVersion": "v1", "kind": "ConfigMap",
                  "metadata": {"name": "cfg", "labels": {"a": "1", "b": "2"}},
                  "data": {"x": "1", "y": "2"}}  # fmt: skip

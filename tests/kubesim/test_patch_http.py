@@ -68,7 +68,7 @@ def deployment(name: str) -> dict[str, Any]:
 
 async def test_merge_patch(api: k8s.ApiClient) -> None:
     core = k8s.CoreV1Api(api)
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         await call(core.create_namespaced_config_map, "default", configmap("merge"))
         patched = await call(
             core.patch_namespaced_config_map, "merge", "default",
@@ -81,7 +81,7 @@ async def test_merge_patch(api: k8s.ApiClient) -> None:
 
 async def test_json_patch_and_a_failed_test_operation(api: k8s.ApiClient) -> None:
     core = k8s.CoreV1Api(api)
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         await call(core.create_namespaced_config_map, "default", configmap("jp"))
         ops = [
             {"op": "test", "path": "/data/a", "value": "1"},
@@ -106,7 +106,7 @@ async def test_json_patch_and_a_failed_test_operation(api: k8s.ApiClient) -> Non
 
 async def test_strategic_merge_patch_merges_containers_by_name(api: k8s.ApiClient) -> None:
     apps = k8s.AppsV1Api(api)
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         await call(apps.create_namespaced_deployment, "default", deployment("smp"))
         patch = {"spec": {"template": {"spec": {"containers": [
             {"name": "app", "image": "nginx:2", "env": [{"name": "B", "value": "2"}]},
@@ -129,7 +129,7 @@ async def test_strategic_merge_patch_merges_containers_by_name(api: k8s.ApiClien
 
 
 async def test_undecodable_and_unsupported_patches(http: httpx.AsyncClient) -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         created = await http.post("/api/v1/namespaces/default/configmaps", json=configmap("bad"))
         assert created.status_code == 201
         path = "/api/v1/namespaces/default/configmaps/bad"
@@ -145,3 +145,48 @@ async def test_undecodable_and_unsupported_patches(http: httpx.AsyncClient) -> N
         assert "must be a JSON array of operations" in not_a_list.json()["message"]
         unknown = await http.patch(path, content=b"{}", headers={"content-type": "text/plain"})
         assert unknown.status_code == 415
+
+
+async def test_custom_resources_take_merge_and_apply_but_not_strategic(
+    api: k8s.ApiClient, http: httpx.AsyncClient
+) -> None:
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "versions": [{"name": "v1", "served": True, "storage": True}],
+        },
+    }
+    custom = k8s.CustomObjectsApi(api)
+    args = ("example.com", "v1", "default", "widgets")
+    with trio.fail_after(30):
+        created = await http.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd
+        )
+        assert created.status_code == 201
+        widget = {"apiVersion": "example.com/v1", "kind": "Widget",
+                  "metadata": {"name": "w"}, "spec": {"sizes": [1, 2], "color": "red"}}  # fmt: skip
+        await call(custom.create_namespaced_custom_object, *args, widget)
+        merged = await call(
+            custom.patch_namespaced_custom_object, *args, "w", {"spec": {"sizes": [3]}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        assert merged["spec"] == {"sizes": [3], "color": "red"}
+        code, status = await failure(
+            custom.patch_namespaced_custom_object, *args, "w", {"spec": {"color": "blue"}},
+            _content_type="application/strategic-merge-patch+json",
+        )  # fmt: skip
+        assert code == 415
+        assert "strategic merge patch is not supported for Widget" in status["message"]
+        applied = await call(
+            custom.patch_namespaced_custom_object, *args, "w",
+            {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+             "spec": {"sizes": [4, 5]}},
+            field_manager="ci", force=True, _content_type="application/apply-patch+yaml",
+        )  # fmt: skip
+        # lists of custom resources are atomic: the applied list replaces the live one
+        assert applied["spec"] == {"sizes": [4, 5], "color": "red"}

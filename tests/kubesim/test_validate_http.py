@@ -48,7 +48,7 @@ def deployment(name: str, template_app: str) -> dict[str, Any]:
 
 async def test_selector_mismatch_is_422_in_the_apiservers_words(api: k8s.ApiClient) -> None:
     apps = k8s.AppsV1Api(api)
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         code, status = await failure(
             apps.create_namespaced_deployment, "default", deployment("web", "other")
         )
@@ -63,7 +63,7 @@ async def test_selector_mismatch_is_422_in_the_apiservers_words(api: k8s.ApiClie
 
 async def test_a_patch_that_breaks_the_object_is_422(api: k8s.ApiClient) -> None:
     apps = k8s.AppsV1Api(api)
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         create: Callable[..., Any] = apps.create_namespaced_deployment
         await trio.to_thread.run_sync(lambda: create("default", deployment("ok", "ok")))
         code, status = await failure(
@@ -79,7 +79,7 @@ async def test_a_patch_that_breaks_the_object_is_422(api: k8s.ApiClient) -> None
 
 async def test_bad_names_and_labels_are_422(api: k8s.ApiClient) -> None:
     core = k8s.CoreV1Api(api)
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         code, status = await failure(
             core.create_namespaced_config_map, "default",
             {"metadata": {"name": "Not_Valid", "labels": {"tier": "x" * 64}}, "data": {"k": "v"}},
@@ -90,7 +90,7 @@ async def test_bad_names_and_labels_are_422(api: k8s.ApiClient) -> None:
 
 
 async def test_bodies_that_are_not_objects_are_400(http: httpx.AsyncClient) -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         path = "/api/v1/namespaces/default/configmaps"
         for body in (b"[1, 2]", b'"text"', b"{not json"):
             answer = await http.post(
