@@ -446,11 +446,19 @@ _NORMALIZERS: dict[str, Callable[[_Fields, dict[str, Any]], None]] = {
 }
 
 
-def normalize(name: str, raw: Any, *, where: str | None = None) -> Description:
+def normalize(
+    name: str,
+    raw: Any,
+    *,
+    where: str | None = None,
+    check_account: Callable[[str], None] | None = None,
+) -> Description:
     """One description -> its normalized payload.
 
     Raises UnknownOperation for a name this server does not run and InvalidDescription (with
-    the field's path) for a malformed description. Unknown keys are dropped.
+    the field's path) for a malformed description. Unknown keys are dropped. Like
+    Clouddriver, the account is resolved (``check_account`` may raise) before the rest of
+    the description is validated.
     """
     spec = operation_spec(name)
     where = where or spec.name
@@ -458,5 +466,7 @@ def normalize(name: str, raw: Any, *, where: str | None = None) -> Description:
         raise InvalidDescription(where, f"expected a description object, got {raw!r}")
     f = _Fields(raw, where)
     payload: dict[str, Any] = {"account": _account(f)}
+    if check_account is not None:
+        check_account(payload["account"])
     _NORMALIZERS[spec.name](f, payload)
     return Description(spec, payload["account"], payload)

@@ -150,11 +150,7 @@ class OperationService:
 
     def describe(self, operations: Sequence[tuple[str, Any]]) -> list[Description]:
         """Normalize every description and check its account; raises the refusals."""
-        found = [normalize(name, raw) for name, raw in operations]
-        for d in found:
-            if self._accounts.get(d.account) is None:
-                raise UnknownCredentials(d.account, sorted(a.name for a in self._accounts.list()))
-        return found
+        return [normalize(name, raw, check_account=self.check_account) for name, raw in operations]
 
     async def submit_request(self, body: Any, *, request_id: str | None) -> Task:
         """``POST /kubernetes/ops``'s body -> the task (new, or the one for ``request_id``)."""

@@ -49,7 +49,7 @@ class OrcaClient:
             assert answer.status_code == 200, answer.text
             ids.add(answer.json()["id"])
         assert len(ids) == 1, ids
-        return ids.pop()
+        return str(ids.pop())
 
     async def wait(self, operation: str, task_id: str) -> dict[str, Any]:
         """Poll until Orca would move on: failed, or completed (with results when needed)."""
