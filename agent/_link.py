@@ -15,7 +15,12 @@ server stored per kind. Then four kinds of task share the session's nursery:
   their bytes in the budget;
 * the *receiver*: Acks, Assignments, Operations and Heartbeats from the server; any message
   pushes the inactivity deadline forward;
-* the *heartbeat*, every ``keepAliveHeartbeatSeconds``.
+* the *heartbeat*, every ``keepAliveHeartbeatSeconds``;
+* the *result sender*, which carries operation results up the stream.
+
+Operations themselves run in the link's own nursery, not the session's: one still running
+when the stream drops finishes, and its result waits in a bounded outbox for the next session
+(the executor de-duplicates by id, so an operation the server sends again never runs twice).
 
 When the session ends for any reason, the whole nursery goes: runners stop, the channel is
 closed and every byte it held returns to the budget. Nothing is lost by that: the server
@@ -44,6 +49,9 @@ from ._backoff import Backoff
 log = logging.getLogger("agent.link")
 
 ResumeKey = tuple[str, str, str]  # (api_version, kind, scope)
+
+#: Operation results waiting for a session to carry them; past this, operations wait.
+MAX_PENDING_RESULTS = 256
 
 
 class AccountRunner(Protocol):
@@ -131,11 +139,24 @@ class Link:
         self._session_token = ""
         self._session: _Session | None = None
         self.status = LinkStatus()
+        # Operations outlive sessions: one that is running when the stream drops finishes, and
+        # its result waits here (bounded; a full outbox holds the next operation back) for the
+        # next session. ``_unsent`` is the one result a dying session was sending.
+        self._results_in, self._results_out = trio.open_memory_channel[messages.OperationResult](
+            MAX_PENDING_RESULTS
+        )
+        self._unsent: messages.OperationResult | None = None
+        self._operations_nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, serve a session, reconnect with backoff after it ends; never returns."""
         backoff = self._settings.backoff
-        task_status.started()
+        async with trio.open_nursery() as operations_nursery:
+            self._operations_nursery = operations_nursery
+            task_status.started()
+            await self._reconnect_forever(backoff)
+
+    async def _reconnect_forever(self, backoff: Backoff) -> None:
         while True:
             try:
                 await self._one_session(backoff)
@@ -178,6 +199,18 @@ class Link:
                                                           removed=list(removed))
             )
         )
+
+    async def _run_operation(self, operation: messages.Operation) -> None:
+        handler = self._operations
+        if handler is None:
+            result = messages.OperationResult(
+                id=operation.id, account=operation.account, ok=False,
+                error_code="Unsupported",
+                error_message=f"this agent does not run {operation.type!r} operations",
+            )
+        else:
+            result = await handler(operation)
+        await self._results_in.send(result)
 
     # -- one session ---------------------------------------------------------------------
 
@@ -234,6 +267,7 @@ class Link:
                             accounts_changed=messages.AccountsChanged(accounts=late)))
                     nursery.start_soon(session.send_batches)
                     nursery.start_soon(session.receive_messages)
+                    nursery.start_soon(session.send_results)
                     if settings.heartbeat_seconds > 0:
                         nursery.start_soon(session.heartbeats)
 
@@ -393,23 +427,21 @@ class _Session:
         elif isinstance(body, messages.Assignment):
             self.assign(body.accounts)
         elif isinstance(body, messages.Operation):
-            self._nursery.start_soon(self._run_operation, body)
+            assert self._link._operations_nursery is not None
+            self._link._operations_nursery.start_soon(self._link._run_operation, body)
         elif isinstance(body, messages.Heartbeat):
             pass  # its arrival already moved the deadline
         else:
             raise _SessionEnded(f"unexpected {name or 'empty'} message from the server")
 
-    async def _run_operation(self, operation: messages.Operation) -> None:
-        handler = self._link._operations
-        if handler is None:
-            result = messages.OperationResult(
-                id=operation.id, account=operation.account, ok=False,
-                error_code="UNSUPPORTED",
-                error_message=f"this agent does not run {operation.type!r} operations",
-            )
-        else:
-            result = await handler(operation)
-        await self.send(messages.AgentMessage(operation_result=result))
+    async def send_results(self) -> None:
+        """Send operation results, the one a previous session was sending first."""
+        link = self._link
+        while True:
+            if link._unsent is None:
+                link._unsent = await link._results_out.receive()
+            await self.send(messages.AgentMessage(operation_result=link._unsent))
+            link._unsent = None
 
     async def heartbeats(self) -> None:
         period = self._link._settings.heartbeat_seconds
