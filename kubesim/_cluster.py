@@ -19,6 +19,7 @@ import msgspec
 
 from kubesim import _controllers, _deletes, _status, _writes
 from kubesim._errors import ApiError
+from kubesim._listing import read_page, versions_at
 from kubesim._resources import Registry, ResourceType, crd_types
 from kubesim._selectors import Selector
 from kubesim._store import ADDED, MODIFIED, ResourceStore, Stored
@@ -255,16 +256,17 @@ class Cluster:
     ) -> ListPage:
         """A page of a list with the API server's paging and resourceVersion rules.
 
-        Raises ApiError 410 Expired (continue token older than ``continue_ttl``, or an
-        ``Exact`` resourceVersion this resource changed since), 504 (a resourceVersion from
-        the future), 400 (bad parameters). Continued pages show the current objects after the
-        token's key (kubesim keeps no snapshots) but report the first page's resourceVersion,
-        so a watch from it still replays every change made meanwhile.
+        Continued pages and ``Exact`` reads are consistent snapshots at the list's
+        resourceVersion (rebuilt from the event ring, see ``_listing``). Raises ApiError 410
+        Expired (a continue token older than ``continue_ttl``, or a snapshot the ring no
+        longer reaches), 504 (a resourceVersion from the future), 400/422 (bad parameters).
         """
         store = self.store(rtype)
         selector = selector or Selector()
         list_rv = self._rv
         start: tuple[str, str] | None = None
+        issued = now
+        overrides: dict[tuple[str, str], Stored | None] = {}
         if continue_token:
             if resource_version not in (None, ""):
                 raise _status.bad_request(
@@ -273,37 +275,31 @@ class Cluster:
             list_rv, start, issued = decode_continue(continue_token)
             if now - issued > self.config.continue_ttl:
                 raise _status.expired()
+            snapshot = versions_at(store, list_rv)
+            if snapshot is None:
+                raise _status.expired()
+            overrides = snapshot
         else:
-            self._check_list_rv(store, resource_version, resource_version_match)
-        if not rtype.namespaced:
-            namespace = None
-        keys, lo, hi = store.key_range(namespace, start)
-        objects = store.objects
-        items: list[Stored] = []
-        index = lo
-        name = selector.name
-        if selector.empty:
-            end = hi if limit <= 0 else min(hi, lo + limit)
-            items = [objects[k] for k in keys[lo:end]]
-            index = end
-        else:
-            while index < hi and (limit <= 0 or len(items) < limit):
-                key = keys[index]
-                index += 1
-                if name is not None and key[1] != name:
-                    continue
-                stored = objects[key]
-                if selector.matches(stored.namespace, stored.name, stored.labels):
-                    items.append(stored)
-        token: str | None = None
-        remaining: int | None = None
-        if index < hi and items:
-            token = encode_continue(list_rv, items[-1].key, now if not continue_token else issued)
-            if selector.empty:
-                remaining = hi - index
-        return ListPage(items, list_rv, token, remaining)
+            exact = self._check_list_rv(store, resource_version, resource_version_match)
+            if exact is not None:
+                list_rv = exact
+                snapshot = versions_at(store, exact)
+                if snapshot is None:
+                    raise _status.gone(exact, store.ring.evicted_rv)
+                overrides = snapshot
+        page = read_page(
+            store, rtype, namespace=namespace, selector=selector, limit=limit, start=start,
+            overrides=overrides,
+        )  # fmt: skip
+        token = None
+        if page.last_key is not None:
+            token = encode_continue(list_rv, page.last_key, issued)
+        return ListPage(page.items, list_rv, token, page.remaining)
 
-    def _check_list_rv(self, store: ResourceStore, rv_text: str | None, match: str | None) -> None:
+    def _check_list_rv(
+        self, store: ResourceStore, rv_text: str | None, match: str | None
+    ) -> int | None:
+        """Check a list's resourceVersion parameters; the version for an Exact read, if any."""
         if match and not rv_text:
             raise ApiError(
                 422,
@@ -314,14 +310,11 @@ class Cluster:
         if match not in (None, "", "NotOlderThan", "Exact"):
             raise ApiError(422, "Invalid", f'resourceVersionMatch: Unsupported value: "{match}"')
         if not rv_text or rv_text == "0":
-            return
+            return None
         rv = parse_rv(rv_text)
         if rv > self._rv:
             raise _status.too_large_rv(rv, self._rv)
-        if match == "Exact" and store.last_change_rv > rv:
-            # kubesim keeps no snapshots: an exact read of a version this resource changed
-            # since is as gone as an etcd-compacted one.
-            raise _status.gone(rv, store.last_change_rv)
+        return rv if match == "Exact" else None
 
     # -- the dict API for Python callers -------------------------------------------------
 

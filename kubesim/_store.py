@@ -69,7 +69,8 @@ class Stored:
 
 # (resourceVersion, ADDED|MODIFIED|DELETED, object version, the version before it or None):
 # the previous version lets a watch with a label selector turn a MODIFIED that moves an
-# object into or out of its selection into ADDED or DELETED, as the API server does.
+# object into or out of its selection into ADDED or DELETED, as the API server does, and
+# lets a paged list rebuild the store as it was at its resourceVersion (_listing).
 Event = tuple[int, int, Stored, Stored | None]
 
 
@@ -138,10 +139,10 @@ class ResourceStore:
 
     def remove(self, final: Stored) -> None:
         """Drop the object; ``final`` is its last version, stamped with the deletion's rv."""
-        del self.objects[final.key]
+        previous = self.objects.pop(final.key)
         self._sorted = None
         self.last_change_rv = final.rv
-        self.ring.append((final.rv, DELETED, final, None))
+        self.ring.append((final.rv, DELETED, final, previous))
 
     def sorted_keys(self) -> list[tuple[str, str]]:
         """All keys in (namespace, name) order, as the API server lists them (cached)."""

@@ -76,21 +76,60 @@ def test_pages_continue_and_expire() -> None:
 
 
 def test_list_resource_version_rules() -> None:
-    sim = kubesim.Cluster()
+    sim = kubesim.Cluster(kubesim.SimConfig(watch_history=5))
     sim.create(_cm("a"))
     rtype = sim.resolve("", "v1", "configmaps")
     rv = sim.resource_version
-    assert sim.list_page(rtype, resource_version=str(rv), resource_version_match="Exact").items
     sim.create(_cm("b"))
+    exact = sim.list_page(rtype, resource_version=str(rv), resource_version_match="Exact")
+    assert [s.name for s in exact.items] == ["a"]  # the list as it was at rv
+    assert exact.resource_version == rv
+    for i in range(6):  # the 5-event ring no longer reaches back to rv
+        sim.create(_cm(f"x{i}"))
     with pytest.raises(kubesim.ApiError) as gone:
         sim.list_page(rtype, resource_version=str(rv), resource_version_match="Exact")
     assert gone.value.code == 410
     with pytest.raises(kubesim.ApiError) as future:
-        sim.list_page(rtype, resource_version=str(rv + 100))
+        sim.list_page(rtype, resource_version=str(sim.resource_version + 100))
     assert future.value.code == 504
     with pytest.raises(kubesim.ApiError) as invalid:
         sim.list_page(rtype, resource_version_match="NotOlderThan")
     assert invalid.value.code == 422
+
+
+def test_continued_pages_are_a_snapshot_at_the_first_pages_version() -> None:
+    sim = kubesim.Cluster()
+    for i in range(6):
+        sim.create(_cm(f"cm-{i}"))
+    rtype = sim.resolve("", "v1", "configmaps")
+    first = sim.list_page(rtype, namespace="default", limit=2)
+    assert first.remaining == 4
+    # Changes after the first page must not show in the next ones.
+    sim.delete("", "v1", "configmaps", "default", "cm-3")
+    sim.create(_cm("cm-2a"))
+    sim.patch("", "v1", "configmaps", "default", "cm-4", {"data": {"k": "changed"}})
+    second = sim.list_page(rtype, namespace="default", limit=2, continue_token=first.continue_token)
+    assert [s.name for s in second.items] == ["cm-2", "cm-3"]
+    assert second.remaining == 2
+    third = sim.list_page(rtype, namespace="default", limit=5, continue_token=second.continue_token)
+    assert [s.name for s in third.items] == ["cm-4", "cm-5"]
+    assert third.items[0].decode()["data"] == {"k": "cm-4"}
+    assert third.continue_token is None
+    assert third.resource_version == first.resource_version
+
+
+def test_continue_expires_when_the_history_moves_on() -> None:
+    sim = kubesim.Cluster(kubesim.SimConfig(watch_history=3))
+    for i in range(4):
+        sim.create(_cm(f"cm-{i}"))
+    rtype = sim.resolve("", "v1", "configmaps")
+    first = sim.list_page(rtype, limit=2)
+    for i in range(4):
+        sim.patch("", "v1", "configmaps", "default", f"cm-{i}", {"data": {"k": "x"}})
+    with pytest.raises(kubesim.ApiError) as expired:
+        sim.list_page(rtype, limit=2, continue_token=first.continue_token)
+    assert expired.value.code == 410
+    assert expired.value.reason == "Expired"
 
 
 def test_selectors() -> None:
