@@ -24,7 +24,7 @@ from wire import messages
 from ._account_watch import AccountWatchStatus, run_account
 from ._backoff import Backoff
 from ._config_load import parse_config
-from ._config_reload import diff_accounts
+from ._config_reload import diff_config
 from ._config_schema import AccountConfig, Config
 from ._errors import AgentError, ConfigError
 from ._kube_client import ClusterIdentity, KubeClient, open_kube_client
@@ -106,8 +106,15 @@ class AccountSet:
 
     async def update(self, config: Config) -> None:
         """Apply a reloaded config: start, stop and restart accounts, then tell the server."""
-        diff = diff_accounts(self._config.kubernetes.accounts, config.kubernetes.accounts)
+        diff = diff_config(self._config, config)
+        if (config.clouddriver, config.budget, config.tasks) != (
+            self._config.clouddriver, self._config.budget, self._config.tasks
+        ):
+            log.warning("clouddriver.*, budget.* and tasks.* changes apply at the next restart")
         self._config = config
+        self._settings = ReflectorSettings(
+            strip_managed_fields=config.kubernetes.strip_managed_fields
+        )
         for account in diff.removed:
             log.info("account %s removed from the config: stopping it", account.name)
             self._stop(account.name)
