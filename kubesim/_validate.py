@@ -218,7 +218,29 @@ def _check_string_map(meta: dict[str, Any], field: str, errors: _Errors, check: 
         check(f"metadata.{field}", key, value, errors)
 
 
+# Label and annotation keys and label values repeat across objects: remember the valid ones
+# (bounded; cleared when full) so that the write hot path skips their regular expressions.
+_KNOWN_GOOD_MAX: Final = 4096
+_good_keys: set[str] = set()
+_good_values: set[str] = set()
+
+
+def _remember(known: set[str], item: str) -> None:
+    if len(known) >= _KNOWN_GOOD_MAX:
+        known.clear()
+    known.add(item)
+
+
 def _check_qualified_name(field: str, key: str, errors: _Errors) -> None:
+    if key in _good_keys:
+        return
+    before = len(errors.lines)
+    _qualified_name_errors(field, key, errors)
+    if len(errors.lines) == before:
+        _remember(_good_keys, key)
+
+
+def _qualified_name_errors(field: str, key: str, errors: _Errors) -> None:
     prefix, _, part = key.rpartition("/")
     if "/" in prefix:
         errors.invalid(
@@ -246,10 +268,14 @@ def _check_qualified_name(field: str, key: str, errors: _Errors) -> None:
 
 def _check_label(field: str, key: str, value: str, errors: _Errors) -> None:
     _check_qualified_name(field, key, errors)
+    if value in _good_values:
+        return
     if len(value) > 63:
         errors.invalid(field, value, "must be no more than 63 characters")
     elif value and not _name_part(value):
         errors.invalid(field, value, _LABEL_VALUE_MSG)
+    else:
+        _remember(_good_values, value)
 
 
 def _check_annotation_key(field: str, key: str, value: str, errors: _Errors) -> None:
