@@ -124,3 +124,11 @@ def test_every_option_in_the_table_is_one_the_loader_reads() -> None:
     assert loaded.kubernetes.retries == default.kubernetes.retries
     assert loaded.clouddriver.backoff == default.clouddriver.backoff
     assert loaded.clouddriver.response_retries == default.clouddriver.response_retries
+
+
+def test_relative_links_in_the_readme_and_docs_resolve() -> None:
+    pages = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    assert len(pages) > 1
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), (page.name, target)
