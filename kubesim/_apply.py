@@ -150,13 +150,17 @@ def server_side_apply(
 
     mine: _Entry | None = None
     conflicts: list[tuple[_Entry, Path]] = []
-    live_values = field_values(live, kind) if live is not None else {}
+    live_values: dict[Path, Any] | None = None  # computed only if someone else shares a path
     for entry in entries:
         if entry.manager == manager:
             if entry.operation == "Apply":
                 mine = entry
             continue
-        for path in entry.paths & applied_values.keys():
+        shared = entry.paths & applied_values.keys()
+        if shared and live_values is None:
+            live_values = field_values(live, kind) if live is not None else {}
+        for path in shared:
+            assert live_values is not None
             if path in live_values and not json_equal(live_values[path], applied_values[path]):
                 conflicts.append((entry, path))
     if conflicts and not force:
@@ -187,9 +191,15 @@ def server_side_apply(
     else:
         mine = _new_entry(manager, "Apply", api_version, now)
         entries.append(mine)
-    mine.paths = set(applied_values)
-    mine.raw = {**mine.raw, "apiVersion": api_version, "time": now}
-    mine.touched = True
+    new_paths = set(applied_values)
+    fields = mine.raw.get("fieldsV1")
+    if new_paths != mine.paths or not isinstance(fields, dict):
+        fields = to_fields_v1(new_paths)
+    # else: the same fields as last time, and the stored FieldsV1 tree still says so
+    mine.paths = new_paths
+    mine.raw = {**mine.raw, "apiVersion": api_version, "time": now, "fieldsType": "FieldsV1",
+                "fieldsV1": fields}  # fmt: skip
+    mine.touched = False  # raw is up to date: encode() returns it as it is
     result.setdefault("metadata", {})["managedFields"] = _encode(entries)
     return result
 
