@@ -98,6 +98,10 @@ async def run_demo(options: DemoOptions, display: Display) -> Summary:
         sim = kubesim.Cluster()
         workload = load_workload(sim, pods=options.pods)
         display.line(f"kubesvc demo: data in {folder}")
+        for name, wanted, got in (("REST", options.api_port, api_port),
+                                  ("gRPC", options.grpc_port, grpc_port)):
+            if wanted and got != wanted:
+                display.line(f"  port {wanted} ({name}) is taken: using a free one instead")
         display.line(
             f"  kubesim: {total_objects(sim):,} objects in {len(workload.namespaces)} app "
             f"namespaces + 4 batch namespaces ({workload.deployments} deployments, "
