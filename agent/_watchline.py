@@ -89,11 +89,17 @@ class _Meta(msgspec.Struct):
     namespace: str = ""
     uid: str = ""
     resourceVersion: str = ""
+    # Kept raw (never built): only its text is needed, to cut it out when stripping.
+    managedFields: msgspec.Raw = msgspec.Raw(b"")
 
 
 class _Head(msgspec.Struct):
     apiVersion: str = ""
     kind: str = ""
+    metadata: _Meta | None = None
+
+
+class _HeadRawMeta(msgspec.Struct):
     metadata: msgspec.Raw = msgspec.Raw(b"")
 
 
@@ -131,12 +137,12 @@ class _ListBody(msgspec.Struct):
 # Decoders are built once: their construction is the expensive part.
 _LINE = msgspec.json.Decoder(_Line)
 _HEAD = msgspec.json.Decoder(_Head)
-_META = msgspec.json.Decoder(_Meta)
+_HEAD_RAW_META = msgspec.json.Decoder(_HeadRawMeta)
 _BOOKMARK = msgspec.json.Decoder(_Bookmark)
 _STATUS = msgspec.json.Decoder(_Status)
 _LIST = msgspec.json.Decoder(_ListBody)
-_EMPTY_META: Final = _Meta()
-_MANAGED_FIELDS_MARK: Final = b'"managedFields"'
+_MANAGED_FIELDS_KEY: Final = b'"managedFields":'
+_NULL: Final = msgspec.Raw(b"null")
 #: The envelope as API servers write it; a line in this shape is sliced, not parsed twice.
 _TYPE_PREFIX: Final = b'{"type":"'
 _OBJECT_INFIX: Final = b'","object":'
@@ -158,7 +164,7 @@ def _object_event(
     strip_managed_fields: bool,
     type_prefix: bytes = b"",
 ) -> WatchEvent:
-    """One full parse of the object (its head), a small one of its metadata, one copy.
+    """One parse of the object (its head and metadata fields; the rest is skipped), one copy.
 
     ``type_prefix`` (list items): spliced in front when the object names no kind.
     """
@@ -166,13 +172,40 @@ def _object_event(
     data = bytes(raw)
     if type_prefix and not head.kind:
         data = _splice_type(type_prefix, data)
-    meta_raw = head.metadata
-    if not len(meta_raw):
+    meta = head.metadata
+    if meta is None:
         return WatchEvent(event_type, "", "", "", "", data)
-    meta = _META.decode(meta_raw)
-    if strip_managed_fields and _MANAGED_FIELDS_MARK in data:
-        data = strip_managed_fields_at(data, memoryview(meta_raw).tobytes())
+    managed = meta.managedFields
+    if strip_managed_fields and len(managed) and managed != _NULL:
+        data = _without_managed_fields(data, managed)
     return WatchEvent(event_type, meta.name, meta.namespace, meta.uid, meta.resourceVersion, data)
+
+
+def _without_managed_fields(data: bytes, managed: msgspec.Raw) -> bytes:
+    """``data`` with ``metadata.managedFields`` cut out, given the text of its value.
+
+    The fast path finds ``"managedFields":<value>`` as compact JSON (how API servers write
+    it) and cuts it with one adjacent comma. It is taken only when that key occurs exactly
+    once in the object and is followed by the metadata's value: inside a JSON string the
+    key's quotes would be escaped, so that single occurrence is the metadata's own. Anything
+    else (whitespace, the key elsewhere too) takes the exact path: the metadata decoded and
+    re-encoded.
+    """
+    at = data.find(_MANAGED_FIELDS_KEY)
+    value = memoryview(managed).tobytes()
+    start = at + len(_MANAGED_FIELDS_KEY)
+    end = start + len(value)
+    if at > 0 and data.startswith(value, start) and data.find(_MANAGED_FIELDS_KEY, start) < 0:
+        after = data[end : end + 1]
+        if after == b",":
+            return data[:at] + data[end + 1 :]
+        before = data[at - 1 : at]
+        if before == b",":
+            return data[: at - 1] + data[end:]
+        if before == b"{" and after == b"}":
+            return data[:at] + data[end:]
+    meta_raw = _HEAD_RAW_META.decode(data).metadata
+    return strip_managed_fields_at(data, memoryview(meta_raw).tobytes())
 
 
 class WatchDecoder:

@@ -1,0 +1,80 @@
+"""managedFields stripping while decoding: the fast cut and the exact fallback agree."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from agent._watchline import WatchDecoder
+
+MANAGED = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:data": {"f:a": {}}}}]
+
+
+def _line(obj: dict[str, Any], *, compact: bool = True) -> bytes:
+    event = {"type": "MODIFIED", "object": obj}
+    text = msgspec.json.encode(event) if compact else json.dumps(event, indent=1).encode()
+    return text.replace(b"\n", b"") + b"\n" if not compact else text + b"\n"
+
+
+def _decode(line: bytes) -> dict[str, Any]:
+    (event,) = WatchDecoder(strip_managed_fields=True).feed(line)
+    result: dict[str, Any] = json.loads(event.object)
+    return result
+
+
+def _cm(metadata: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, **extra}
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"managedFields": MANAGED, "name": "a", "namespace": "n"},  # first key
+        {"name": "a", "managedFields": MANAGED, "namespace": "n"},  # middle
+        {"name": "a", "namespace": "n", "managedFields": MANAGED},  # last
+        {"managedFields": MANAGED},  # the only key
+        {"name": "a", "managedFields": []},  # empty list
+    ],
+)
+def test_managed_fields_are_cut_wherever_they_sit(metadata: dict[str, Any]) -> None:
+    obj = _cm(metadata, data={"k": "v"})
+    expected = {key: value for key, value in metadata.items() if key != "managedFields"}
+    for compact in (True, False):
+        decoded = _decode(_line(obj, compact=compact))
+        assert decoded["metadata"] == expected
+        assert decoded["data"] == {"k": "v"}
+
+
+def test_the_same_key_elsewhere_leaves_it_there_and_strips_the_metadata() -> None:
+    # A data field that is an exact copy of the metadata's managedFields, placed before the
+    # metadata: the fast cut must not take it; the exact path strips only the metadata's.
+    obj = {"apiVersion": "example.com/v1", "kind": "Copy",
+           "data": {"managedFields": MANAGED},
+           "metadata": {"name": "a", "managedFields": MANAGED}}
+    decoded = _decode(_line(obj))
+    assert decoded["metadata"] == {"name": "a"}
+    assert decoded["data"] == {"managedFields": MANAGED}
+
+
+def test_the_key_inside_a_string_is_not_mistaken_for_the_field() -> None:
+    obj = _cm({"name": "a", "annotations": {"note": '"managedFields":[]'},
+               "managedFields": MANAGED})
+    decoded = _decode(_line(obj))
+    assert decoded["metadata"] == {"name": "a", "annotations": {"note": '"managedFields":[]'}}
+
+
+def test_null_managed_fields_are_left_as_they_are() -> None:
+    obj = _cm({"name": "a", "managedFields": None})
+    assert _decode(_line(obj))["metadata"] == {"name": "a", "managedFields": None}
+
+
+def test_metadata_fields_are_read_in_the_same_parse() -> None:
+    obj = _cm({"name": "a", "namespace": "n", "uid": "u", "resourceVersion": "7",
+               "managedFields": MANAGED})
+    (event,) = WatchDecoder(strip_managed_fields=True).feed(_line(obj))
+    assert (event.name, event.namespace, event.uid, event.resource_version) == ("a", "n", "u", "7")
+    (kept,) = WatchDecoder(strip_managed_fields=False).feed(_line(obj))
+    assert json.loads(kept.object)["metadata"]["managedFields"] == MANAGED
