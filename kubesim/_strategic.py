@@ -12,7 +12,7 @@ with a merge key merges item by item (``containers`` by ``name``, ``volumeMounts
   merge key): that item is removed. ``"$patch": "merge"`` is the default.
 - ``"$deleteFromPrimitiveList/<field>": [values]`` removes those values from a scalar list.
 - ``"$setElementOrder/<field>": [items or keys]`` orders the merged list: the listed items in
-  that order, then the others in their previous order.
+  that order, the server-only items kept where they were relative to them.
 - ``"$retainKeys": [names]`` drops the map's keys not named (after merging).
 """
 
@@ -71,6 +71,12 @@ def _merge_map(
     result: dict[str, Any] = original if isinstance(original, dict) else {}
     retain: Any = None
     orders: dict[str, Any] = {}
+    # The server's order of each list the patch orders, taken before merging changes it.
+    server_lists = {
+        key[len(_SET_ORDER) :]: list(result.get(key[len(_SET_ORDER) :]) or [])
+        for key in patch
+        if key.startswith(_SET_ORDER)
+    }
     for key, value in patch.items():
         if key.startswith("$"):
             if key == "$retainKeys":
@@ -98,7 +104,8 @@ def _merge_map(
             result[key] = value
     for field, order in orders.items():
         if isinstance(result.get(field), list):
-            result[field] = _set_order(result[field], order, kind, (*names, field))
+            server = server_lists.get(field, [])
+            result[field] = _set_order(result[field], order, server, kind, (*names, field))
     if retain is not None:
         if not isinstance(retain, list):
             raise PatchError(f"{_where(names)}: $retainKeys must be a list of field names")
@@ -179,30 +186,39 @@ def _delete_from_list(
         result[field] = [v for v in current if v not in values]
 
 
-def _set_order(items: list[Any], order: Any, kind: str, names: tuple[str, ...]) -> list[Any]:
+def _set_order(
+    items: list[Any], order: Any, server: list[Any], kind: str, names: tuple[str, ...]
+) -> list[Any]:
+    """Order the merged ``items`` as the apiserver does: the items the order names, sorted by
+    it, merged with the server-only items, which keep their places in the ``server`` list."""
     if not isinstance(order, list):
         raise PatchError(f"{_where(names)}: {_SET_ORDER}{names[-1]} must be a list")
     key = smp_list_strategy(kind, names)
 
     def identity(item: Any) -> Any:
         if key and isinstance(item, dict):
-            return item.get(key)
-        return item if not isinstance(item, dict | list) else None
+            item = item.get(key)
+        return None if isinstance(item, dict | list) else item
 
     # The order lists items ({"name": "x"}) for keyed lists and values for scalar lists.
     rank: dict[Any, int] = {}
     for index, entry in enumerate(order):
-        ident = identity(entry)
-        if ident is not None and not isinstance(ident, dict | list):
-            rank.setdefault(ident, index)
-    ranked = [item for item in items if _hashable(identity(item)) in rank]
-    ranked.sort(key=lambda item: rank[identity(item)])
-    others = [item for item in items if _hashable(identity(item)) not in rank]
-    return ranked + others
-
-
-def _hashable(value: Any) -> Any:
-    return None if isinstance(value, dict | list) else value
+        if identity(entry) is not None:
+            rank.setdefault(identity(entry), index)
+    at_server = {identity(item): index for index, item in enumerate(server)}
+    ordered = sorted((i for i in items if identity(i) in rank), key=lambda i: rank[identity(i)])
+    server_only = [i for i in items if identity(i) not in rank]
+    out: list[Any] = []
+    left = right = 0
+    while left < len(ordered) and right < len(server_only):
+        here = at_server.get(identity(ordered[left]))
+        if here is None or here < at_server.get(identity(server_only[right]), len(server)):
+            out.append(ordered[left])
+            left += 1
+        else:
+            out.append(server_only[right])
+            right += 1
+    return out + ordered[left:] + server_only[right:]
 
 
 def _where(names: tuple[str, ...]) -> str:

@@ -260,3 +260,18 @@ def test_kubectl_rollout_undo_replaces_the_template() -> None:
     result = apply_strategic_merge_patch(deployment(), patch, "Deployment")
     assert result["spec"]["template"] == old_template
     assert result["spec"]["replicas"] == 2
+
+
+def test_set_element_order_keeps_server_only_items_in_their_places() -> None:
+    pod = {"spec": {"containers": [{"name": n, "image": "i"} for n in ("b", "x", "a")]}}
+    patch = {"spec": {"$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
+                      "containers": [{"name": "a", "image": "j"}]}}  # fmt: skip
+    merged = apply_strategic_merge_patch(pod, patch, "Pod")["spec"]["containers"]
+    # the apiserver's answer: x (server-only, at server position 1) goes before a (position 2)
+    assert [c["name"] for c in merged] == ["x", "a", "b"]
+    assert merged[1]["image"] == "j"
+    # a new item in the order goes where the order puts it
+    patch["spec"]["$setElementOrder/containers"] = [{"name": "n"}, {"name": "a"}, {"name": "b"}]
+    patch["spec"]["containers"] = [{"name": "n", "image": "new"}]
+    merged = apply_strategic_merge_patch(pod, patch, "Pod")["spec"]["containers"]
+    assert [c["name"] for c in merged] == ["n", "x", "a", "b"]
