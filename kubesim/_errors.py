@@ -51,12 +51,15 @@ class ApiError(KubesimError):
 
 
 class PatchError(ApiError):
-    """A patch that cannot be decoded (code 400) or does not apply to the object (code 422)."""
+    """A patch that cannot be decoded (400), is too big (413), has no meaning for the kind
+    (415), or does not apply to the object (422)."""
+
+    _REASONS = {400: "BadRequest", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType"}
 
     def __init__(self, message: str, *, code: int = 422) -> None:
-        # The apiserver answers a patch that does not apply with a bare 422 (reason Invalid
-        # is what clients see for 422s), and an undecodable one with 400 BadRequest.
-        super().__init__(code, "BadRequest" if code == 400 else "Invalid", message)
+        # The apiserver answers a patch that does not apply with a generic 422 (reason Invalid),
+        # an undecodable one with 400 BadRequest, one too big with 413, a wrong type with 415.
+        super().__init__(code, self._REASONS.get(code, "Invalid"), message)
 
 
 class ApplyConflict(ApiError):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import msgspec
+
 from ._errors import PatchError
 from ._jsonvalue import clone, json_equal, type_name
 from ._strategic import apply_strategic_merge_patch
@@ -51,6 +53,12 @@ def _merge_into(target: dict[str, Any], patch: dict[str, Any]) -> None:
 # --- RFC 6902 -----------------------------------------------------------------------------
 
 _OPS: Final = frozenset({"add", "remove", "replace", "move", "copy", "test"})
+# The apiserver's bounds: at most 10,000 operations, and "copy" may add at most 3 times its
+# 3 MiB request body limit (a few copies of copies would otherwise grow a document
+# exponentially).
+MAX_OPERATIONS: Final = 10_000
+MAX_COPIED_BYTES: Final = 3 * 3 * 1024 * 1024
+_size = msgspec.json.Encoder().encode
 
 
 class _OpFailed(Exception):
@@ -61,17 +69,31 @@ def apply_json_patch(obj: dict[str, Any], ops: Any) -> dict[str, Any]:
     """Apply an RFC 6902 JSON patch to ``obj`` (atomically: on error nothing is returned).
 
     Raises :class:`PatchError` with code 400 when ``ops`` is not a list of well-formed
-    operations, and code 422 when an operation does not apply (missing path, failed ``test``,
-    bad array index, ...). The message names the operation's index, its op and its path.
+    operations, 413 for more than :data:`MAX_OPERATIONS` of them, and 422 when an operation
+    does not apply (missing path, failed ``test``, bad array index, copies adding more than
+    :data:`MAX_COPIED_BYTES`, ...). The message names the operation's index, op and path.
     """
     if not isinstance(ops, list):
         raise PatchError(
             f"json patch must be a JSON array of operations, got {type_name(ops)}", code=400
         )
+    if len(ops) > MAX_OPERATIONS:
+        raise PatchError(
+            f"The allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, got {len(ops)}",
+            code=413,
+        )
     checked = [_check_op(index, op) for index, op in enumerate(ops)]
     doc: Any = clone(obj)
+    copied = 0
     for index, (name, path, op) in enumerate(checked):
         try:
+            if name == "copy":
+                copied += len(_size(_get(doc, parse_pointer(op["from"]))))
+                if copied > MAX_COPIED_BYTES:
+                    raise _OpFailed(
+                        f"the accumulated size of copies is {copied} bytes, exceeding the "
+                        f"limit of {MAX_COPIED_BYTES}"
+                    )
             doc = _apply_op(doc, name, path, op)
         except _OpFailed as exc:
             raise PatchError(

@@ -240,3 +240,18 @@ def test_json_patch_laws(doc: dict[str, Any], data: st.DataObject) -> None:
         doc, [{"op": "remove", "path": pointer}, {"op": "add", "path": pointer, "value": value}]
     )
     assert restored == doc
+
+
+def test_json_patch_bounds() -> None:
+    with pytest.raises(PatchError) as info:
+        apply_json_patch({}, [{"op": "test", "path": "", "value": {}}] * 10_001)
+    assert info.value.code == 413
+    assert info.value.status()["reason"] == "RequestEntityTooLarge"
+    assert "maximum operations in a JSON patch is 10000, got 10001" in info.value.message
+    # copies of copies double the document each time: stopped once they add over 9 MiB
+    doubling = [{"op": "add", "path": "/a", "value": "x" * 1024}] + [
+        {"op": "copy", "from": "", "path": f"/c{i}"} for i in range(20)
+    ]
+    with pytest.raises(PatchError, match="accumulated size of copies") as info:
+        apply_json_patch({}, doubling)
+    assert info.value.code == 422
