@@ -58,7 +58,7 @@ from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 from grpclib.server import Stream as _GrpcServerStream
 
-from ._envelope import decode_agent_message, encode_agent_message
+from ._envelope import checked, decode_agent_message, encode_agent_message
 from ._errors import (
     ConnectionLost,
     EndOfStream,
@@ -161,7 +161,7 @@ def _decode(data: bytes, parse: Callable[[bytes], _M], name: str, limit: int) ->
 
 
 def _parse_server_message(data: bytes) -> ServerMessage:
-    return ServerMessage().parse(data)
+    return checked(ServerMessage().parse(data))
 
 
 def _lost(exc: BaseException, what: str) -> ConnectionLost:

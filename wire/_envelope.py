@@ -11,6 +11,8 @@ Sans-I/O: pure functions on bytes.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import betterproto
 
 from .messages import AgentMessage, EventBatch
@@ -70,8 +72,23 @@ def decode_agent_message(data: bytes) -> AgentMessage:
     """
     batch = _parse_event_batch(data)
     if batch is None:
-        return AgentMessage().parse(data)
+        return checked(AgentMessage().parse(data))
     return AgentMessage(event_batch=batch)
+
+
+_Message = TypeVar("_Message", bound=betterproto.Message)
+
+
+def checked(message: _Message) -> _Message:
+    """``message`` once it is known to be whole.
+
+    betterproto's ``parse`` accepts some malformed nested messages (a truncated entry of a
+    repeated field becomes ``None``) that only fail later, wherever the message is used.
+    Serializing it again walks every field, so such input fails here, at the edge, instead.
+    Control messages are small; event batches never come this way.
+    """
+    bytes(message)
+    return message
 
 
 def _parse_event_batch(data: bytes) -> EventBatch | None:

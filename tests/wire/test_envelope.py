@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import betterproto
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,6 +52,16 @@ def test_unknown_fields_fall_back_to_betterproto() -> None:
 def test_arbitrary_bytes_parse_like_betterproto(data: bytes) -> None:
     try:
         expected = m.AgentMessage().parse(data)
+        expected_bytes = bytes(expected)
     except Exception:
-        return  # betterproto refuses it; the bridge reports that as ProtocolViolation
-    assert bytes(decode_agent_message(data)) == bytes(expected)
+        # betterproto refuses it (at parse, or at use for a malformed nested message): so
+        # must we, and the bridge reports that as ProtocolViolation.
+        with pytest.raises(Exception):  # noqa: B017 - whatever betterproto raises
+            decode_agent_message(data)
+        return
+    assert bytes(decode_agent_message(data)) == expected_bytes
+
+
+def test_a_malformed_nested_message_is_refused_at_the_edge() -> None:
+    with pytest.raises(TypeError):
+        decode_agent_message(b'"\x01\x0b')  # AccountsChanged with a broken accounts entry
