@@ -7,6 +7,8 @@ under ``/apis/{group}/{version}``. Every ApiError is answered here, once, as a S
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 from kubesim import _status
@@ -45,12 +47,14 @@ class ApiApp:
         faults: Faults,
         counters: RequestCounters,
         peer_names: dict[tuple[str, int], str],
+        cut_connection: Callable[[tuple[str, int]], None],
     ) -> None:
         self.cluster = cluster
         self.users = users
         self.faults = faults
         self.counters = counters
         self.peer_names = peer_names  # client address -> client-certificate common name
+        self.cut_connection = cut_connection  # shuts a client's TCP connection down
         self.wakeups = Wakeups()
         self.discovery = DiscoveryDocs(cluster)
         self.server_address = ""
@@ -63,7 +67,11 @@ class ApiApp:
         try:
             await self._dispatch(request, send)
         except WatchDropped:
-            return  # returning mid-body makes Hypercorn cut the stream: a dropped watch
+            # Cut the whole TCP connection, as a network failure would: returning mid-body
+            # alone ends an HTTP/1.1 response but leaves an HTTP/2 stream hanging.
+            client = scope.get("client")
+            if client is not None:
+                self.cut_connection((str(client[0]), int(client[1])))
         except ApiError as exc:
             retry_after = None
             if exc.details and isinstance(exc.details.get("retryAfterSeconds"), int):

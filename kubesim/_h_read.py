@@ -157,11 +157,17 @@ async def serve_watch(
     timeout = request.int_param("timeoutSeconds", 0)
     writer = BodyWriter(send)
     await writer.start(200, META_CT if cursor.options.metadata_only else JSON)
+    dropped = False
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_cancel_on_disconnect, request, nursery.cancel_scope)
-        with trio.move_on_after(timeout if timeout > 0 else math.inf):
-            await _watch_loop(cursor, writer, wakeups, bookmark_interval, fault)
+        try:
+            with trio.move_on_after(timeout if timeout > 0 else math.inf):
+                await _watch_loop(cursor, writer, wakeups, bookmark_interval, fault)
+        except WatchDropped:
+            dropped = True  # raised below, outside the nursery (no exception group)
         nursery.cancel_scope.cancel()
+    if dropped:
+        raise WatchDropped
     with trio.CancelScope(shield=True), trio.move_on_after(5):
         await writer.end()
 

@@ -8,6 +8,7 @@ Hypercorn's per-connection ``TCPServer``; the app looks the name up by ``scope["
 
 from __future__ import annotations
 
+import socket
 import ssl
 import tempfile
 from collections.abc import AsyncIterator
@@ -58,7 +59,10 @@ class Server:
         self.host = host
         self.port = 0
         self._peer_names: dict[tuple[str, int], str] = {}
-        self.app = ApiApp(cluster, users, self.faults, self.requests, self._peer_names)
+        self._sockets: dict[tuple[str, int], trio.socket.SocketType] = {}
+        self.app = ApiApp(
+            cluster, users, self.faults, self.requests, self._peer_names, self._cut_connection
+        )
         self.ca = CertificateAuthority() if tls else None
         self._serving: KeyPair | None = None
         self._ssl_context: ssl.SSLContext | None = None
@@ -161,7 +165,8 @@ class Server:
         stream: trio.SocketStream,
     ) -> None:
         connection: Any = stream
-        peer: tuple[str, int] | None = None
+        address = stream.socket.getpeername()
+        peer = (str(address[0]), int(address[1]))
         if self._ssl_context is not None:
             tls = trio.SSLStream(stream, self._ssl_context, server_side=True, https_compatible=True)
             try:
@@ -171,18 +176,25 @@ class Server:
                 await stream.aclose()
                 return
             cert = tls.getpeercert()
-            if cert:
-                name = _common_name(cert)
-                if name:
-                    address = stream.socket.getpeername()
-                    peer = (address[0], address[1])
-                    self._peer_names[peer] = name
+            name = _common_name(cert) if cert else None
+            if name:
+                self._peer_names[peer] = name
             connection = tls
+        self._sockets[peer] = stream.socket
         try:
             await ConnectionServer(app, config, context, ConnectionState({}), connection)
         finally:
-            if peer is not None:
-                self._peer_names.pop(peer, None)
+            self._peer_names.pop(peer, None)
+            self._sockets.pop(peer, None)
+
+    def _cut_connection(self, peer: tuple[str, int]) -> None:
+        """Shut the client's TCP connection down under everyone's feet (an injected fault)."""
+        sock = self._sockets.get(peer)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already gone: the fault happened anyway
 
 
 def _common_name(cert: dict[str, Any]) -> str | None:

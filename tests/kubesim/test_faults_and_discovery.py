@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -184,3 +185,30 @@ async def test_unknown_paths_and_methods(http: httpx.AsyncClient) -> None:
             assert answer.json()["kind"] == "Status"
         assert (await http.post("/api/v1/namespaces/default/pods/p")).status_code == 405
         assert (await http.post("/apis")).status_code == 405
+
+
+async def test_dropped_watch_over_http2_cuts_the_connection(sim: kubesim.Cluster) -> None:
+    with trio.fail_after(10):
+        for i in range(5):
+            sim.create(_cm(f"cm-{i}"))
+        async with kubesim.open_server(sim, tls=True) as server:
+            assert server.ca_pem is not None
+            server.faults.drop_watches(after_events=2)
+            verify = ssl.create_default_context(cadata=server.ca_pem.decode())
+            headers = {"authorization": f"Bearer {server.users['admin'].token}"}
+            async with httpx.AsyncClient(
+                base_url=server.url, verify=verify, http2=True, headers=headers
+            ) as client:
+                lines: list[str] = []
+
+                async def read_watch() -> None:
+                    params = {"watch": "true"}
+                    async with client.stream("GET", "/api/v1/configmaps", params=params) as resp:
+                        assert resp.http_version == "HTTP/2"
+                        async for line in resp.aiter_lines():
+                            lines.append(line)
+
+                with pytest.raises(httpx.RemoteProtocolError):
+                    await read_watch()
+                assert len([line for line in lines if line]) == 2
+                assert (await client.get("/api/v1/configmaps")).status_code == 200  # reconnects
