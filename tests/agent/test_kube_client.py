@@ -261,11 +261,12 @@ async def test_timeout_seconds_bounds_a_request() -> None:
     with trio.fail_after(20):
         async with serve_api(stall) as server:
             access = _access(server.url, None)
-            async with KubeClient(access, timeout_seconds=0.2, retries=NO_RETRIES) as client:
+            async with KubeClient(access, timeout_seconds=0.5, retries=NO_RETRIES) as client:
                 with pytest.raises(KubeTimeoutError, match="timeout"):
                     await client.request("GET", "/api/v1/pods")
-            # "timeout" is a retryable error by default: retried maxRetries times.
-            async with KubeClient(access, timeout_seconds=0.1, retries=FAST_RETRIES) as client:
+            # "timeout" is a retryable error by default: retried maxRetries times. (0.5 s, not
+            # less: on a loaded machine a shorter timeout can expire before the server sees it.)
+            async with KubeClient(access, timeout_seconds=0.5, retries=FAST_RETRIES) as client:
                 with pytest.raises(KubeTimeoutError):
                     await client.request("GET", "/api/v1/pods")
     assert len(server.seen) == 1 + 1 + 3
