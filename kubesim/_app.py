@@ -7,6 +7,7 @@ under ``/apis/{group}/{version}``. Every ApiError is answered here, once, as a S
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import trio
@@ -32,6 +33,8 @@ from kubesim._http import Receive, Request, Scope, Send, negotiate_metadata, res
 from kubesim._watch import WatchCursor
 
 __all__ = ["ApiApp"]
+
+_log = logging.getLogger("kubesim")
 
 _HEALTH = {"/healthz", "/readyz", "/livez"}
 _VERB_BY_METHOD = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
@@ -77,6 +80,11 @@ class ApiApp:
             if exc.details and isinstance(exc.details.get("retryAfterSeconds"), int):
                 retry_after = exc.details["retryAfterSeconds"]
             await respond_error(send, exc, retry_after)
+        except Exception:
+            # A bug in kubesim, not an answer: say where, then let Hypercorn answer 500 (or
+            # cut a response already under way).
+            _log.exception("kubesim: unexpected error on %s %s", request.method, request.path)
+            raise
 
     def _authenticate(self, request: Request) -> User:
         header = request.headers.get("authorization", "")
