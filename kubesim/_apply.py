@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from ._errors import ApplyConflict, InvalidObject
+from ._errors import ApplyConflict, InvalidObject, nested_too_deeply
 from ._fieldpath import (
     Path,
     describe_path,
@@ -128,7 +128,8 @@ def server_side_apply(
 
     Raises :class:`ApplyConflict` (409) listing ``(manager, path)`` for every field owned by
     another manager that the configuration changes, unless ``force``; and
-    :class:`InvalidObject` (400) when ``manager`` is empty or ``applied`` is not an object.
+    :class:`InvalidObject` (400) when ``manager`` is empty or ``applied`` is not an object;
+    :class:`PatchError` (400) for documents nested too deeply to walk.
     """
     if not manager:
         raise InvalidObject(
@@ -138,6 +139,15 @@ def server_side_apply(
         raise InvalidObject("the applied configuration must be an object", status_code=400)
     if reset_fields:
         applied = {k: v for k, v in applied.items() if k not in reset_fields}
+    try:
+        return _apply(live, applied, manager, force, now)
+    except RecursionError:
+        raise nested_too_deeply("the applied configuration or the object") from None
+
+
+def _apply(
+    live: dict[str, Any] | None, applied: dict[str, Any], manager: str, force: bool, now: str
+) -> dict[str, Any]:
     kind = str(applied.get("kind") or (live or {}).get("kind") or "")
     api_version = str(applied.get("apiVersion") or (live or {}).get("apiVersion") or "")
     applied_values = field_values(applied, kind)
@@ -251,10 +261,18 @@ def _merge(live: Any, applied: Any, names: Path, kind: str) -> Any:
 
 
 def _drop_nulls(value: Any) -> Any:
+    # Plain loops, not comprehensions: one stack frame per level of nesting, not two.
     if isinstance(value, dict):
-        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if v is not None:
+                out[k] = _drop_nulls(v)
+        return out
     if isinstance(value, list):
-        return [_drop_nulls(v) for v in value]
+        items: list[Any] = []
+        for v in value:
+            items.append(_drop_nulls(v))
+        return items
     return value
 
 
@@ -311,8 +329,23 @@ def update_managed_fields(
     changed and those fields leave the other managers; fields the write removed leave every
     manager; entries left with no fields are dropped. An empty ``manager`` changes nothing
     but the removals. Entries the write does not touch are returned as they were in ``old``
-    (the same dicts). Never raises.
+    (the same dicts). Raises :class:`PatchError` (400) only for an object nested too deeply
+    to walk.
     """
+    try:
+        return _update(old, new, manager, operation, now, subresource)
+    except RecursionError:
+        raise nested_too_deeply("the object") from None
+
+
+def _update(
+    old: dict[str, Any] | None,
+    new: dict[str, Any],
+    manager: str,
+    operation: str,
+    now: str,
+    subresource: str,
+) -> list[dict[str, Any]]:
     kind = str(new.get("kind") or (old or {}).get("kind") or "")
     api_version = str(new.get("apiVersion") or (old or {}).get("apiVersion") or "")
     if old is None:

@@ -62,6 +62,11 @@ class PatchError(ApiError):
         super().__init__(code, self._REASONS.get(code, "Invalid"), message)
 
 
+def nested_too_deeply(what: str) -> PatchError:
+    """The error for a document nested deeper than Python's recursion limit lets us walk."""
+    return PatchError(f"{what} is nested too deeply", code=400)
+
+
 class ApplyConflict(ApiError):
     """Server-side apply would change fields owned by other managers; ``force`` overrides.
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._errors import PatchError
+from ._errors import PatchError, nested_too_deeply
 from ._jsonvalue import clone, json_equal, type_name
 from ._strategic import apply_strategic_merge_patch
 
@@ -25,12 +25,16 @@ __all__ = ["PatchError", "apply_json_patch", "apply_merge_patch", "apply_strateg
 def apply_merge_patch(obj: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: objects merge recursively, ``null`` deletes, the rest replaces.
 
-    Given a dict ``obj`` and a dict ``patch`` the result is a dict. Never raises.
+    Given a dict ``obj`` and a dict ``patch`` the result is a dict. Raises :class:`PatchError`
+    (400) only for documents nested too deeply to walk.
     """
-    if not isinstance(patch, dict):
-        return clone(patch)
-    result: dict[str, Any] = clone(obj) if isinstance(obj, dict) else {}
-    _merge_into(result, patch)
+    try:
+        if not isinstance(patch, dict):
+            return clone(patch)
+        result: dict[str, Any] = clone(obj) if isinstance(obj, dict) else {}
+        _merge_into(result, patch)
+    except RecursionError:
+        raise nested_too_deeply("the merge patch or the object") from None
     return result
 
 
@@ -83,7 +87,13 @@ def apply_json_patch(obj: dict[str, Any], ops: Any) -> dict[str, Any]:
             code=413,
         )
     checked = [_check_op(index, op) for index, op in enumerate(ops)]
-    doc: Any = clone(obj)
+    try:
+        return _apply_all(clone(obj), checked)
+    except RecursionError:
+        raise nested_too_deeply("the JSON patch or the object") from None
+
+
+def _apply_all(doc: Any, checked: list[tuple[str, list[str], dict[str, Any]]]) -> dict[str, Any]:
     copied = 0
     for index, (name, path, op) in enumerate(checked):
         try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import PatchError
+from ._errors import PatchError, nested_too_deeply
 from ._jsonvalue import clone, type_name
 from ._schema import BUILTIN_KINDS, smp_list_strategy
 
@@ -49,8 +49,11 @@ def apply_strategic_merge_patch(obj: dict[str, Any], patch: Any, kind: str) -> d
             "application/apply-patch+yaml",
             code=415,
         )
-    # One deep copy up front; the merge then edits that copy in place.
-    result = _merge_map(clone(obj), patch, kind, ())
+    try:
+        # One deep copy up front; the merge then edits that copy in place.
+        result = _merge_map(clone(obj), patch, kind, ())
+    except RecursionError:
+        raise nested_too_deeply("the strategic merge patch or the object") from None
     if result is None:
         raise PatchError('"$patch": "delete" cannot delete the whole object')
     return result

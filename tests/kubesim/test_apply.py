@@ -431,3 +431,26 @@ def test_subresource_writes_get_their_own_entry() -> None:
     assert by_key[("kcm", "scale")]["fieldsV1"] == {"f:spec": {"f:replicas": {}}}
     assert by_key[("kcm", "scale")]["subresource"] == "scale"
     assert "f:replicas" not in by_key[("kcm", "")]["fieldsV1"]["f:spec"]
+
+
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_documents_nested_too_deeply_are_a_clear_400() -> None:
+    # A depth the JSON decoder accepts (under ~1000 levels) is walked without trouble ...
+    ok = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "x": nested(400)}
+    result = server_side_apply(None, ok, manager="m", force=False, now=T0)
+    assert update_managed_fields(result, ok, manager="n", now=T1)
+    # ... and one beyond Python's recursion limit is refused with a message, not a crash
+    deep = {**ok, "x": nested(5000)}
+    with pytest.raises(
+        ApiError, match="the applied configuration or the object is nested too deeply"
+    ):
+        server_side_apply(None, deep, manager="m", force=False, now=T0)
+    with pytest.raises(ApiError, match="the object is nested too deeply") as info:
+        update_managed_fields(None, deep, manager="m", now=T0)
+    assert info.value.code == 400

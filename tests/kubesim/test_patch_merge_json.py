@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -10,7 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kubesim._errors import ApiError, PatchError
-from kubesim._patch import apply_json_patch, apply_merge_patch, parse_pointer
+from kubesim._patch import (
+    apply_json_patch,
+    apply_merge_patch,
+    apply_strategic_merge_patch,
+    parse_pointer,
+)
 
 # --- merge patch ---------------------------------------------------------------------------
 
@@ -255,3 +261,20 @@ def test_json_patch_bounds() -> None:
     with pytest.raises(PatchError, match="accumulated size of copies") as info:
         apply_json_patch({}, doubling)
     assert info.value.code == 422
+
+
+def test_patches_nested_too_deeply_are_a_clear_400() -> None:
+    deep: dict[str, Any] = {"leaf": 1}
+    for _ in range(5000):
+        deep = {"a": deep}
+    cases: list[tuple[Callable[[], Any], str]] = [
+        (lambda: apply_merge_patch({}, deep), "the merge patch or the object"),
+        (lambda: apply_json_patch({}, [{"op": "add", "path": "/x", "value": deep}]),
+         "the JSON patch or the object"),
+        (lambda: apply_strategic_merge_patch({}, deep, "Pod"),
+         "the strategic merge patch or the object"),
+    ]  # fmt: skip
+    for apply, message in cases:
+        with pytest.raises(PatchError, match=message + " is nested too deeply") as info:
+            apply()
+        assert info.value.code == 400
