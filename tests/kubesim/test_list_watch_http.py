@@ -294,3 +294,31 @@ async def test_http2_watches_share_one_connection(sim: kubesim.Cluster) -> None:
                 assert listed.http_version == "HTTP/2"
                 assert len(listed.json()["items"]) == 300
                 assert counts == {"load-0": 150, "load-1": 150}
+
+
+async def test_a_watcher_that_stops_reading_gets_410_not_a_growing_buffer(
+    sim: kubesim.Cluster, server: kubesim.Server
+) -> None:
+    """TCP backpressure stops the server's sends; the ring moves on; the watcher's next
+    chunk is the 410 ERROR event. Nothing between the ring and the socket grows."""
+    with trio.fail_after(30):
+        start = sim.resource_version
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        token = server.users["admin"].token
+        request = (
+            f"GET /api/v1/pods?watch=true&resourceVersion={start} HTTP/1.1\r\n"
+            f"Host: kubesim\r\nAuthorization: Bearer {token}\r\n\r\n"
+        )
+        await stream.send_all(request.encode())
+        await trio.sleep(0.2)
+        for _ in range(10):  # ~9 MB of pods against a 50-event ring: far past any socket buffer
+            kubesim.load_pods(sim, 200)
+            await trio.sleep(0.05)
+        received = bytearray()
+        while b'"type":"ERROR"' not in received:
+            data = await stream.receive_some(1 << 20)
+            assert data, "the server closed the watch without the ERROR event"
+            received += data
+        await stream.aclose()
+        assert b'"code":410' in received
+        assert received.count(b'"type":"ADDED"') < 2000  # it did not get everything
