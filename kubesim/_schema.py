@@ -90,8 +90,11 @@ _SMP_KEYS: Final[dict[str, str]] = {
     "topologySpreadConstraints": "topologyKey",
 }
 
-# Label selectors and Service selectors are atomic maps: one owner for the whole value.
-_ATOMIC_MAP_PARENTS: Final = frozenset({"spec", "jobTemplate"})
+# Label selectors (LabelSelector is +structType=atomic wherever it appears), Service
+# selectors and node selectors (+mapType=atomic) are owned as one value.
+_ATOMIC_MAPS: Final = frozenset(
+    {"selector", "podSelector", "namespaceSelector", "labelSelector", "nodeSelector"}
+)
 
 
 def ssa_list_type(kind: str, names: tuple[str, ...]) -> ListType:
@@ -140,9 +143,4 @@ def smp_list_strategy(kind: str, names: tuple[str, ...]) -> str | None:
 
 def is_atomic_map(kind: str, names: tuple[str, ...]) -> bool:
     """Whether the object-valued field at ``names`` is owned as one value by server-side apply."""
-    return (
-        kind in BUILTIN_KINDS
-        and names[-1] == "selector"
-        and len(names) >= 2
-        and names[-2] in _ATOMIC_MAP_PARENTS
-    )
+    return names[-1] in _ATOMIC_MAPS and kind in BUILTIN_KINDS and names[0] != "metadata"

@@ -454,3 +454,19 @@ def test_documents_nested_too_deeply_are_a_clear_400() -> None:
     with pytest.raises(ApiError, match="the object is nested too deeply") as info:
         update_managed_fields(None, deep, manager="m", now=T0)
     assert info.value.code == 400
+
+
+def test_label_selectors_are_owned_as_one_value() -> None:
+    policy: dict[str, Any] = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "np"},
+        "spec": {"podSelector": {"matchLabels": {"app": "web"}}},
+    }
+    live = server_side_apply(None, policy, manager="a", force=False, now=T0)
+    assert entry(live, "a")["fieldsV1"] == {"f:spec": {"f:podSelector": {}}}
+    changed = copy.deepcopy(policy)
+    changed["spec"]["podSelector"] = {"matchLabels": {"tier": "db"}}
+    result = server_side_apply(live, changed, manager="a", force=False, now=T1)
+    # atomic: the new selector replaces the old one instead of merging into it
+    assert result["spec"]["podSelector"] == {"matchLabels": {"tier": "db"}}
