@@ -19,6 +19,7 @@ from kubesim._errors import ApiError
 from kubesim._faults import Faults, RequestCounters
 from kubesim._h_admin import serve_admin
 from kubesim._h_discovery import DiscoveryDocs, serve_discovery
+from kubesim._h_logs import serve_pod_log
 from kubesim._h_read import (
     ReadTarget,
     Wakeups,
@@ -183,7 +184,11 @@ class ApiApp:
             if stall:
                 await trio.sleep(stall)
         accept = request.headers.get("accept")
-        if verb == "get" and sub is None:
+        if sub == "log":
+            if verb != "get" or target.name is None:
+                raise _status.method_not_allowed(request.method)
+            await serve_pod_log(self.cluster, request, send, target.namespace or "", target.name)
+        elif verb == "get" and sub is None:
             await serve_get(
                 self.cluster, target, request, send, negotiate_metadata(accept, as_list=False)
             )

@@ -20,6 +20,7 @@ __all__ = ["DiscoveryDocs", "serve_discovery"]
 _encode = msgspec.json.Encoder().encode
 _AGGREGATED = {"v2": "apidiscovery.k8s.io/v2", "v2beta1": "apidiscovery.k8s.io/v2beta1"}
 _SUB_VERBS = ["get", "patch", "update"]
+_READ_ONLY_SUBRESOURCES = {"log": ["get"]}
 
 
 def _resource_entry(rtype: ResourceType) -> list[dict[str, Any]]:
@@ -41,7 +42,7 @@ def _resource_entry(rtype: ResourceType) -> list[dict[str, Any]]:
             "singularName": "",
             "namespaced": rtype.namespaced,
             "kind": rtype.kind,
-            "verbs": _SUB_VERBS,
+            "verbs": _READ_ONLY_SUBRESOURCES.get(sub, _SUB_VERBS),
         }
         if sub == "scale":
             sub_entry.update(group="autoscaling", version="v1", kind="Scale")
@@ -68,7 +69,8 @@ def _aggregated_resource(rtype: ResourceType) -> dict[str, Any]:
             if sub == "scale"
             else {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
         )
-        subs.append({"subresource": sub, "responseKind": kind, "verbs": _SUB_VERBS})
+        verbs = _READ_ONLY_SUBRESOURCES.get(sub, _SUB_VERBS)
+        subs.append({"subresource": sub, "responseKind": kind, "verbs": verbs})
     if subs:
         entry["subresources"] = subs
     return entry

@@ -88,7 +88,7 @@ def _t(
 
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _t("", "Namespace", "namespaces", namespaced=False, short=("ns",)),
-    _t("", "Pod", "pods", short=("po",), all_=True),
+    _t("", "Pod", "pods", short=("po",), sub=("status", "log"), all_=True),
     _t("", "Service", "services", short=("svc",), all_=True),
     _t("", "ConfigMap", "configmaps", short=("cm",), sub=()),
     _t("", "Secret", "secrets", sub=()),

@@ -171,3 +171,25 @@ async def test_churn_creates_updates_and_deletes(autojump_clock: trio.abc.Clock)
     assert stats.deleted > 0
     assert stats.failed == 0
     assert stats.created + stats.updated + stats.deleted >= 390
+
+
+async def test_pod_logs(http: httpx.AsyncClient) -> None:
+    with trio.fail_after(10):
+        containers = [{"name": "app", "image": "a"}, {"name": "side", "image": "b"}]
+        pod = {"metadata": {"name": "p"}, "spec": {"containers": containers}}
+        await http.post("/api/v1/namespaces/default/pods", json=pod)
+        path = "/api/v1/namespaces/default/pods/p/log"
+        ambiguous = await http.get(path)
+        assert ambiguous.status_code == 400
+        assert "choose one of: [app side]" in ambiguous.json()["message"]
+        assert (await http.get(path, params={"container": "nope"})).status_code == 400
+        logs = await http.get(path, params={"container": "side", "tailLines": "2"})
+        assert logs.headers["content-type"] == "text/plain"
+        assert logs.text == "p side line 18\np side line 19\n"
+        stamped = await http.get(
+            path, params={"container": "app", "timestamps": "true", "limitBytes": "40"}
+        )
+        assert len(stamped.content) == 40
+        assert stamped.text.startswith("20")
+        discovery = (await http.get("/api/v1")).json()["resources"]
+        assert next(r for r in discovery if r["name"] == "pods/log")["verbs"] == ["get"]
