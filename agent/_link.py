@@ -364,8 +364,14 @@ class _Session:
             with trio.move_on_after(settings.linger_seconds):
                 await self._receive.wait_pending(settings.batch_max_events,
                                                  settings.batch_max_bytes)
-            batch = self._receive.receive_batch_nowait(settings.batch_max_events,
-                                                       settings.batch_max_bytes)
+            try:
+                batch = self._receive.receive_batch_nowait(settings.batch_max_events,
+                                                           settings.batch_max_bytes)
+            except trio.WouldBlock:
+                # wait_pending also returns when a sender is blocked on the budget; with the
+                # whole budget in flight nothing is pending until an Ack makes room.
+                batch = await self._receive.receive_batch(settings.batch_max_events,
+                                                          settings.batch_max_bytes)
             records = self._records_of(batch, limits)
             if not records:
                 self._receive.acknowledge(batch)
