@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 import trio
 from kubernetes import client as k8s
@@ -137,3 +138,33 @@ async def test_fields_dropped_from_the_configuration_are_removed(api: k8s.ApiCli
                             field_manager="ci", _content_type=APPLY)  # fmt: skip
         assert result.data == {"x": "1"}
         assert result.metadata.labels == {"a": "1"}
+
+
+async def test_apply_takes_yaml_as_kubectl_sends_it(http: httpx.AsyncClient) -> None:
+    manifest = b"""\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: from-yaml
+  labels:
+    app: demo
+data:
+  greeting: hello
+  count: "3"
+"""
+    path = "/api/v1/namespaces/default/configmaps/from-yaml"
+    headers = {"content-type": "application/apply-patch+yaml"}
+    with trio.fail_after(30):
+        created = await http.patch(path, content=manifest, headers=headers,
+                                   params={"fieldManager": "kubectl"})  # fmt: skip
+        assert created.status_code == 201, created.text
+        body = created.json()
+        assert body["data"] == {"greeting": "hello", "count": "3"}
+        (entry,) = body["metadata"]["managedFields"]
+        assert entry["manager"] == "kubectl"
+        assert entry["operation"] == "Apply"
+        assert entry["fieldsV1"]["f:data"] == {"f:count": {}, "f:greeting": {}}
+        garbled = await http.patch(path, content=b"data: [unclosed", headers=headers,
+                                   params={"fieldManager": "kubectl"})  # fmt: skip
+        assert garbled.status_code == 400
+        assert garbled.json()["reason"] == "BadRequest"
