@@ -270,7 +270,12 @@ def _finish_update(
             meta["generation"] = old_meta["generation"] + 1
     if operation != "Apply":
         meta["managedFields"] = update_managed_fields(
-            old_obj, new, manager=options.manager, operation="Update", now=_now(options)
+            old_obj,
+            new,
+            manager=options.manager,
+            operation="Update",
+            now=_now(options),
+            subresource=subresource or "",
         )
     if new == old_obj or (
         {**new, "metadata": {**meta, "resourceVersion": None}}
@@ -344,8 +349,16 @@ def patch(
     if base == "application/apply-patch+yaml":
         applied = _check_body(rtype, document, namespace, name, validate=False)
         live = old.decode() if old is not None else None
+        # The main resource of a kind with a status subresource neither writes nor owns
+        # status (the API server's reset fields); the status endpoint writes only status.
+        main_with_status = subresource is None and rtype.has_status and rtype.kind != "Namespace"
         result = server_side_apply(
-            live, applied, manager=options.manager, force=options.force, now=_now(options)
+            live,
+            applied,
+            manager=options.manager,
+            force=options.force,
+            now=_now(options),
+            reset_fields=("status",) if main_with_status else (),
         )
         if subresource is None:
             validate_object(result, kind_info=rtype, namespace=namespace, name=name)

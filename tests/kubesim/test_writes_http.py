@@ -65,6 +65,8 @@ async def test_status_subresource_and_generation(http: httpx.AsyncClient) -> Non
         assert updated["status"]["replicas"] == 99
         assert updated["spec"]["replicas"] == 1
         assert updated["metadata"]["generation"] == 1
+        entries = updated["metadata"]["managedFields"]
+        assert any(e.get("subresource") == "status" for e in entries)
         main = (await http.get(f"{DEPLOYMENTS}/web")).json()
         main["spec"]["replicas"] = 2
         main["status"] = {}  # ignored by the main endpoint
