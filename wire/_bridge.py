@@ -58,7 +58,12 @@ from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 from grpclib.server import Stream as _GrpcServerStream
 
-from ._envelope import checked, decode_agent_message, encode_agent_message
+from ._envelope import (
+    decode_agent_message,
+    decode_server_message,
+    encode_agent_message,
+    encode_server_message,
+)
 from ._errors import (
     ConnectionLost,
     EndOfStream,
@@ -160,10 +165,6 @@ def _decode(data: bytes, parse: Callable[[bytes], _M], name: str, limit: int) ->
         raise ProtocolViolation(f"received bytes that are not a valid {name}: {exc!r}") from exc
 
 
-def _parse_server_message(data: bytes) -> ServerMessage:
-    return checked(ServerMessage().parse(data))
-
-
 def _lost(exc: BaseException, what: str) -> ConnectionLost:
     return ConnectionLost(f"{what}: {exc}" if str(exc) else f"{what}: {type(exc).__name__}")
 
@@ -253,7 +254,7 @@ class ClientStream:
         MessageTooLarge, ProtocolViolation or StreamClosed."""
         async with self._receive_lock:
             data = await self._op(self._aio_receive)
-        return _decode(data, _parse_server_message, "ServerMessage", self._limit)
+        return _decode(data, decode_server_message, "ServerMessage", self._limit)
 
     async def end(self) -> None:
         """Finish our side (half-close): the server's receive() raises EndOfStream; receiving
@@ -458,7 +459,7 @@ class ServerStream:
     async def send(self, message: ServerMessage) -> None:
         """Send one message. Raises MessageTooLarge (nothing sent), ConnectionLost or
         StreamClosed."""
-        data = _checked(bytes(message), self._limit)
+        data = _checked(encode_server_message(message), self._limit)
         async with self._send_lock:
             await self._op(self._grpc.send_message, data)
 

@@ -15,12 +15,14 @@ from typing import TypeVar
 
 import betterproto
 
-from .messages import AgentMessage, EventBatch
+from .messages import Ack, AgentMessage, EventBatch, ServerMessage
 
 _EVENT_BATCH_TAG = 0x12  # AgentMessage field 2 (event_batch), wire type 2 (length-delimited)
 _SEQ_TAG = 0x08  # EventBatch field 1 (seq), varint
 _RECORDS_TAG = 0x12  # EventBatch field 2 (records), length-delimited
 _COUNT_TAG = 0x18  # EventBatch field 3 (count), varint
+_ACK_TAG = 0x12  # ServerMessage field 2 (ack), length-delimited
+_ACK_SEQ_TAG = 0x08  # Ack field 1 (seq), varint
 
 
 def _varint(value: int) -> bytes:
@@ -74,6 +76,43 @@ def decode_agent_message(data: bytes) -> AgentMessage:
     if batch is None:
         return checked(AgentMessage().parse(data))
     return AgentMessage(event_batch=batch)
+
+
+def encode_server_message(message: ServerMessage) -> bytes:
+    """Serialize ``message`` as protobuf (what ``bytes(message)`` gives, faster for Acks:
+    one per batch, where betterproto spends ~100 us)."""
+    name, ack = betterproto.which_one_of(message, "message")
+    if name != "ack" or not isinstance(ack, Ack) or not 0 <= ack.seq < 2**64:
+        return bytes(message)
+    inner = b"\x08" + _varint(ack.seq) if ack.seq else b""
+    return b"\x12" + _varint(len(inner)) + inner
+
+
+def decode_server_message(data: bytes) -> ServerMessage:
+    """Parse protobuf bytes as a ServerMessage (betterproto's ``parse``, checked; faster for
+    Acks). Raises whatever betterproto raises for input it cannot parse."""
+    seq = _parse_ack(data)
+    if seq is None:
+        return checked(ServerMessage().parse(data))
+    return ServerMessage(ack=Ack(seq=seq))
+
+
+def _parse_ack(data: bytes) -> int | None:
+    """The seq if ``data`` is exactly ``ServerMessage{ack{seq}}``, else None."""
+    if len(data) < 2 or data[0] != _ACK_TAG:
+        return None
+    try:
+        length, pos = _read_varint(data, 1)
+        if pos + length != len(data):
+            return None
+        if pos == len(data):
+            return 0
+        if data[pos] != _ACK_SEQ_TAG:
+            return None
+        seq, pos = _read_varint(data, pos + 1)
+    except ValueError:
+        return None
+    return seq if pos == len(data) and seq < 2**64 else None
 
 
 _Message = TypeVar("_Message", bound=betterproto.Message)
