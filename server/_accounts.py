@@ -209,6 +209,9 @@ class RegistryStore:
     async def record_operation(self, record: OperationRecord, message: str = "") -> None:
         await self._store.record_operation(record, message)
 
+    async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
+        await self._store.record_operations(items)
+
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
         return await self._store.get_operation(operation_id)
 

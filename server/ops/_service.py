@@ -46,6 +46,7 @@ from .._sessions import Session, SessionManager
 from ..store import OperationEvent, OperationRecord, Store
 from ._describe import Description, OperationSpec, normalize, parse_request
 from ._errors import OperationsUnavailable, UnknownCredentials
+from ._journal import OperationJournal
 from ._results import AgentResult, cache_records, error_name, parse_result
 from ._task import Task
 
@@ -67,6 +68,40 @@ class _Outstanding:
     done: trio.Event = field(default_factory=trio.Event)
     result: messages.OperationResult | None = None
     failure: str = ""
+    sent_note: str = ""
+
+
+class _Ending:
+    """Writes how one operation ended: now, or into the caller's ``finals`` for later."""
+
+    def __init__(
+        self,
+        service: OperationService,
+        record: OperationRecord,
+        finals: list[tuple[OperationRecord, str]] | None,
+    ) -> None:
+        self.service = service
+        self.record = record
+        self.finals = finals
+
+    async def write(self, record: OperationRecord, message: str) -> None:
+        if self.finals is not None:
+            self.finals.append((record, message))
+        else:
+            await self.service._journal.write(record, message)
+
+    async def failed(self, error: str, message: str) -> OperationOutcome:
+        await self.write(
+            replace(
+                self.record,
+                state="FAILED",
+                updated_ms=self.service._now_ms(),
+                error_message=message,
+                error_code=error,
+            ),
+            f"failed: {message}",
+        )
+        return OperationOutcome(False, AgentResult(ok=False), error, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +151,7 @@ class OperationService:
         self._running = 0
         self._outstanding: dict[str, _Outstanding] = {}
         self._nursery: trio.Nursery | None = None
+        self._journal = OperationJournal(store)
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -123,6 +159,7 @@ class OperationService:
         """Run task runners and the session sweep until cancelled (runners are cancelled too:
         their tasks stay RUNNING in the store and read back as failed after a restart)."""
         async with trio.open_nursery() as nursery:
+            await nursery.start(self._journal.run)
             self._nursery = nursery
             nursery.start_soon(self._sweep_sessions)
             task_status.started()
@@ -186,14 +223,35 @@ class OperationService:
         )
         self._remember(task)
         self._running += 1
+        first = descriptions[0]
         try:
-            await self._persist_task(task, "task received")
+            # One write before answering: the first operation's record, which also carries
+            # the new task (so a retried POST finds it, even after a restart).
+            await self._journal.write(
+                self._received_record(f"{task_id}-0", first, {"task": task.to_json()}), "received"
+            )
         except BaseException:
             self._running -= 1
             self._tasks.pop(task_id, None)
             raise
         self._nursery.start_soon(self._run_task, task, list(descriptions))
         return task
+
+    def _received_record(
+        self, op_id: str, d: Description | tuple[OperationSpec, str, dict[str, Any]], extra: Any
+    ) -> OperationRecord:
+        spec, account, payload = (d.spec, d.account, d.payload) if isinstance(d, Description) else d
+        now = self._now_ms()
+        return OperationRecord(
+            id=op_id,
+            account=account,
+            type=spec.name,
+            payload_json=_dumps(payload),
+            state="RECEIVED",
+            created_ms=now,
+            updated_ms=now,
+            result_json=_dumps(extra) if extra is not None else "",
+        )
 
     def _remember(self, task: Task) -> None:
         self._tasks[task.id] = task
@@ -206,7 +264,7 @@ class OperationService:
 
     async def _persist_task(self, task: Task, message: str) -> None:
         now = self._now_ms()
-        await self._store.record_operation(
+        await self._journal.write(
             OperationRecord(
                 id=task.id,
                 account=",".join(task.accounts),
@@ -221,11 +279,16 @@ class OperationService:
         )
 
     async def _run_task(self, task: Task, descriptions: list[Description]) -> None:
+        # The operations' final records are written after the task completed in memory:
+        # a polling client sees the end one store write sooner (the cache write stays first).
+        finals: list[tuple[OperationRecord, str]] = []
         try:
             for index, d in enumerate(descriptions):
                 op_id = f"{task.id}-{index}"
                 task.begin_operation(op_id, d.spec.class_name)
-                outcome = await self.execute(op_id, d.spec, d.account, d.payload)
+                outcome = await self.execute(
+                    op_id, d.spec, d.account, d.payload, recorded=index == 0, finals=finals
+                )
                 task.add_phases(outcome.agent.phases, d.spec.phase)
                 if not outcome.ok:
                     task.fail(d.spec.class_name, outcome.error, outcome.message, self._now_ms())
@@ -242,6 +305,8 @@ class OperationService:
             self._running -= 1
             with trio.CancelScope(shield=True), trio.move_on_after(10):
                 try:
+                    for record, message in finals:
+                        await self._journal.write(record, message)
                     await self._persist_task(task, task.state)
                 except ServerError as exc:
                     log.error("task %s: could not persist its end: %s", task.id, exc)
@@ -249,61 +314,60 @@ class OperationService:
     # -- one operation --------------------------------------------------------------------
 
     async def execute(
-        self, op_id: str, spec: OperationSpec, account: str, payload: dict[str, Any]
+        self,
+        op_id: str,
+        spec: OperationSpec,
+        account: str,
+        payload: dict[str, Any],
+        *,
+        recorded: bool = False,
+        finals: list[tuple[OperationRecord, str]] | None = None,
     ) -> OperationOutcome:
-        """Record, send, await and record one operation; never raises for the agent's or the
-        cluster's failures (they are the outcome), only StoreError when recording fails."""
-        received = self._now_ms()
-        record = OperationRecord(
-            id=op_id,
-            account=account,
-            type=spec.name,
-            payload_json=_dumps(payload),
-            state="RECEIVED",
-            created_ms=received,
-            updated_ms=received,
-        )
-        await self._store.record_operation(record, "received")
+        """Record (unless ``recorded``), send, await one operation and record how it ended
+        (appended to ``finals`` for the caller to write, else written here). Never raises for
+        the agent's or the cluster's failures (they are the outcome); StoreError when
+        recording fails."""
+        record = self._received_record(op_id, (spec, account, payload), None)
+        if not recorded:
+            await self._journal.write(record, "received")
+        ended = _Ending(self, record, finals)
         waiting: _Outstanding | None = None
         with trio.move_on_after(self.wait_ms / 1000):
             async with self._slots:
                 session = self._sessions.primary_session(account)
                 if session is None or session.ended_reason:
-                    return await self._failed(
-                        record,
+                    return await ended.failed(
                         "NoAgent",
                         f"no agent serves account {account} now (its agent is disconnected); "
                         "nothing was sent",
                     )
                 waiting = _Outstanding(session.session_id, session.agent_id, trio.current_time())
+                waiting.sent_note = (
+                    f"sent to agent {session.agent_id} (session {session.session_id})"
+                )
                 self._outstanding[op_id] = waiting
                 try:
-                    await self._send(record, session, spec)
+                    self._send(record, session, spec)
                     await waiting.done.wait()
                 finally:
                     self._outstanding.pop(op_id, None)
         if waiting is None:
-            return await self._failed(
-                record,
-                "OperationTimeout",
-                f"not sent within {self.wait_ms} ms: too many operations in flight",
+            return await ended.failed(
+                "OperationTimeout", f"not sent within {self.wait_ms} ms: too many in flight"
             )
         if waiting.result is not None:
-            return await self._received(record, waiting)
+            return await self._received(ended, waiting)
         if waiting.failure:
-            return await self._failed(record, "AgentDisconnected", waiting.failure)
-        return await self._failed(
-            record,
+            return await ended.failed(
+                "AgentDisconnected", f"{waiting.sent_note}; {waiting.failure}"
+            )
+        return await ended.failed(
             "OperationTimeout",
-            f"no result from agent {waiting.agent_id} within {self.wait_ms} ms "
+            f"{waiting.sent_note}; no result within {self.wait_ms} ms "
             "(operations.waitMs); the operation may or may not have been applied",
         )
 
-    async def _send(self, record: OperationRecord, session: Session, spec: OperationSpec) -> None:
-        await self._store.record_operation(
-            replace(record, state="SENT", updated_ms=self._now_ms()),
-            f"sent to agent {session.agent_id} (session {session.session_id})",
-        )
+    def _send(self, record: OperationRecord, session: Session, spec: OperationSpec) -> None:
         operation = messages.Operation(
             id=record.id,
             account=record.account,
@@ -315,45 +379,32 @@ class OperationService:
             waiting = self._outstanding.get(record.id)
             if waiting is not None:
                 waiting.failure = (
-                    f"could not queue the operation for agent {session.agent_id}: "
-                    f"its session ended ({session.ended_reason or 'closed'}); nothing was sent"
+                    f"could not queue the operation: its session ended "
+                    f"({session.ended_reason or 'closed'}); nothing was sent"
                 )
                 waiting.done.set()
 
-    async def _failed(self, record: OperationRecord, error: str, message: str) -> OperationOutcome:
-        await self._store.record_operation(
-            replace(
-                record,
-                state="FAILED",
-                updated_ms=self._now_ms(),
-                error_message=message,
-                error_code=error,
-            ),
-            f"failed: {message}",
-        )
-        return OperationOutcome(False, AgentResult(ok=False), error, message)
-
-    async def _received(self, record: OperationRecord, waiting: _Outstanding) -> OperationOutcome:
+    async def _received(self, ended: _Ending, waiting: _Outstanding) -> OperationOutcome:
         result = waiting.result
         assert result is not None
         elapsed_ms = int((trio.current_time() - waiting.sent_at) * 1000)
         agent = parse_result(result.ok, result.result_json, result.error_message, result.error_code)
         if agent.problem:
-            log.warning("operation %s: %s", record.id, agent.problem)
-        await self._update_cache(record.account, agent)
+            log.warning("operation %s: %s", result.id, agent.problem)
+        await self._update_cache(ended.record.account, agent)
         message = result.error_message or (agent.problem if not result.ok else "")
         if not result.ok and not message:
             message = f"the agent reported a failure with no message (code {result.error_code!r})"
-        await self._store.record_operation(
+        await ended.write(
             replace(
-                record,
+                ended.record,
                 state="SUCCEEDED" if result.ok else "FAILED",
                 updated_ms=self._now_ms(),
                 result_json=result.result_json,
                 error_message=message,
                 error_code=result.error_code,
             ),
-            f"result received from agent {waiting.agent_id} after {elapsed_ms} ms: "
+            f"{waiting.sent_note}; result received after {elapsed_ms} ms: "
             + ("ok" if result.ok else f"failed: {message}"),
         )
         if result.ok:
@@ -401,7 +452,7 @@ class OperationService:
             log.warning("agent %s answered unknown operation %r", session.agent_id, result.id)
             return
         log.warning("operation %s: late result from agent %s ignored", result.id, session.agent_id)
-        await self._store.record_operation(
+        await self._journal.write(
             replace(record, updated_ms=self._now_ms()),
             f"late result from agent {session.agent_id} ignored: ok={result.ok} "
             f"{result.error_message}",
@@ -417,10 +468,14 @@ class OperationService:
             return task
         record = await self._store.get_operation(task_id)
         if record is None or record.type != TASK_TYPE:
-            return None
+            # No task row yet: the task was running (its first operation's row carries it).
+            record = await self._store.get_operation(f"{task_id}-0")
+            if record is None or '"task"' not in record.result_json[:12]:
+                return None
         try:
-            task = Task.from_json(json.loads(record.result_json))
-        except ValueError as exc:
+            data = json.loads(record.result_json)
+            task = Task.from_json(data["task"] if record.type != TASK_TYPE else data)
+        except (ValueError, KeyError, TypeError) as exc:
             log.error("task %s in the store cannot be read: %s", task_id, exc)
             return None
         if task_id in self._tasks:  # a concurrent reader restored it first

@@ -91,6 +91,10 @@ class Store(Protocol):
         """Insert or update an operation and append its state to the history, atomically."""
         ...
 
+    async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
+        """Several ``(record, message)`` writes of record_operation in ONE transaction."""
+        ...
+
     async def get_operation(self, operation_id: str) -> OperationRecord | None: ...
 
     async def list_operations(

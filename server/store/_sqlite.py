@@ -118,6 +118,9 @@ class SqliteStore:
     async def record_operation(self, record: OperationRecord, message: str = "") -> None:
         await self._run(self._c.record_operation, record, message)
 
+    async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
+        await self._run(self._c.record_operations, items)
+
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
         return await self._run(self._c.get_operation, operation_id)
 

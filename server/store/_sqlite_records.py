@@ -134,32 +134,38 @@ class RecordTables:
 
     # -- operations ---------------------------------------------------------------------
 
-    def record_operation(self, op: OperationRecord, message: str) -> None:
-        now = self._now_ms()
-
+    def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
+        """Several record_operation calls in ONE transaction (a group commit, issue 6)."""
         def write() -> None:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO operations VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    op.id,
-                    op.account,
-                    op.type,
-                    op.payload_json,
-                    op.state,
-                    op.created_ms or now,
-                    op.updated_ms or now,
-                    op.result_json,
-                    op.error_message,
-                    op.error_code,
-                ),
-            )
-            self._conn.execute(
-                "INSERT INTO operation_history(operation_id, at_ms, state, message)"
-                " VALUES (?,?,?,?)",
-                (op.id, op.updated_ms or now, op.state, message),
-            )
+            for op, message in items:
+                self._record_operation(op, message)
 
         self._write(write)
+
+    def record_operation(self, op: OperationRecord, message: str) -> None:
+        self._write(lambda: self._record_operation(op, message))
+
+    def _record_operation(self, op: OperationRecord, message: str) -> None:
+        now = self._now_ms()
+        self._conn.execute(
+            "INSERT OR REPLACE INTO operations VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                op.id,
+                op.account,
+                op.type,
+                op.payload_json,
+                op.state,
+                op.created_ms or now,
+                op.updated_ms or now,
+                op.result_json,
+                op.error_message,
+                op.error_code,
+            ),
+        )
+        self._conn.execute(
+            "INSERT INTO operation_history(operation_id, at_ms, state, message) VALUES (?,?,?,?)",
+            (op.id, op.updated_ms or now, op.state, message),
+        )
 
     def get_operation(self, operation_id: str) -> OperationRecord | None:
         rows = self._read("SELECT * FROM operations WHERE id=?", (operation_id,))

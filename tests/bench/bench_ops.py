@@ -1,0 +1,263 @@
+"""Operations benchmark: a deployManifest round trip, POST /kubernetes/ops -> task completed.
+
+    .venv/bin/python -m tests.bench.bench_ops [--alone N] [--concurrency 50] [--seconds 5]
+                                              [--kind configmap|deployment] [--json]
+
+Everything real on loopback: kubesim and the client in this process, the server (gRPC + REST +
+SQLite file) and the agent as ``kubesvc server`` / ``kubesvc agent`` child processes (on 2
+cores that is the honest setup; ``--in-process`` runs all of it in one process through the e2e
+harness instead). The client posts a Clouddriver deploy of one small
+object (an unversioned ConfigMap by default, a fresh name each time) and polls /task/{id}
+until ``status.completed``. "Alone": N deploys one after another, polling every 5 ms,
+latency measured at the client.
+"Concurrent": ``--concurrency`` clients each looping deploy -> completed for ``--seconds``,
+polling every 100 ms (a poll costs the server about what a deploy does), so its latencies are
+the server's own (task startTimeMs -> endTimeMs); deploys/s is the completions over the time.
+Targets: p50 < 50 ms alone, >= 200 deploys/s sustained. Note the machine: 2 cores shared by
+several engineers (the load average is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+import yaml
+
+import kubesim
+from tests.bench.bench_server import _free_port, _spawn, _wait_http
+from tests.e2e.harness import open_stack
+
+_names = count()
+
+
+def _manifest(kind: str) -> dict[str, Any]:
+    name = f"bench-{next(_names):06d}"
+    if kind == "deployment":
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx:1"}]},
+                },
+            },
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "annotations": {"strategy.spinnaker.io/versioned": "false"},
+        },
+        "data": {"key": "value"},
+    }
+
+
+async def _deploy(http: httpx.AsyncClient, kind: str, poll: float) -> tuple[float, float]:
+    """One round trip; (client ms, server ms). Raises if the task failed."""
+    body = [{"deployManifest": {"account": "k1", "manifests": [_manifest(kind)]}}]
+    started = time.perf_counter()
+    answer = await http.post("/kubernetes/ops", json=body)
+    answer.raise_for_status()
+    task_id = answer.json()["id"]
+    while True:
+        task = (await http.get(f"/task/{task_id}")).json()
+        if task["status"]["completed"]:
+            break
+        await trio.sleep(poll)
+    elapsed = (time.perf_counter() - started) * 1000
+    if task["status"]["failed"]:
+        raise RuntimeError(f"deploy failed: {task['resultObjects'][-1]['message']}")
+    return elapsed, float(task["endTimeMs"] - task["startTimeMs"])
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def _measure(
+    http: httpx.AsyncClient, alone: int, concurrency: int, seconds: float, kind: str
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
+    for _ in range(10):  # warm up every path
+        await _deploy(http, kind, 0.001)
+    solo = [await _deploy(http, kind, 0.005) for _ in range(alone)]
+    together: list[tuple[float, float]] = []
+    deadline = trio.current_time() + seconds
+    # 50 clients polling every few ms would measure the polling, not the deploys (a GET costs
+    # the server about as much CPU as the deploy itself): they poll every 100 ms (Orca: 5 s),
+    # and the concurrent latencies are the server's own (task startTimeMs -> endTimeMs).
+    poll = 0.1
+
+    async def client() -> None:
+        while trio.current_time() < deadline:
+            together.append(await _deploy(http, kind, poll))
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(concurrency):
+            nursery.start_soon(client)
+    return solo, together, time.perf_counter() - started
+
+
+_CPU: dict[str, float] = {}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a child process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _client(base: str, concurrency: int) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=concurrency + 10)
+    return httpx.AsyncClient(base_url=base, limits=limits, timeout=60)
+
+
+async def _in_process(
+    alone: int, concurrency: int, seconds: float, kind: str
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        async with open_stack(Path(tmp)) as stack:
+            async with _client(f"http://127.0.0.1:{stack.server.api_port}", concurrency) as http:
+                while stack.server.state.sessions.primary_session("k1") is None:
+                    await trio.sleep(0.05)
+                measured = await _measure(http, alone, concurrency, seconds, kind)
+            stack.nursery.cancel_scope.cancel()
+    return measured
+
+
+async def _processes(
+    alone: int, concurrency: int, seconds: float, kind: str
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
+    python = sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        grpc_port, api_port = _free_port(), _free_port()
+        (work / "server.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "grpc": {"host": "127.0.0.1", "port": grpc_port},
+                    "api": {"host": "127.0.0.1", "port": api_port},
+                    "store": {"path": str(work / "server.db")},
+                }
+            )
+        )
+        sim = kubesim.Cluster(kubesim.SimConfig(controllers=kind == "deployment"))
+        async with kubesim.open_server(sim, host="127.0.0.1", port=0) as kube:
+            kube.kubeconfig(work / "kubeconfig", user="admin")
+            account = {"name": "k1", "kubeConfigFile": str(work / "kubeconfig")}
+            (work / "agent.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "clouddriver": {"grpc": f"127.0.0.1:{grpc_port}", "insecure": True},
+                        "kubernetes": {"accounts": [account]},
+                        "server": {"host": "127.0.0.1", "port": 0},
+                        "prometheus": {"enabled": False},
+                    }
+                )
+            )
+            async with (
+                trio.open_nursery() as nursery,
+                _client(f"http://127.0.0.1:{api_port}", concurrency) as http,
+            ):
+                server_args = ["server", "-c", str(work / "server.yaml"), "--log-level", "WARNING"]
+                processes = [
+                    await _spawn([python, "-m", "kubesvc", *server_args], work / "s.log", nursery),
+                    await _spawn(
+                        [python, "-m", "kubesvc", "agent", "-c", str(work / "agent.yaml")],
+                        work / "a.log",
+                        nursery,
+                    ),
+                ]
+                try:
+                    await _wait_http(client=http, path="/credentials/k1", deadline=60)
+                    measured = await _measure(http, alone, concurrency, seconds, kind)
+                    _CPU["server"], _CPU["agent"] = (_cpu_seconds(p.pid) for p in processes)
+                finally:
+                    for process in processes:
+                        process.terminate()
+    return measured
+
+
+async def run(
+    alone: int, concurrency: int, seconds: float, kind: str, in_process: bool = False
+) -> dict[str, Any]:
+    measure = _in_process if in_process else _processes
+    solo, together, elapsed = await measure(alone, concurrency, seconds, kind)
+    client_solo = [c for c, _ in solo]
+    client_many = [c for c, _ in together]
+    return {
+        "kind": kind,
+        "setup": "one process" if in_process else "server and agent as kubesvc processes",
+        "alone_deploys": len(solo),
+        "deploy_p50_ms": round(statistics.median(client_solo), 2),
+        "deploy_p99_ms": round(_pct(client_solo, 0.99), 2),
+        "deploy_server_p50_ms": round(statistics.median(s for _, s in solo), 2),
+        "concurrency": concurrency,
+        "concurrent_deploys": len(together),
+        "deploy_p50_ms_concurrent": round(statistics.median(s for _, s in together), 2),
+        "deploy_p99_ms_concurrent": round(_pct([s for _, s in together], 0.99), 2),
+        "deploy_client_p99_ms_concurrent": round(_pct(client_many, 0.99), 2),
+        "deploys_per_s": round(len(together) / elapsed, 1),
+        "server_cpu_s": round(_CPU.get("server", math.nan), 2),
+        "agent_cpu_s": round(_CPU.get("agent", math.nan), 2),
+        "bench_process_cpu_s": round(resource.getrusage(resource.RUSAGE_SELF).ru_utime, 2),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg()[0],
+        "note": "2 cores shared by several engineers",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--alone", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--kind", choices=("configmap", "deployment"), default="configmap")
+    parser.add_argument("--in-process", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    result = trio.run(run, args.alone, args.concurrency, args.seconds, args.kind, args.in_process)
+    print(
+        f"deployManifest ({result['kind']}) round trip, POST -> task completed:\n"
+        f"  alone ({result['alone_deploys']}): p50 {result['deploy_p50_ms']} ms, "
+        f"p99 {result['deploy_p99_ms']} ms (server-side p50 {result['deploy_server_p50_ms']} ms)"
+        f"   target p50 < 50 ms\n"
+        f"  {result['concurrency']} concurrent ({result['concurrent_deploys']} deploys): "
+        f"p50 {result['deploy_p50_ms_concurrent']} ms, p99 {result['deploy_p99_ms_concurrent']} "
+        f"ms server-side (at the client, polling every 100 ms: p99 "
+        f"{result['deploy_client_p99_ms_concurrent']} ms)\n"
+        f"  sustained: {result['deploys_per_s']} deploys/s   target >= 200\n"
+        f"  CPU seconds over the whole run: server {result['server_cpu_s']}, "
+        f"agent {result['agent_cpu_s']}, this process (kubesim + client) "
+        f"{result['bench_process_cpu_s']}\n"
+        f"  machine: {result['cpus']} CPUs, load average {result['load_average']:.1f}; "
+        f"{result['note']}; {result['setup']}"
+    )
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
