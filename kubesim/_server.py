@@ -28,6 +28,7 @@ from kubesim._app import ApiApp
 from kubesim._auth import User, Users
 from kubesim._certs import CertificateAuthority, KeyPair
 from kubesim._cluster import Cluster
+from kubesim._errors import KubesimError
 from kubesim._faults import Faults, RequestCounters
 from kubesim._hypercorn import ConnectionServer
 
@@ -145,8 +146,14 @@ class Server:
     async def serve(
         self, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Accept connections until cancelled; ``task_status.started(port)`` once listening."""
-        listeners = await trio.open_tcp_listeners(port, host=self.host)
+        """Accept connections until cancelled; ``task_status.started(port)`` once listening.
+
+        Raises KubesimError when the address cannot be bound (in use, not local, ...).
+        """
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=self.host)
+        except OSError as exc:
+            raise KubesimError(f"cannot listen on {self.host}:{port}: {exc.strerror}") from exc
         self.port = listeners[0].socket.getsockname()[1]
         self.app.server_address = f"{self.host}:{self.port}"
         config = _hypercorn_config()

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trio
 import yaml
 
+import kubesim
 from kubesvc.cli import main
 
 
@@ -42,3 +44,17 @@ def test_sim_refuses_cert_auth_without_tls(
     argv = ["sim", "--port", "0", "--auth", "cert", "--kubeconfig", str(tmp_path / "kc.yaml")]
     assert main(argv) == 1
     assert "--auth cert needs --tls" in capsys.readouterr().err
+
+
+async def test_a_busy_port_is_a_clear_error() -> None:
+    with trio.fail_after(10):
+        sim = kubesim.Cluster()
+        async with kubesim.open_server(sim) as first:
+            with pytest.RaisesGroup(
+                pytest.RaisesExc(
+                    kubesim.KubesimError, match=f"cannot listen on 127.0.0.1:{first.port}"
+                ),
+                flatten_subgroups=True,
+            ):
+                async with kubesim.open_server(sim, port=first.port):
+                    pass
