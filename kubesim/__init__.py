@@ -3,10 +3,26 @@
 ::
 
     sim = kubesim.Cluster(kubesim.SimConfig(watch_history=10_000))
+    kubesim.load_pods(sim, 1_000, namespaces=4)           # realistic ~4.6 KB pods
     async with kubesim.open_server(sim, tls=True) as server:
-        server.kubeconfig("kubeconfig.yaml")          # token auth for user "admin"
-        server.faults.fail_next(2, status=429)        # inject faults
-        server.requests.count("list", "pods")         # request counters
+        server.kubeconfig("kubeconfig.yaml")              # token auth for user "admin"
+        server.faults.fail_next(2, status=429)            # inject faults
+        server.requests.count("list", "pods")             # request counters
+        await nursery.start(kubesim.Churn(sim, rate=50).run)
+
+What it serves, like a real API server: discovery (legacy and aggregated v2/v2beta1),
+``/version``, ``/healthz``; get/list/watch with resourceVersion rules, paging with expiring
+continue tokens (pages are snapshots at the list's resourceVersion), label and field
+selectors, bookmarks, the streaming list, PartialObjectMetadata; create/replace/patch (merge,
+JSON, strategic, server-side apply)/delete with propagation, the status, scale and pods/log
+subresources; CRDs; lite controllers (Deployment -> ReplicaSet -> Pod, StatefulSet,
+DaemonSet, Job, a kubelet that makes pods Running); bearer tokens and client certificates
+with per-kind verb grants; HTTP/1.1 and HTTP/2.
+
+Where it is simpler than a real cluster: one synchronous process (garbage collection,
+namespace deletion and controllers finish within the write that caused them); pods are
+Running at once and deleted right after being marked; no admission, no conversion between
+CRD versions, no RBAC objects enforced (grants are configured on the server's users).
 
 It imports nothing else of ours.
 """
