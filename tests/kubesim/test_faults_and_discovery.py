@@ -165,8 +165,8 @@ async def test_drop_after_bytes_stall_and_slow_responses(
         start = trio.current_time()
         assert (await http.get("/api/v1/configmaps")).status_code == 200
         slowed = trio.current_time() - start
-        assert stalled >= 0.4
-        assert 0.1 <= slowed < 0.3
+        assert stalled >= 0.4  # stalled once (0.3 s) and slowed (0.1 s)
+        assert slowed >= 0.1  # only slowed (no upper bound: the machine may be busy)
         cleared = await http.delete("/kubesim/faults")
         assert cleared.json() == {"cleared": True}
         assert server.faults.delay == 0
