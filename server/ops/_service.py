@@ -201,7 +201,12 @@ class OperationService:
         """
         if request_id:
             task_id = str(uuid.uuid5(_TASK_ID_NAMESPACE, request_id))
-            existing = await self.get_task(task_id)
+            # Every task has its first operation's row from the start: one read tells a new
+            # request id from a retried one.
+            known = task_id in self._tasks or (
+                await self._store.get_operation(f"{task_id}-0") is not None
+            )
+            existing = await self.get_task(task_id) if known else None
             if existing is not None:
                 return existing
         else:

@@ -390,3 +390,60 @@ async def test_tasks_and_request_ids_survive_a_restart(tmp_path: Path) -> None:
                     assert task["status"]["failed"] is False
                     assert len(agent.received) == (1 if attempt == 0 else 0)
                 nursery.cancel_scope.cancel()
+
+
+async def test_a_late_result_is_recorded_and_ignored(tmp_path: Path) -> None:
+    held: list[m.Operation] = []
+    with trio.fail_after(30):
+        async with open_env(tmp_path, wait_ms=300) as env:
+            agent = await env.agent(lambda op: held.append(op) or None)  # type: ignore[func-returns-value]
+            posted = await env.http.post(
+                "/kubernetes/ops/scaleManifest",
+                json={"account": "k1", "manifestName": "deploy web", "replicas": 2},
+            )
+            task_id = posted.json()["id"]
+            task = await env.task(task_id)
+            assert task["resultObjects"][-1]["cause"] == "OperationTimeout"
+            # The agent answers after the server gave up: history only, the task stays failed.
+            late = m.OperationResult(id=held[0].id, account="k1", ok=True, result_json="{}")
+            session = env.server.state.sessions.primary_session("k1")
+            assert session is not None
+            await env.server.state.operations.on_result(session, late)
+            op = (await env.http.get(f"/armory/agent/operations/{task_id}-0")).json()
+            assert op["state"] == "FAILED"
+            assert op["history"][-1]["message"].startswith("late result from agent agent-1 ignored")
+            assert (await env.http.get(f"/task/{task_id}")).json() == task
+            assert len(agent.received) == 1
+
+
+@in_loop
+async def test_a_task_running_when_the_server_stops_reads_back_failed(tmp_path: Path) -> None:
+    body = {"account": "k1", "manifestName": "deploy web", "location": "prod"}
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            start = functools.partial(
+                run_server, config(str(tmp_path / "ops.db"), 60_000), serve_api=serve_api
+            )
+            server: RunningServer = await nursery.start(start)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.api_port}") as http:
+                agent = await Env(server, http, nursery).agent(lambda op: None)
+                posted = await http.post(
+                    "/kubernetes/ops/pauseRolloutManifest?clientRequestId=p", json=body
+                )
+                task_id = posted.json()["id"]
+                while not agent.received:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(start)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.api_port}") as http:
+                task = (await http.get(f"/task/{task_id}")).json()
+                assert task["status"]["failed"] is True
+                assert task["status"]["completed"] is True
+                assert task["resultObjects"][-1]["cause"] == "ServerRestarted"
+                assert "may or may not have been applied" in task["resultObjects"][-1]["message"]
+                again = await http.post(
+                    "/kubernetes/ops/pauseRolloutManifest?clientRequestId=p", json=body
+                )
+                assert again.json()["id"] == task_id  # the retried POST runs nothing
+            nursery.cancel_scope.cancel()
