@@ -16,6 +16,7 @@ from kubesim._errors import InvalidObject
 from kubesim._h_read import ReadTarget
 from kubesim._http import JSON, Request, Send, respond, respond_json
 from kubesim._patch import apply_json_patch, apply_merge_patch
+from kubesim._selectors import Selector
 from kubesim._writes import WriteOptions, create, decode_patch, patch, replace
 
 __all__ = ["serve_write"]
@@ -113,14 +114,27 @@ async def serve_write(
                     },
                 },
             )
-    else:  # deletecollection
-        page = cluster.list_page(rtype, namespace=namespace)
+    else:  # deletecollection: every object the selectors match, each deleted as by DELETE
+        selector = Selector.parse(
+            request.query.get("labelSelector"), request.query.get("fieldSelector")
+        )
+        page = cluster.list_page(rtype, namespace=namespace, selector=selector)
+        deleted = []
         for stored in page.items:
             if stored.key in cluster.store(rtype).objects:
-                delete(cluster, rtype, stored.namespace or None, stored.name)
+                final = delete(cluster, rtype, stored.namespace or None, stored.name)
+                deleted.append(final.decode())
         cluster.reconcile()
-        await respond_json(send, 200, {"kind": rtype.list_kind, "apiVersion": rtype.api_version,
-                                       "metadata": {}, "items": []})  # fmt: skip
+        await respond_json(
+            send,
+            200,
+            {
+                "kind": rtype.list_kind,
+                "apiVersion": rtype.api_version,
+                "metadata": {"resourceVersion": str(cluster.resource_version)},
+                "items": deleted,
+            },
+        )
 
 
 def scale_of(obj: dict[str, Any]) -> dict[str, Any]:

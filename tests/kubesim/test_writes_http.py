@@ -195,3 +195,19 @@ async def test_pod_logs(http: httpx.AsyncClient) -> None:
         assert stamped.text.startswith("20")
         discovery = (await http.get("/api/v1")).json()["resources"]
         assert next(r for r in discovery if r["name"] == "pods/log")["verbs"] == ["get"]
+
+
+async def test_deletecollection_honours_the_label_selector(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        for name, tier in (("a", "web"), ("b", "web"), ("c", "db")):
+            cm = {"metadata": {"name": name, "labels": {"tier": tier}}}
+            await http.post("/api/v1/namespaces/default/configmaps", json=cm)
+        answer = await http.delete(
+            "/api/v1/namespaces/default/configmaps", params={"labelSelector": "tier=web"}
+        )
+        assert answer.status_code == 200
+        assert [o["metadata"]["name"] for o in answer.json()["items"]] == ["a", "b"]
+        left = sim.list("", "v1", "configmaps", "default")
+        assert [o["metadata"]["name"] for o in left] == ["c"]
