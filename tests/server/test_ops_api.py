@@ -447,3 +447,24 @@ async def test_a_task_running_when_the_server_stops_reads_back_failed(tmp_path: 
                 )
                 assert again.json()["id"] == task_id  # the retried POST runs nothing
             nursery.cancel_scope.cancel()
+
+
+async def test_armory_post_runs_one_operation_as_a_task(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with open_env(tmp_path) as env:
+            await env.agent(deployed)
+            posted = await env.http.post(
+                "/armory/agent/operations",
+                json={"type": "deployManifest", "description": DEPLOY_CONTEXT},
+            )
+            assert posted.status_code == 202
+            body = posted.json()
+            task = await env.task(body["taskId"])
+            assert task["status"]["failed"] is False
+            op = (await env.http.get(body["operationUri"])).json()
+            assert op["id"] == body["operationId"]
+            assert op["type"] == "deployManifest"
+            assert op["state"] == "SUCCEEDED"
+            missing = await env.http.post("/armory/agent/operations", json={"description": {}})
+            assert missing.status_code == 400
+            assert (await env.http.get("/armory/agent/operations/nope")).status_code == 404
