@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import msgspec
 import trio
 
 from kubesim import _status
@@ -212,6 +213,4 @@ class ApiApp:
 
 
 def _encode_version(cluster: Cluster) -> bytes:
-    import msgspec
-
     return msgspec.json.encode(cluster.config.version)

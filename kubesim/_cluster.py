@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from kubesim import _controllers, _deletes, _status, _writes
+from kubesim import _deletes, _reconcile, _status, _writes
 from kubesim._errors import ApiError
 from kubesim._listing import read_page, versions_at
+from kubesim._meta import new_uid, now_rfc3339
 from kubesim._resources import Registry, ResourceType, crd_types
 from kubesim._selectors import Selector
 from kubesim._store import ADDED, MODIFIED, ResourceStore, Stored
@@ -75,10 +75,6 @@ class ListPage:
     resource_version: int
     continue_token: str | None
     remaining: int | None
-
-
-def now_rfc3339() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class Cluster:
@@ -199,7 +195,7 @@ class Cluster:
     def reconcile(self) -> None:
         """Run the lite controllers until they have nothing left to do."""
         if self.config.controllers and self._dirty:
-            _controllers.reconcile(self)
+            _reconcile.reconcile(self)
 
     def _serve_crd(self, crd: dict[str, Any]) -> None:
         try:
@@ -418,12 +414,6 @@ class Cluster:
     def count(self, group: str, plural: str) -> int:
         store = self._stores.get((group, plural))
         return len(store.objects) if store else 0
-
-
-def new_uid() -> str:
-    import uuid
-
-    return str(uuid.uuid4())
 
 
 def parse_rv(text: str) -> int:

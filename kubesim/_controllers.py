@@ -1,5 +1,5 @@
 """Controllers, lite: Deployments own ReplicaSets, ReplicaSets and StatefulSets own Pods,
-and a kubelet-lite makes new Pods Running. Synchronous: :func:`reconcile` runs after each
+and a kubelet-lite makes new Pods Running. Synchronous: ``_reconcile.reconcile`` runs after each
 write until nothing is dirty, so a deploy, a scale, a rollback or a restart is visible as the
 events a real cluster would emit (RS created, pods added, statuses updated), in order.
 
@@ -17,18 +17,30 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from kubesim._deletes import delete
+from kubesim._meta import new_uid, now_rfc3339
 from kubesim._resources import ResourceType
 from kubesim._store import Stored
 
 if TYPE_CHECKING:
     from kubesim._cluster import Cluster
 
-__all__ = ["pod_status", "reconcile", "template_hash"]
+__all__ = [
+    "commit_if_changed",
+    "deployment",
+    "get_live",
+    "kubelet",
+    "new_pod",
+    "now",
+    "owned_by",
+    "pod_status",
+    "replicaset",
+    "template_hash",
+]
 
 REVISION = "deployment.kubernetes.io/revision"
 HASH_LABEL = "pod-template-hash"
 MANAGER = "kube-controller-manager"
-_MAX_STEPS = 10_000  # bound one reconcile pass (a runaway loop is a bug, not a hang)
 
 
 def template_hash(template: dict[str, Any]) -> str:
@@ -91,8 +103,6 @@ def _pod_ip(cluster: Cluster) -> str:
 
 
 def now() -> str:
-    from kubesim._cluster import now_rfc3339
-
     return now_rfc3339()
 
 
@@ -131,30 +141,6 @@ def commit_if_changed(cluster: Cluster, rtype: ResourceType, old: dict[str, Any]
         cluster.commit(rtype, new, added=False)
 
 
-def reconcile(cluster: Cluster) -> None:
-    """Run the controllers until nothing they watch is dirty (bounded by _MAX_STEPS)."""
-    # Imported here: the set controllers import this module's helpers.
-    from kubesim._controllers_sets import daemonset, job, statefulset
-
-    for _ in range(_MAX_STEPS):
-        item = cluster.take_dirty()
-        if item is None:
-            return
-        kind, namespace, name = item
-        if kind == "Deployment":
-            _deployment(cluster, namespace, name)
-        elif kind == "ReplicaSet":
-            _replicaset(cluster, namespace, name)
-        elif kind == "StatefulSet":
-            statefulset(cluster, namespace, name)
-        elif kind == "DaemonSet":
-            daemonset(cluster, namespace, name)
-        elif kind == "Job":
-            job(cluster, namespace, name)
-        elif kind == "Pod":
-            _kubelet(cluster, namespace, name)
-
-
 def get_live(
     cluster: Cluster, rtype: ResourceType, namespace: str, name: str
 ) -> dict[str, Any] | None:
@@ -167,7 +153,7 @@ def get_live(
     return obj
 
 
-def _kubelet(cluster: Cluster, namespace: str, name: str) -> None:
+def kubelet(cluster: Cluster, namespace: str, name: str) -> None:
     pods = cluster.resolve("", "v1", "pods")
     pod = get_live(cluster, pods, namespace, name)
     if pod is None or (pod.get("status") or {}).get("phase") == "Running":
@@ -180,8 +166,6 @@ def _kubelet(cluster: Cluster, namespace: str, name: str) -> None:
 
 def new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[str, Any],
              extra_labels: dict[str, str]) -> None:  # fmt: skip
-    from kubesim._cluster import new_uid
-
     pods = cluster.resolve("", "v1", "pods")
     tmeta = template.get("metadata") or {}
     spec = msgspec.json.decode(msgspec.json.encode(template.get("spec") or {}))
@@ -207,7 +191,7 @@ def new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[s
     cluster.commit(pods, pod, added=True)
 
 
-def _replicaset(cluster: Cluster, namespace: str, name: str) -> None:
+def replicaset(cluster: Cluster, namespace: str, name: str) -> None:
     rs_type = cluster.resolve("apps", "v1", "replicasets")
     pods_type = cluster.resolve("", "v1", "pods")
     rs = get_live(cluster, rs_type, namespace, name)
@@ -220,8 +204,6 @@ def _replicaset(cluster: Cluster, namespace: str, name: str) -> None:
     for _ in range(desired - len(pods)):
         new_pod(cluster, rs, f"{name}-{secrets.token_hex(3)[:5]}", template, {})
     if len(pods) > desired:
-        from kubesim._deletes import delete
-
         for victim in sorted(pods, key=lambda s: s.rv, reverse=True)[: len(pods) - desired]:
             delete(cluster, pods_type, namespace, victim.name, grace_period=0)
     count = len(owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-"))
@@ -246,7 +228,7 @@ def _revision(obj: dict[str, Any]) -> int:
         return 0
 
 
-def _deployment(cluster: Cluster, namespace: str, name: str) -> None:
+def deployment(cluster: Cluster, namespace: str, name: str) -> None:
     d_type = cluster.resolve("apps", "v1", "deployments")
     rs_type = cluster.resolve("apps", "v1", "replicasets")
     dep = get_live(cluster, d_type, namespace, name)
@@ -281,14 +263,12 @@ def _deployment(cluster: Cluster, namespace: str, name: str) -> None:
                 ] = str(replicas)
                 fresh["metadata"]["generation"] = fresh["metadata"].get("generation", 1) + 1
                 cluster.commit(rs_type, fresh, added=False)
-            _replicaset(cluster, namespace, rs["metadata"]["name"])
+            replicaset(cluster, namespace, rs["metadata"]["name"])
         _trim_history(cluster, dep, current["metadata"]["uid"])
     _deployment_status(cluster, dep, current)
 
 
 def _create_rs(cluster: Cluster, dep: dict[str, Any], digest: str, revision: int) -> dict[str, Any]:
-    from kubesim._cluster import new_uid
-
     rs_type = cluster.resolve("apps", "v1", "replicasets")
     spec = dep.get("spec") or {}
     template = msgspec.json.decode(msgspec.json.encode(spec.get("template") or {}))
@@ -320,8 +300,6 @@ def _create_rs(cluster: Cluster, dep: dict[str, Any], digest: str, revision: int
 
 
 def _trim_history(cluster: Cluster, dep: dict[str, Any], current_uid: str) -> None:
-    from kubesim._deletes import delete
-
     rs_type = cluster.resolve("apps", "v1", "replicasets")
     limit = (dep.get("spec") or {}).get("revisionHistoryLimit", 10)
     old = [

@@ -15,6 +15,7 @@ from kubesim._controllers import (
     owned_by,
     template_hash,
 )
+from kubesim._deletes import delete
 
 if TYPE_CHECKING:
     from kubesim._cluster import Cluster
@@ -48,8 +49,6 @@ def statefulset(cluster: Cluster, namespace: str, name: str) -> None:
                 "apps.kubernetes.io/pod-index": str(index),
             }
             new_pod(cluster, sts, pod_name, template, labels)
-    from kubesim._deletes import delete
-
     for pod_name in sorted(existing):
         suffix = pod_name[len(name) + 1 :]
         if suffix.isdigit() and int(suffix) >= desired:
@@ -81,8 +80,6 @@ def daemonset(cluster: Cluster, namespace: str, name: str) -> None:
     digest = template_hash(template)
     uid = ds["metadata"]["uid"]
     pods = owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")
-    from kubesim._deletes import delete
-
     current = [p for p in pods if p.labels.get("controller-revision-hash") == digest]
     for stale in pods:
         if stale not in current:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubesim import _status
 from kubesim._errors import ApiError
+from kubesim._meta import now_rfc3339
 from kubesim._resources import ResourceType
 from kubesim._store import Stored
 
@@ -101,8 +102,6 @@ def delete(
 
 
 def _default_now() -> str:
-    from kubesim._cluster import now_rfc3339
-
     return now_rfc3339()
 
 

@@ -13,8 +13,9 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from kubesim._cluster import Cluster, new_uid, now_rfc3339
+from kubesim._cluster import Cluster
 from kubesim._controllers import pod_status
+from kubesim._meta import new_uid, now_rfc3339
 
 __all__ = ["load_pods", "realistic_pod"]
 

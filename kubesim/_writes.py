@@ -19,6 +19,7 @@ import yaml
 from kubesim import _status
 from kubesim._apply import server_side_apply, update_managed_fields
 from kubesim._errors import ApiError, InvalidObject, PatchError
+from kubesim._meta import new_uid, now_rfc3339
 from kubesim._patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
 from kubesim._resources import ResourceType
 from kubesim._store import Stored
@@ -66,8 +67,6 @@ def random_suffix(length: int = 5) -> str:
 def _now(options: WriteOptions) -> str:
     if options.now:
         return options.now
-    from kubesim._cluster import now_rfc3339
-
     return now_rfc3339()
 
 
@@ -182,8 +181,6 @@ def create(
         raise _status.already_exists(rtype, meta["name"])
     for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
         meta.pop(field, None)
-    from kubesim._cluster import new_uid
-
     meta["uid"] = new_uid()
     meta["creationTimestamp"] = _now(options)
     if _uses_generation(rtype):
