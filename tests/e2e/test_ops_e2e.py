@@ -280,3 +280,22 @@ async def test_agent_session_lost_mid_operation_never_applies_twice(tmp_path: Pa
             op = (await orca.http.get(f"/armory/agent/operations/{task_id}-0")).json()
             assert [h["state"] for h in op["history"]][:2] == ["RECEIVED", "FAILED"]
             assert op["history"][1]["message"].startswith("failed: sent to agent ")
+
+
+async def test_pod_logs_route_reaches_the_agent(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with open_ops(tmp_path) as (_stack, orca):
+            missing = await orca.http.get("/manifests/k1/default/pod%20nope/logs?tailLines=5")
+            assert missing.status_code == 404
+            assert missing.json()["message"] == 'pods "nope" not found'
+            op = (await orca.http.get("/armory/agent/operations?account=k1")).json()[0]
+            assert op["type"] == "podLogs"
+            assert op["payload"] == {
+                "account": "k1",
+                "namespace": "default",
+                "kind": "Pod",
+                "name": "nope",
+                "tailLines": 5,
+            }
+            bad = await orca.http.get("/manifests/k1/default/deployment%20web/logs")
+            assert bad.status_code == 400
