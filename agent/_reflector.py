@@ -388,7 +388,10 @@ class Reflector:
         entries: list[Entry] = []
         account, api_version, kind = self.account, self._api_version, self._kind
         omit = self.target.omit_namespaces
-        fixed = self._fixed_size
+        # Every record names its watch's scope: the server keeps one resume point per
+        # (kind, scope), and an object event advances its own watch's point.
+        scope = self.target.scope
+        fixed = self._fixed_size + len(scope)
         in_initial = initial is not None and not initial.done
         received = 0
         for event in events:
@@ -401,7 +404,7 @@ class Reflector:
                 received += len(data)
                 record = EventRecord(
                     kinds[0], account, api_version, kind, event.namespace, event.name,
-                    event.uid, event.resource_version, data,
+                    event.uid, event.resource_version, data, scope,
                 )
                 size = fixed + len(data) + len(event.name) + len(event.namespace)
                 key = (account, api_version, kind, event.namespace, event.name)
