@@ -76,3 +76,69 @@ async def test_restart_on_the_same_sqlite_file_resumes_without_lists(tmp_path: P
             stored = await stack.store.get_object("k1", "v1", "ConfigMap", "default", "cm-3")
             assert stored is not None
             assert b"changed while the server was down" in stored.body
+
+
+async def test_namespaced_account_resumes_each_namespace_after_a_restart(tmp_path: Path) -> None:
+    """An account limited to namespaces watches per namespace: every record carries its
+    watch's scope, so the server keeps one resume point per (kind, namespace) and nothing for a
+    cluster-wide scope the agent never watches."""
+    sim = kubesim.Cluster()
+    for namespace in ("team-a", "team-b", "elsewhere"):
+        sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for index in range(5):
+            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": f"cm-{index}", "namespace": namespace},
+                        "data": {"value": str(index)}})
+    accounts = [{"name": "k1", "kubeConfigFile": str(tmp_path / "kubeconfig"),
+                 "namespaces": ["team-a", "team-b"], "kinds": ["ConfigMap", "Pod"]}]
+    with trio.fail_after(60):
+        async with open_stack(tmp_path, sim=sim, accounts=accounts) as stack:
+
+            async def synced() -> bool:
+                page = await stack.store.query_objects(account="k1", kind="ConfigMap")
+                return len(page.objects) == 10
+
+            await wait_until(synced)
+            cm = sim.get("", "v1", "configmaps", "team-a", "cm-1")
+            cm["data"] = {"value": "changed before the restart"}
+            sim.update(cm)
+
+            async def changed() -> bool:
+                stored = await stack.store.get_object("k1", "v1", "ConfigMap", "team-a", "cm-1")
+                return stored is not None and b"changed before the restart" in stored.body
+
+            await wait_until(changed)
+            points = await stack.store.resume_points("k1")
+            scopes = {(p.kind, p.scope) for p in points}
+            assert scopes == {("ConfigMap", "team-a"), ("ConfigMap", "team-b"),
+                              ("Pod", "team-a"), ("Pod", "team-b")}, scopes
+            by_scope = {(p.kind, p.scope): p.resource_version for p in points}
+            # The object event advanced its own namespace's resume point.
+            assert by_scope[("ConfigMap", "team-a")] == cm_rv(sim, "team-a", "cm-1")
+
+            await stack.stop_server()
+            sim.delete("", "v1", "configmaps", "team-b", "cm-2")
+            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "late", "namespace": "team-a"}})
+            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "ignored", "namespace": "elsewhere"}})
+            sessions = stack.agent.link.status.sessions
+            await stack.start_server()
+
+            async def caught_up() -> bool:
+                names = {(o.namespace, o.name) for o in
+                         (await stack.store.query_objects(account="k1", kind="ConfigMap")).objects}
+                return (stack.agent.link.status.sessions > sessions
+                        and ("team-a", "late") in names and ("team-b", "cm-2") not in names)
+
+            await wait_until(caught_up)
+            assert relisted_kinds(stack.agent) == []
+            assert stack.kube.requests.count("list") == 0
+            names = {(o.namespace, o.name) for o in
+                     (await stack.store.query_objects(account="k1", kind="ConfigMap")).objects}
+            assert not any(ns == "elsewhere" for ns, _ in names)
+
+
+def cm_rv(sim: kubesim.Cluster, namespace: str, name: str) -> str:
+    rv: str = sim.get("", "v1", "configmaps", namespace, name)["metadata"]["resourceVersion"]
+    return rv
