@@ -136,6 +136,7 @@ class RecordTables:
 
     def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
         """Several record_operation calls in ONE transaction (a group commit, issue 6)."""
+
         def write() -> None:
             for op, message in items:
                 self._record_operation(op, message)
