@@ -4,6 +4,7 @@ streaming list either), and the changes made while the server was down arrive.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import trio
@@ -142,3 +143,51 @@ async def test_namespaced_account_resumes_each_namespace_after_a_restart(tmp_pat
 def cm_rv(sim: kubesim.Cluster, namespace: str, name: str) -> str:
     rv: str = sim.get("", "v1", "configmaps", namespace, name)["metadata"]["resourceVersion"]
     return rv
+
+
+async def test_expired_resume_point_relists_and_sweeps_what_was_deleted(tmp_path: Path) -> None:
+    """kubesim keeps little watch history: after the restart the stored resourceVersions are
+    too old (410 Gone), so the agent lists again; the sync bracket removes the objects deleted
+    meanwhile, and the change feed announces those removals."""
+    sim = kubesim.Cluster(kubesim.SimConfig(watch_history=20))
+    for index in range(30):
+        sim.create({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": f"cm-{index}", "namespace": "default"},
+                    "data": {"value": str(index)}})
+    with trio.fail_after(60):
+        async with open_stack(tmp_path, sim=sim) as stack:
+            await wait_cache_equal(stack, patience=30)
+            await stack.stop_server()
+            for index in range(10):
+                sim.delete("", "v1", "configmaps", "default", f"cm-{index}")
+            for index in range(10, 30):  # more changes than kubesim remembers
+                cm = sim.get("", "v1", "configmaps", "default", f"cm-{index}")
+                cm["data"] = {"value": "changed"}
+                sim.update(cm)
+            sessions = stack.agent.link.status.sessions
+            await stack.start_server()
+            deleted: set[str] = set()
+            with stack.server.state.feed.subscribe(accounts=["k1"], kinds=["ConfigMap"]) as feed:
+
+                async def collect() -> None:
+                    while True:
+                        message = json.loads(await feed.receive())
+                        if message["type"] == "DELETED":
+                            deleted.add(message["name"])
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(collect)
+
+                    async def back() -> bool:
+                        return stack.agent.link.status.sessions > sessions
+
+                    await wait_until(back)
+                    await wait_cache_equal(stack, patience=30)
+
+                    async def announced() -> bool:
+                        return {f"cm-{index}" for index in range(10)} <= deleted
+
+                    await wait_until(announced)
+                    nursery.cancel_scope.cancel()
+            relisted = relisted_kinds(stack.agent)
+            assert "v1 ConfigMap" in relisted, relisted
