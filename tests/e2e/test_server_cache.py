@@ -81,3 +81,27 @@ async def test_cache_equals_kubesim_after_sync_and_after_churn(tmp_path: Path) -
             assert stats.deleted > 10, stats
             await wait_cache_equal(stack, patience=30)
             await _assert_no_secret_data(stack)
+
+
+async def test_cache_stays_exact_when_a_small_budget_makes_the_agent_coalesce(
+    tmp_path: Path,
+) -> None:
+    """With a byte budget far below what sync and churn produce (60 Pods of ~4 KB alone are
+    four times 64 KiB), the agent's channel coalesces changes
+    of one object and the reflectors wait for room; the server must still end up exact."""
+    sim = kubesim.Cluster()
+    _seed(sim)
+    with trio.fail_after(90):
+        async with open_stack(tmp_path, sim=sim, budget={"bytes": "64Ki"}) as stack:
+            await wait_cache_equal(stack, patience=30)
+            churn = kubesim.Churn(sim, rate=600, seed=21, population=40,
+                                  kinds=("configmaps", "pods", "deployments", "secrets"))
+            async with trio.open_nursery() as nursery:
+                await nursery.start(churn.run)
+                await trio.sleep(3)
+                nursery.cancel_scope.cancel()
+            assert churn.statistics().updated > 300, churn.statistics()
+            await wait_cache_equal(stack, patience=40)
+            await _assert_no_secret_data(stack)
+            budget = stack.agent.budget.statistics()
+            assert budget.high_water > budget.capacity // 2, budget  # the pressure was real
