@@ -180,9 +180,69 @@ async def test_orphaned_account_kept_by_a_reconnect_and_removed_after_the_grace(
             with trio.fail_after(6):
 
                 async def removed() -> bool:
-                    return stack.server.state.accounts.get("k1") is None
+                    # The registry forgets it first, then the store drops its objects.
+                    return (stack.server.state.accounts.get("k1") is None
+                            and await stack.store.count_objects(account="k1") == 0)
 
                 await wait_until(removed)
-            assert await stack.store.count_objects(account="k1") == 0
             code, _ = await _account_json(stack, "k1")
             assert code == 404
+
+
+async def test_an_operator_disconnect_moves_the_account_to_the_standby(tmp_path: Path) -> None:
+    """POST /armory/agent/{id}/disconnect ends the primary's session: the standby takes over
+    and the disconnected agent, reconnecting, queues up behind it as STANDBY."""
+    sim = kubesim.Cluster()
+    _seed(sim)
+    with trio.fail_after(60):
+        async with open_stack(tmp_path, sim=sim) as stack:
+            await wait_cache_equal(stack, patience=30)
+            second, _ = await stack.start_agent("agent-b")
+
+            async def standing_by() -> bool:
+                return _role(stack, "agent-b") == "STANDBY"
+
+            await wait_until(standing_by)
+            base = f"http://127.0.0.1:{stack.server.api_port}"
+            async with httpx.AsyncClient(base_url=base) as client:
+                response = await client.post("/armory/agent/agent-a/disconnect")
+                assert response.status_code == 200, response.text
+                missing = await client.post("/armory/agent/nobody/disconnect")
+                assert missing.status_code == 404
+
+            async def swapped() -> bool:
+                return (_role(stack, "agent-b") == "PRIMARY"
+                        and _role(stack, "agent-a") == "STANDBY"
+                        and stack.agent.link.status.roles.get("k1") == "STANDBY"
+                        and second.link.status.roles.get("k1") == "PRIMARY")
+
+            await wait_until(swapped)
+            assert stack.agent.link.status.disconnections == 1
+            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "after-the-swap", "namespace": "default"}})
+            await wait_cache_equal(stack, patience=30, watcher=second)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="wire resets a call whose pending receive is cancelled, so the server's "
+    "UNAVAILABLE 'session ended: ...' status never reaches the agent (REQUEST to wire in "
+    "contracts.md)",
+)
+async def test_the_agent_learns_why_an_operator_ended_its_session(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with open_stack(tmp_path) as stack:
+
+            async def primary() -> bool:
+                return _role(stack, "agent-a") == "PRIMARY"
+
+            await wait_until(primary)
+            assert await stack.server.state.sessions.disconnect("agent-a") == 1
+
+            async def dropped() -> bool:
+                return stack.agent.link.status.disconnections == 1
+
+            await wait_until(dropped)
+            last_error = stack.agent.link.status.last_error
+            assert "UNAVAILABLE" in last_error, last_error
+            assert "disconnected by an operator" in last_error, last_error
