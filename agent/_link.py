@@ -85,8 +85,11 @@ class LinkSettings:
     heartbeat_timeout_seconds: float = 10.0
     welcome_timeout_seconds: float = 30.0
     backoff: Backoff = field(default_factory=Backoff)
-    batch_max_events: int = 200
-    batch_max_bytes: int = 512 * 1024
+    # A batch costs ~0.5 ms of fixed work (framing, the bridge, the Ack) whatever its size:
+    # large batches keep that under 3 us per 4 KB event. The bytes are also capped at a
+    # quarter of the budget so that several batches can be in flight with a small budget.
+    batch_max_events: int = 1000
+    batch_max_bytes: int = 1024 * 1024
     linger_seconds: float = 0.005
     max_message_size: int = wire.DEFAULT_MAX_MESSAGE_SIZE
 
@@ -359,19 +362,21 @@ class _Session:
             max_bytes=settings.max_message_size,
             max_object_bytes=settings.max_message_size,
         )
+        capacity = self._link._budget.statistics().capacity
+        max_bytes = max(min(settings.batch_max_bytes, capacity // 4), 64 * 1024)
         while True:
             await self._receive.wait_pending(1, 1)
             with trio.move_on_after(settings.linger_seconds):
                 await self._receive.wait_pending(settings.batch_max_events,
-                                                 settings.batch_max_bytes)
+                                                 max_bytes)
             try:
                 batch = self._receive.receive_batch_nowait(settings.batch_max_events,
-                                                           settings.batch_max_bytes)
+                                                           max_bytes)
             except trio.WouldBlock:
                 # wait_pending also returns when a sender is blocked on the budget; with the
                 # whole budget in flight nothing is pending until an Ack makes room.
                 batch = await self._receive.receive_batch(settings.batch_max_events,
-                                                          settings.batch_max_bytes)
+                                                          max_bytes)
             records = self._records_of(batch, limits)
             if not records:
                 self._receive.acknowledge(batch)

@@ -347,21 +347,31 @@ class Reflector:
                     events = decoder.feed(chunk)
                     if not events:
                         continue
-                    # Backpressure is not inactivity: no deadline while the channel waits.
-                    idle.deadline = math.inf
-                    await self._deliver(events, initial)
-                    idle.deadline = trio.current_time() + inactivity
+                    await self._deliver(events, initial, idle)
+                    # Moving a deadline costs trio some work: move it only once it has fallen
+                    # a tenth of the allowance behind (a stall is noticed at most that early).
+                    deadline = trio.current_time() + inactivity
+                    if idle.deadline < deadline - inactivity * 0.1:
+                        idle.deadline = deadline
                 decoder.end_of_stream()
         if idle.cancelled_caught:
             self.state.stalls += 1
             self.state.last_error = f"no event for {inactivity} s: watch dropped and resumed"
 
-    async def _deliver(self, events: Sequence[WatchEvent], initial: _Initial | None) -> None:
+    async def _deliver(
+        self, events: Sequence[WatchEvent], initial: _Initial | None, idle: trio.CancelScope
+    ) -> None:
         """Send one read's events as one group, then advance the resume point."""
         in_initial = initial is not None and not initial.done
         entries = self._entries(events, initial)
         if entries:
-            await self._send.send_many(entries)
+            try:
+                self._send.send_many_nowait(entries)  # the common case: room in the budget
+            except (trio.WouldBlock, ValueError):  # ValueError: larger than the whole budget
+                # Backpressure is not inactivity: no deadline while the channel waits.
+                idle.deadline = math.inf
+                await self._send.send_many(entries)
+                idle.deadline = trio.current_time() + self._settings.inactivity_seconds
         failure: WatchEvent | None = None
         for event in events:
             if event.type == "ERROR":
