@@ -191,3 +191,39 @@ async def test_expired_resume_point_relists_and_sweeps_what_was_deleted(tmp_path
                     nursery.cancel_scope.cancel()
             relisted = relisted_kinds(stack.agent)
             assert "v1 ConfigMap" in relisted, relisted
+
+
+async def test_restart_with_a_primary_and_a_standby(tmp_path: Path) -> None:
+    """Both agents come back after the restart: one is PRIMARY (resuming, no list), the other
+    STANDBY, and the cache is exact."""
+    sim = kubesim.Cluster()
+    kubesim.load_pods(sim, 20, namespaces=["team-a"])
+    with trio.fail_after(60):
+        async with open_stack(tmp_path, sim=sim) as stack:
+            await wait_cache_equal(stack, patience=30)
+            second, _ = await stack.start_agent("agent-b")
+
+            async def standing_by() -> bool:
+                return second.link.status.roles.get("k1") == "STANDBY"
+
+            await wait_until(standing_by)
+            await stack.stop_server()
+            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "while-down", "namespace": "default"}})
+            await stack.start_server()
+            agents = {"agent-a": stack.agent, "agent-b": second}
+
+            async def settled() -> bool:
+                roles = sorted(a.link.status.roles.get("k1", "") for a in agents.values())
+                return roles == ["PRIMARY", "STANDBY"]
+
+            await wait_until(settled)
+            primary = next(a for a in agents.values() if a.link.status.roles["k1"] == "PRIMARY")
+            await wait_cache_equal(stack, patience=30, watcher=primary)
+            assert stack.kube.requests.count("list") == 0
+            # Whichever agent won the race resumes from the stored versions (agent-b too, which
+            # never watched before): nothing is fetched in full again.
+            assert relisted_kinds(primary) == []
+            views = {v.agent_id: v.accounts for v in stack.server.state.sessions.agents()}
+            assert sorted(r.name for roles in views.values() for r in roles.values()) == [
+                "PRIMARY", "STANDBY"]
