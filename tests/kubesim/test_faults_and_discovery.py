@@ -212,3 +212,27 @@ async def test_dropped_watch_over_http2_cuts_the_connection(sim: kubesim.Cluster
                     await read_watch()
                 assert len([line for line in lines if line]) == 2
                 assert (await client.get("/api/v1/configmaps")).status_code == 200  # reconnects
+
+
+async def test_grants_by_qualified_resource_and_admin_only_endpoints(
+    server: kubesim.Server, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        user = server.add_user(
+            "deployer", grants={"deployments.apps": ("get", "list"), "pods": ("list",)}
+        )
+        headers = {"authorization": f"Bearer {user.token}"}
+        assert (await http.get("/apis/apps/v1/deployments", headers=headers)).status_code == 200
+        assert (await http.get("/api/v1/pods", headers=headers)).status_code == 200
+        refused = await http.get("/api/v1/pods", params={"watch": "1"}, headers=headers)
+        assert refused.status_code == 403
+        assert refused.json()["message"] == (
+            'pods is forbidden: User "deployer" cannot watch resource "pods" in API group "" '
+            "at the cluster scope"
+        )
+        assert (await http.get("/apis/apps/v1/replicasets", headers=headers)).status_code == 403
+        assert (await http.get("/kubesim/requests", headers=headers)).status_code == 403
+        anonymous = await http.get("/version", headers={"authorization": ""})
+        assert anonymous.status_code == 401
+        wrong = await http.get("/api/v1/pods", headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401
