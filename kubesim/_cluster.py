@@ -52,6 +52,11 @@ class SimConfig:
     bookmark_interval: float = 60.0  # between BOOKMARK events on watches that asked for them
     controllers: bool = True  # run the lite Deployment/ReplicaSet/StatefulSet controllers
     namespaces: tuple[str, ...] = DEFAULT_NAMESPACES
+    # Where the resourceVersion counter starts. A real cluster's versions only grow; a
+    # long-lived simulator that restarts should start past every version it handed out
+    # before (e.g. the time in microseconds, as ``kubesvc sim`` does), or clients resuming
+    # with a stored version get "Too large resource version" (504).
+    first_resource_version: int = 0
     version: dict[str, str] = field(
         default_factory=lambda: {
             "major": "1",
@@ -84,7 +89,9 @@ class Cluster:
         self.config = config or SimConfig()
         self.registry = Registry()
         self._stores: dict[tuple[str, str], ResourceStore] = {}
-        self._rv = 0
+        if self.config.first_resource_version < 0:
+            raise ValueError("first_resource_version must be >= 0")
+        self._rv = self.config.first_resource_version
         self._listeners: list[Callable[[tuple[str, str]], None]] = []
         # Objects the lite controllers must look at: (kind, namespace, name), insertion order.
         self._dirty: dict[tuple[str, str, str], None] = {}

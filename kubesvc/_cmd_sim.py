@@ -10,6 +10,7 @@ import argparse
 import gc
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,11 @@ def _check(args: argparse.Namespace) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     _check(args)
-    config = kubesim.SimConfig(watch_history=args.watch_history)
+    # Start the resourceVersions at the time in microseconds, so they keep growing across
+    # restarts (agents resuming with a version from an earlier run get events, not 504s).
+    config = kubesim.SimConfig(
+        watch_history=args.watch_history, first_resource_version=time.time_ns() // 1000
+    )
     sim = kubesim.Cluster(config)
     kinds = [k.strip() for k in args.churn_kinds.split(",") if k.strip()]
     churn = kubesim.Churn(sim, rate=args.churn, kinds=kinds) if args.churn > 0 else None

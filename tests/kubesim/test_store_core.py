@@ -275,3 +275,11 @@ def test_deployment_rollout_and_kubectl_style_rollback() -> None:
     sim.delete("apps", "v1", "deployments", "default", "web")
     assert sim.list("apps", "v1", "replicasets", "default") == []
     assert sim.list("", "v1", "pods", "default") == []
+
+
+def test_resource_versions_can_start_anywhere() -> None:
+    sim = kubesim.Cluster(kubesim.SimConfig(first_resource_version=1_000_000))
+    created = sim.create(_cm("a"))
+    assert int(created["metadata"]["resourceVersion"]) > 1_000_000
+    with pytest.raises(ValueError, match="first_resource_version"):
+        kubesim.Cluster(kubesim.SimConfig(first_resource_version=-1))
