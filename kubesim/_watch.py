@@ -59,6 +59,7 @@ class WatchCursor:
         self.finished = False
         self.events_sent = 0
         self.last_rv = 0  # the resourceVersion of the last event taken from the ring
+        self.seq = 0  # the ring sequence number of the next event to look at (set below)
         self._initial: list[Stored] = []
         self._initial_index = 0
         self._end_marker_rv: int | None = None
