@@ -120,7 +120,10 @@ def build_agent(config: Config, *, environ: Mapping[str, str] = os.environ) -> A
     accounts = AccountSet(config, environ=environ)
     executor = OperationExecutor(
         accounts.client_for,
-        settings=OperationSettings(server_side_apply=config.kubernetes.server_side_apply),
+        settings=OperationSettings(
+            server_side_apply=config.kubernetes.server_side_apply,
+            strip_managed_fields=config.kubernetes.strip_managed_fields,
+        ),
     )
     link = Link(
         link_settings(config, environ=environ),

@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from ._context import OperationContext
-from ._errors import OperationTimeout
+from ._errors import KubernetesRefusal, OperationTimeout
 from ._kinds import Resource
 from ._kube import APPLY_PATCH, MERGE_PATCH
 from ._manifests import LAST_APPLIED, Strategy, annotations_of
@@ -44,14 +44,13 @@ def uses_server_side_apply(ctx: OperationContext, res: Resource, strategy: Strat
 
 def _with_last_applied(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` plus the last-applied annotation holding ``obj`` itself (without it)."""
-    bare = copy.deepcopy(obj)
-    notes = bare.get("metadata", {}).get("annotations")
+    out = copy.deepcopy(obj)  # one copy: the annotation is encoded before it is added
+    meta = out["metadata"]
+    notes = meta.get("annotations")
     if isinstance(notes, dict):
         notes.pop(LAST_APPLIED, None)
-    out = copy.deepcopy(bare)
-    out["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(
-        bare, sort_keys=True, separators=(",", ":")
-    )
+    applied = json.dumps(out, sort_keys=True, separators=(",", ":"))
+    meta.setdefault("annotations", {})[LAST_APPLIED] = applied
     return out
 
 
@@ -68,10 +67,19 @@ async def _wait_gone(ctx: OperationContext, res: Resource, namespace: str, name:
 
 
 async def apply_object(
-    ctx: OperationContext, res: Resource, obj: dict[str, Any], strategy: Strategy
+    ctx: OperationContext,
+    res: Resource,
+    obj: dict[str, Any],
+    strategy: Strategy,
+    *,
+    expect_new: bool = False,
 ) -> dict[str, Any]:
     """Create or update ``obj`` (namespace and name already final); returns the object as
-    the API server answered. Raises KubernetesRefusal / AgentUnavailable / OperationTimeout."""
+    the API server answered. Raises KubernetesRefusal / AgentUnavailable / OperationTimeout.
+
+    ``expect_new``: the caller just listed the namespace and knows the name is free (a new
+    ``-vNNN`` version), so client-side apply creates at once instead of reading first; if
+    the name was taken meanwhile (409), it applies over it as kubectl would have."""
     meta = obj["metadata"]
     namespace = str(meta.get("namespace") or "") if res.namespaced else ""
     name = str(meta["name"])
@@ -83,6 +91,12 @@ async def apply_object(
         ctx.outcome.say(f"Server-side applying {res.kind} {name}")
         return await cluster.patch(res, namespace, name, obj, APPLY_PATCH, params=params)
     desired = _with_last_applied(obj)
+    if expect_new and not strategy.replace:
+        try:
+            return await cluster.create(res, namespace, desired)
+        except KubernetesRefusal as exc:
+            if exc.status_code != 409:
+                raise
     live = await cluster.get(res, namespace, name)
     if live is not None and strategy.recreate:
         ctx.outcome.say(f"Recreating {res.kind} {name}: deleting the old one")

@@ -18,13 +18,15 @@ class OperationSettings:
 
     ``server_side_apply`` is ``kubernetes.serverSideApply``; ``field_manager`` names the
     agent in managedFields; ``recreate_wait_seconds`` bounds how long a recreate waits for
-    the old object to disappear.
+    the old object to disappear; ``strip_managed_fields`` is
+    ``kubernetes.stripManagedFields``, applied to the objects a result reports.
     """
 
     server_side_apply: ServerSideApplyConfig = field(default_factory=ServerSideApplyConfig)
     field_manager: str = "spinnaker"
     recreate_wait_seconds: float = 60.0
     recreate_poll_seconds: float = 0.2
+    strip_managed_fields: bool = True
 
 
 @dataclass(slots=True)

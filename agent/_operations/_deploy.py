@@ -117,12 +117,14 @@ async def _deploy_one(
     sequence: int | None = None
     name = base
     source: Mapping[str, Any] | None = None
+    expect_new = False
     if is_versioned(res.kind, strategy, versioned):
         existing = await ctx.cluster.list(res, namespace)
         sequence = next_version(existing, base)
         name = f"{base}-v{sequence:03d}"
         versions = [o for o in existing if version_of(o, base) is not None]
         source = max(versions, key=lambda o: version_of(o, base) or 0) if versions else None
+        expect_new = True  # one past every listed version: no need to read it first
     elif strategy.use_source_capacity:
         source = await ctx.cluster.get(res, namespace, base)
     meta["name"] = name
@@ -145,7 +147,7 @@ async def _deploy_one(
         obj, artifact_type=artifact_type, base=base, namespace=namespace, version=version
     )
     ctx.outcome.say(f"Deploying manifest {res.spinnaker_kind} {name}")
-    applied = await apply_object(ctx, res, obj, strategy)
+    applied = await apply_object(ctx, res, obj, strategy, expect_new=expect_new)
     if res.kind == "CustomResourceDefinition":
         ctx.cluster.kinds.invalidate()  # its custom resources may follow in this deploy
     result.manifests.append(ctx.outcome.wrote(applied))

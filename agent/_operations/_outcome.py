@@ -2,9 +2,11 @@
 
 An :class:`Outcome` collects, while an operation runs, the history lines (``phase`` +
 ``status``), every object the API server returned for a create/update (Secret data and the
-last-applied annotation removed), and every object deleted; ``result`` is the Clouddriver
-result object (None for scale/undo/pause/resume/restart). ``to_json()`` is the
-``result_json`` of the contract; an operation that fails half way still reports what it did.
+last-applied annotation removed; managedFields too with ``strip_managed_fields``, like the
+watches' ``kubernetes.stripManagedFields``, so the server caches the same shape either way),
+and every object deleted; ``result`` is the Clouddriver result object (None for
+scale/undo/pause/resume/restart). ``to_json()`` is the ``result_json`` of the contract; an
+operation that fails half way still reports what it did.
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ __all__ = ["DeployResult", "Outcome", "scrubbed"]
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-def scrubbed(obj: Mapping[str, Any]) -> dict[str, Any]:
+def scrubbed(obj: Mapping[str, Any], *, strip_managed_fields: bool = False) -> dict[str, Any]:
     """A copy fit to report: Secret ``data``/``stringData`` and the last-applied annotation
-    (which holds the same data) removed."""
-    out = copy.deepcopy(dict(obj))
+    (which holds the same data) removed; ``metadata.managedFields`` too when asked."""
+    out = dict(obj)
+    meta = out.get("metadata")
+    if strip_managed_fields and isinstance(meta, dict) and "managedFields" in meta:
+        # Dropped before the copy: it is often the bulk of a small object.
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    out = copy.deepcopy(out)
     if out.get("kind") == "Secret":
         out.pop("data", None)
         out.pop("stringData", None)
@@ -67,6 +74,7 @@ class Outcome:
 
     phase: str
     result: DeployResult | dict[str, Any] | None = None
+    strip_managed_fields: bool = False
     phases: list[dict[str, str]] = field(default_factory=list)
     objects: list[dict[str, Any]] = field(default_factory=list)
     deleted: list[dict[str, str]] = field(default_factory=list)
@@ -76,7 +84,7 @@ class Outcome:
 
     def wrote(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Record an object the API server returned; gives back the scrubbed copy."""
-        clean = scrubbed(obj)
+        clean = scrubbed(obj, strip_managed_fields=self.strip_managed_fields)
         self.objects.append(clean)
         return clean
 

@@ -249,3 +249,40 @@ async def test_source_capacity_traffic_secrets_and_a_crd_with_its_resources(
     widget_artifact = custom.result["createdArtifacts"][1]
     assert widget_artifact["type"] == "kubernetes/Widget.example.com"
     assert widget_artifact["customKind"] is True
+
+
+async def test_a_new_version_is_created_without_reading_it_first(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with open_ops_bench(tmp_path) as bench:
+            first = await bench.run("deployManifest", {
+                "namespace": "default", "manifests": [replica_set()], "moniker": {"app": "shop"}})
+            bench.server.requests.reset()
+            second = await bench.run("deployManifest", {
+                "namespace": "default", "manifests": [replica_set(image="nginx:2")],
+                "moniker": {"app": "shop"}})
+            counts = bench.server.requests.snapshot()
+    assert_ok(first, second)
+    # The list that picked -v001 already showed the name free: list + create, no get.
+    assert counts == {"create replicasets.apps": 1, "list replicasets.apps": 1}
+    assert "managedFields" not in second.body["objects"][0]["metadata"]
+
+
+async def test_a_new_version_whose_name_is_taken_applies_over_it(tmp_path: Path) -> None:
+    sim = kubesim.Cluster()
+    # web-v000 exists but belongs to another artifact, so versioning does not count it and
+    # picks web-v000: the create answers 409 and the deploy applies over it, as kubectl would.
+    sim.create({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-v000", "namespace": "default",
+                     "annotations": {"artifact.spinnaker.io/name": "other"}},
+        "spec": replica_set()["spec"],
+    })
+    with trio.fail_after(30):
+        async with open_ops_bench(tmp_path, sim=sim) as bench:
+            deployed = await bench.run("deployManifest", {
+                "namespace": "default", "manifests": [replica_set(image="nginx:2")],
+                "moniker": {"app": "shop"}})
+            live = bench.sim.get("apps", "v1", "replicasets", "default", "web-v000")
+    assert_ok(deployed)
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"
+    assert live["metadata"]["annotations"]["artifact.spinnaker.io/name"] == "web"
