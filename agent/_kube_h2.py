@@ -123,6 +123,20 @@ class H2Connection:
         return der
 
     async def _flush(self) -> None:
+        # Called after every read and every consumer hand-over, and usually there is nothing
+        # to send: then it returns without a checkpoint (a lock acquire is one, a task switch
+        # per frame). Bytes are taken from h2 only by the lock's holder, so frames go out in
+        # the order h2 produced them.
+        if not self._write_lock.locked():
+            data = self._h2.data_to_send()
+            if not data:
+                return
+            self._write_lock.acquire_nowait()  # no checkpoint between taking and sending
+            try:
+                await self._socket.send_all(data)
+            finally:
+                self._write_lock.release()
+            return
         async with self._write_lock:
             data = self._h2.data_to_send()
             if data:

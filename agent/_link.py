@@ -91,6 +91,7 @@ class LinkSettings:
     batch_max_events: int = 1000
     batch_max_bytes: int = 1024 * 1024
     linger_seconds: float = 0.005
+    max_linger_seconds: float = 0.05
     max_message_size: int = wire.DEFAULT_MAX_MESSAGE_SIZE
 
 
@@ -366,9 +367,7 @@ class _Session:
         max_bytes = max(min(settings.batch_max_bytes, capacity // 4), 64 * 1024)
         while True:
             await self._receive.wait_pending(1, 1)
-            with trio.move_on_after(settings.linger_seconds):
-                await self._receive.wait_pending(settings.batch_max_events,
-                                                 max_bytes)
+            await self._linger(settings, max_bytes)
             try:
                 batch = self._receive.receive_batch_nowait(settings.batch_max_events,
                                                            max_bytes)
@@ -397,6 +396,28 @@ class _Session:
                 key = (record.kind, record.api_version)
                 count, size = status.events_by_kind.get(key, (0, 0))
                 status.events_by_kind[key] = (count + 1, size + len(record.object))
+
+    async def _linger(self, settings: LinkSettings, max_bytes: int) -> None:
+        """Wait for a full batch: ``linger_seconds`` at a time while events keep coming, at
+        most ``max_linger_seconds`` in all. A lone change goes after one linger; a stream of
+        events that trickles in (the agent or the server busy) still travels in full batches
+        rather than in many small ones, each paying the fixed cost of a batch."""
+        receive = self._receive
+        give_up = trio.current_time() + settings.max_linger_seconds
+        before = receive.statistics().pending_entries
+        while True:
+            with trio.move_on_after(settings.linger_seconds):
+                await receive.wait_pending(settings.batch_max_events, max_bytes)
+            stats = receive.statistics()
+            if (
+                stats.pending_entries >= settings.batch_max_events
+                or stats.pending_bytes >= max_bytes
+                or stats.pending_entries == before  # nothing came: no point waiting
+                or stats.senders_waiting  # a sender is blocked: only a take makes room
+                or trio.current_time() >= give_up
+            ):
+                return
+            before = stats.pending_entries
 
     def _records_of(self, batch: Batch, limits: wire.RecordLimits) -> list[wire.EventRecord]:
         # An object bigger than a message can never be sent: report it and let it go, so it
