@@ -7,6 +7,7 @@ that are due since the start (so a slow tick catches up instead of drifting), ke
 
 from __future__ import annotations
 
+import base64
 import math
 import random
 from collections.abc import Sequence
@@ -121,8 +122,10 @@ class Churn:
         patch: dict[str, Any]
         if kind == "deployments" and self._random.random() < 0.5:
             patch = {"spec": {"replicas": self._random.randrange(1, 4)}}
-        elif kind in ("configmaps", "secrets"):
+        elif kind == "configmaps":
             patch = {"data": {"value": value}}
+        elif kind == "secrets":
+            patch = {"data": {"value": base64.b64encode(value.encode()).decode()}}
         else:
             patch = {"metadata": {"annotations": {"kubesim/churn": value}}}
         self.cluster.patch(

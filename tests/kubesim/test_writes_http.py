@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import msgspec
+import pytest
 import trio
 
 import kubesim
@@ -161,7 +162,8 @@ def test_bulk_loader_makes_realistic_pods() -> None:
 
 async def test_churn_creates_updates_and_deletes(autojump_clock: trio.abc.Clock) -> None:
     sim = kubesim.Cluster()
-    churn = kubesim.Churn(sim, rate=200, kinds=("configmaps", "deployments"), population=10, seed=1)
+    kinds = ("configmaps", "secrets", "services", "pods", "deployments")
+    churn = kubesim.Churn(sim, rate=200, kinds=kinds, population=10, seed=1)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(churn.run)
@@ -173,6 +175,9 @@ async def test_churn_creates_updates_and_deletes(autojump_clock: trio.abc.Clock)
     assert stats.deleted > 0
     assert stats.failed == 0
     assert stats.created + stats.updated + stats.deleted >= 390
+    assert {o["kind"] for o in sim.list("", "v1", "services", "churn")} == {"Service"}
+    with pytest.raises(ValueError, match="churn kinds"):
+        kubesim.Churn(sim, rate=1, kinds=("gadgets",))
 
 
 async def test_pod_logs(http: httpx.AsyncClient) -> None:
