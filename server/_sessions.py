@@ -124,6 +124,7 @@ class SessionManager:
         self._max_age_ms = max_resumable_age_ms
         self._queue = outbound_queue
         self._sessions: dict[str, Session] = {}
+        self._close_listeners: list[Callable[[Session], None]] = []
         accounts.on_role_changes = self.deliver
 
     # -- lifetime -----------------------------------------------------------------------
@@ -149,10 +150,26 @@ class SessionManager:
         await self._store.upsert_agent(self._agent_record(session))
         return session
 
+    def add_close_listener(self, listener: Callable[[Session], None]) -> None:
+        """Have ``listener(session)`` called whenever a session closes.
+
+        Called synchronously at the start of ``close`` (before any await, so also when the
+        closing handler is being cancelled), after the session is gone from ``get`` and
+        ``primary_session``. A listener must not block; one that raises is logged and the
+        others still run.
+        """
+        self._close_listeners.append(listener)
+
     async def close(self, session: Session) -> None:
-        """Forget the session: promote standbys, mark orphans, drop its agent row."""
+        """Forget the session: tell the close listeners, promote standbys, mark orphans,
+        drop its agent row."""
         self._sessions.pop(session.session_id, None)
         session.outbound.close()
+        for listener in self._close_listeners:
+            try:
+                listener(session)
+            except Exception:  # one broken listener must not keep the session half closed
+                log.exception("session %s: a close listener failed", session.session_id)
         changes = self.accounts.registry.close_session(session.session_id, self._now_ms())
         await self.accounts.changed(changes)
         await self._store.delete_agent(session.session_id)

@@ -14,8 +14,8 @@ came, the operation fails with "agent disconnected before answering; the operati
 may not have been applied" (the agent de-duplicates a repeated id, but its memory of ids does
 not survive a restart, so resending could apply a deploy twice). A result that arrives after
 the task gave up is recorded in the operation's history and otherwise ignored. Session ends
-are noticed by a sweep every ``session_check_seconds`` (the session manager has no close
-callback yet; contracts.md REQUEST).
+reach the service through the session manager's close listener, so the operations
+outstanding on a session fail the moment it closes.
 
 Bounds: at most ``max_running`` unfinished tasks (more -> OperationsUnavailable, 503), at
 most ``max_in_flight`` operations sent and unanswered (the session's outbound queue is
@@ -134,7 +134,6 @@ class OperationService:
         max_running: int = 1000,
         max_in_flight: int = 32,
         max_tasks_kept: int = 10_000,
-        session_check_seconds: float = 0.5,
     ) -> None:
         self._store = store
         self._sessions = sessions
@@ -145,43 +144,40 @@ class OperationService:
         self._now_ms = now_ms
         self._max_running = max_running
         self._max_tasks_kept = max_tasks_kept
-        self._session_check = session_check_seconds
         self._slots = trio.Semaphore(max(1, max_in_flight))
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         self._running = 0
         self._outstanding: dict[str, _Outstanding] = {}
         self._nursery: trio.Nursery | None = None
         self._journal = OperationJournal(store)
+        sessions.add_close_listener(self._session_closed)
 
     # -- lifetime -------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run task runners and the session sweep until cancelled (runners are cancelled too:
-        their tasks stay RUNNING in the store and read back as failed after a restart)."""
+        """Run task runners and the journal until cancelled (runners are cancelled too: their
+        tasks stay RUNNING in the store and read back as failed after a restart)."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self._journal.run)
             self._nursery = nursery
-            nursery.start_soon(self._sweep_sessions)
             task_status.started()
             try:
                 await trio.sleep(math.inf)
             finally:
                 self._nursery = None
 
-    async def _sweep_sessions(self) -> None:
-        while True:
-            await trio.sleep(self._session_check)
-            for op_id, waiting in list(self._outstanding.items()):
-                session = self._sessions.get(waiting.session_id)
-                if session is not None and not session.ended_reason:
-                    continue
-                reason = session.ended_reason if session is not None else "its session closed"
-                waiting.failure = (
-                    f"agent {waiting.agent_id} disconnected before answering ({reason}); "
-                    "the operation may or may not have been applied, and it is not resent"
-                )
-                log.warning("operation %s: %s", op_id, waiting.failure)
-                waiting.done.set()
+    def _session_closed(self, session: Session) -> None:
+        """The session manager's close listener: fail what is outstanding on ``session``."""
+        reason = session.ended_reason or "its session closed"
+        for op_id, waiting in self._outstanding.items():
+            if waiting.session_id != session.session_id or waiting.done.is_set():
+                continue
+            waiting.failure = (
+                f"agent {waiting.agent_id} disconnected before answering ({reason}); "
+                "the operation may or may not have been applied, and it is not resent"
+            )
+            log.warning("operation %s: %s", op_id, waiting.failure)
+            waiting.done.set()
 
     # -- submitting -----------------------------------------------------------------------
 

@@ -392,3 +392,29 @@ async def test_restart_on_the_same_file_resumes_with_the_stored_versions(tmp_pat
                 assert [(p.kind, p.resource_version) for p in assigned.resume] == [("Pod", "5")]
                 assert await server.state.store.count_objects("prod") == 1
                 assert server.state.accounts.get("prod") is not None
+
+
+@in_loop
+async def test_close_listeners_see_each_session_that_closes() -> None:
+    closed: list[tuple[str, bool]] = []  # (agent id, already gone from the manager)
+
+    def broken(session: Any) -> None:
+        raise RuntimeError("a listener bug")
+
+    with trio.fail_after(30):
+        async with running(make_config()) as server:
+            sessions = server.state.sessions
+            sessions.add_close_listener(broken)  # logged; the next listener still runs
+            sessions.add_close_listener(
+                lambda s: closed.append((s.agent_id, sessions.get(s.session_id) is None))
+            )
+            port, meta = server.grpc_port, bearer(token())
+            async with wire.open_connection("127.0.0.1", port, metadata=meta) as agent:
+                await agent.send(hello(account(), agent_id="leaving"))
+                await receive_kind(agent, "welcome")
+                assert closed == []
+            while not closed:
+                await trio.sleep(0.01)
+            assert closed == [("leaving", True)]
+            while server.state.accounts.holders("prod").primary is not None:
+                await trio.sleep(0.01)
