@@ -252,6 +252,14 @@ class Reflector:
                 if exc.code == 406:
                     self._mark_unavailable(exc)
                     delay = settings.unavailable_retry_seconds
+                elif _resource_version_too_large(exc):
+                    # Our version is from the future of this API server (restored from a
+                    # backup, or a fresh simulator): waiting will not help, list again as
+                    # client-go does.
+                    self._tracker.expired()
+                    self.state.relists += 1
+                    self.state.last_error = str(exc)
+                    delay = backoff.next_delay()
                 elif self._streaming and exc.code in _STREAMING_REFUSED:
                     self._streaming = False  # the server refused the streaming-list params
                 else:
@@ -465,3 +473,23 @@ class Reflector:
             self.state.available = False
             self.state.reason = reason
             self._hooks.kind_unavailable(self.account, self.target, reason)
+
+
+def _resource_version_too_large(exc: KubeStatusError) -> bool:
+    """The API server's 504 for a resourceVersion newer than anything it has seen.
+
+    client-go looks for the ResourceVersionTooLarge cause; the Status we keep may carry only
+    its message, whose wording the API server has used since 1.18.
+    """
+    if exc.code != 504:
+        return False
+    if "Too large resource version" in str(exc):
+        return True
+    if not isinstance(exc.status, dict):
+        return False
+    details = exc.status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return isinstance(causes, list) and any(
+        isinstance(cause, dict) and cause.get("reason") == "ResourceVersionTooLarge"
+        for cause in causes
+    )

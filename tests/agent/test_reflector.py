@@ -240,6 +240,22 @@ async def test_a_resume_point_is_used_and_an_expired_one_relists(tmp_path: Path)
             assert env.server.requests.count("list", "pods") == 1
 
 
+async def test_a_resume_point_from_the_future_relists(tmp_path: Path) -> None:
+    # A cluster restored from a backup (or a restarted simulator) is behind the version the
+    # server stored: the API server answers 504 "Too large resource version", and waiting
+    # never helps, so the reflector lists again.
+    config = kubesim.SimConfig(bookmark_interval=0.2, controllers=False)
+    with trio.fail_after(20):
+        async with open_env(tmp_path, config) as env:
+            env.sim.create(pod("a"))
+            future = str(env.sim.resource_version + 1_000_000)
+            reflector = env.reflector(WatchTarget(PODS), resume_from=future)
+            await env.nursery.start(reflector.run)
+            await env.receiver.wait_for(lambda: reflector.state.synced)
+            assert reflector.state.relists >= 1
+            assert "a" in env.receiver.names("Pod")
+
+
 async def test_a_forbidden_kind_is_reported_while_others_flow(tmp_path: Path) -> None:
     grants = {"*": kubesim.ALL_VERBS, "configmaps": ()}
     with trio.fail_after(20):
