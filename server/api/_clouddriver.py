@@ -10,6 +10,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .._kinds import SPINNAKER_KIND_MAP, KindRef, resolve_kind
 from .._manifest_status import compute_status
 from .._moniker import ANNOTATION_PREFIX as MONIKER_PREFIX
 from .._moniker import moniker_for
@@ -17,7 +18,6 @@ from ..store import AccountRecord, Store, StoredObject
 from ._armory import account_namespaces
 from ._context import collect_objects, context
 from ._errors import BadRequest, NotFound
-from ._kinds import SPINNAKER_KIND_MAP, KindRef, resolve_kind
 from ._manifest_view import artifacts_of, events_about, parse_manifest_name, pick_by_criteria
 
 _decode = msgspec.json.decode

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .._kinds import KindRef, resolve_kind
 from ._errors import BadRequest
-from ._kinds import KindRef, resolve_kind
 
 __all__ = [
     "CRITERIA",

@@ -20,13 +20,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .._kinds import kubernetes_kind
 from ..ops import (
     POD_LOGS,
     InvalidDescription,
     OperationError,
     OperationService,
     OperationsUnavailable,
-    resolve_kind,
 )
 from ._context import context, json_body
 from ._errors import BadRequest, NotFound, error_response
@@ -172,7 +172,7 @@ def _pod_name(token: str) -> str:
     words = token.split()
     if len(words) == 1:
         return words[0]
-    if len(words) == 2 and resolve_kind(words[0]) == "Pod":
+    if len(words) == 2 and kubernetes_kind(words[0]) == "Pod":
         return words[1]
     raise BadRequest(f'name: expected "pod <name>" or a pod name, got {token!r}')
 

@@ -17,7 +17,6 @@ from ._errors import (
     UnknownCredentials,
     UnknownOperation,
 )
-from ._kinds import resolve_kind
 from ._results import AgentResult, cache_records, parse_result
 from ._service import OperationOutcome, OperationService
 from ._task import Task, TaskState
@@ -42,5 +41,4 @@ __all__ = [
     "operation_spec",
     "parse_request",
     "parse_result",
-    "resolve_kind",
 ]

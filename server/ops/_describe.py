@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._kinds import kubernetes_kind
 from ._errors import InvalidDescription, UnknownOperation
-from ._kinds import resolve_kind
 
 __all__ = [
     "OPERATIONS",
@@ -252,7 +252,7 @@ def _target(f: _Fields, payload: dict[str, Any], *, required: bool = True) -> No
             f"{f.where}.manifestName",
             f'expected "<kind> <name>" (two words), got {manifest_name!r}',
         )
-    payload["kind"] = resolve_kind(tokens[0])
+    payload["kind"] = kubernetes_kind(tokens[0])
     payload["name"] = tokens[1]
     payload["manifestName"] = f"{tokens[0]} {tokens[1]}"
 
@@ -339,7 +339,7 @@ _CASCADING = frozenset({"foreground", "background", "orphan"})
 def _delete(f: _Fields, payload: dict[str, Any]) -> None:
     _target(f, payload, required=False)
     if "name" not in payload:
-        kinds = [resolve_kind(k) for k in f.strings("kinds")]
+        kinds = [kubernetes_kind(k) for k in f.strings("kinds")]
         if not kinds:
             raise InvalidDescription(
                 f"{f.where}.manifestName", "required, or kinds with labelSelectors"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from server._kinds import KindRef, resolve_kind, spinnaker_kind_name
 from server.api import BadRequest
-from server.api._kinds import KindRef, resolve_kind, spinnaker_kind_name
 from server.api._manifest_view import (
     artifacts_of,
     events_about,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from server._kinds import kubernetes_kind, resolve_kind
 from server.ops import (
     InvalidDescription,
     UnknownOperation,
     normalize,
     operation_spec,
     parse_request,
-    resolve_kind,
 )
 
 DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
@@ -57,7 +57,7 @@ def test_orca_stage_context_extra_keys_strings_and_nulls() -> None:
     ],
 )
 def test_kind_tokens(token: str, kind: str) -> None:
-    assert resolve_kind(token) == kind
+    assert kubernetes_kind(token) == kind
 
 
 def test_scale_missing_replicas_means_zero() -> None:
@@ -188,3 +188,10 @@ def test_unknown_operation_and_request_shapes() -> None:
     for bad in ([], [{"a": 1, "b": 2}], "x", [3]):
         with pytest.raises(InvalidDescription):
             parse_request(bad)
+
+
+@pytest.mark.parametrize("token", ["netpol", "resourceQuota", "priorityClass", "pdb", "deploy"])
+def test_operations_and_reads_share_one_kind_table(token: str) -> None:
+    ref = resolve_kind(token)
+    assert ref.group is not None, f"{token} is known to the read side"
+    assert kubernetes_kind(token) == ref.kind

@@ -4,14 +4,21 @@ Clouddriver names Kubernetes kinds in lowerCamel (`replicaSet`) and accepts them
 case-insensitively, with a few aliases (`deploy`, `rs`, `svc`) and the `kind.group` form for
 custom resources (`certificate.cert-manager.io`). This module resolves a token to the
 Kubernetes kind, its API group (what the store keys objects by) and the token Clouddriver
-prints back. Pure, no I/O.
+prints back. It is the one kind table of the server: the read side (server.api) and the
+operations (server.ops, which server.api imports) both use it. Pure, no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SPINNAKER_KIND_MAP", "KindRef", "resolve_kind", "spinnaker_kind_name"]
+__all__ = [
+    "SPINNAKER_KIND_MAP",
+    "KindRef",
+    "kubernetes_kind",
+    "resolve_kind",
+    "spinnaker_kind_name",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +54,9 @@ _KNOWN: tuple[tuple[str, str], ...] = (
     ("PersistentVolumeClaim", ""),
     ("Pod", ""),
     ("PodDisruptionBudget", "policy"),
+    ("PriorityClass", "scheduling.k8s.io"),
     ("ReplicaSet", "apps"),
+    ("ResourceQuota", ""),
     ("Role", "rbac.authorization.k8s.io"),
     ("RoleBinding", "rbac.authorization.k8s.io"),
     ("Secret", ""),
@@ -75,6 +84,7 @@ _ALIASES = {
     "hpa": "horizontalpodautoscaler",
     "pdb": "poddisruptionbudget",
     "crd": "customresourcedefinition",
+    "netpol": "networkpolicy",
 }
 
 # Spinnaker's classes of kinds, as /credentials?expand=true prints them.
@@ -130,3 +140,11 @@ def resolve_kind(token: str) -> KindRef:
     if known is not None:
         return KindRef(known[0], known[1], spinnaker_kind_name(known[0]))
     return KindRef(token.strip(), None, token.strip())
+
+
+def kubernetes_kind(token: str) -> str:
+    """The Kubernetes Kind an operation names: the known kind for a Spinnaker name or alias
+    (``rs`` -> ``ReplicaSet``), else the token itself, stripped (a CRD kind, or any
+    ``kind.group``, which the agent resolves against its cluster's discovery). Never raises."""
+    token = token.strip()
+    return token if "." in token else resolve_kind(token).kind
