@@ -20,7 +20,7 @@ from budget import EventSender
 from ._backoff import Backoff
 from ._config_schema import AccountConfig
 from ._discovery import KindFilter, WatchTarget, diff_targets, discover, select_targets
-from ._errors import KubeConnectionError, KubeStatusError
+from ._errors import KubeError
 from ._reflector import Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
 from ._seam import KubeTransport
 from ._tasks import ListCaps
@@ -97,7 +97,9 @@ async def run_account(
         while True:
             try:
                 result = await discover(transport)
-            except (KubeStatusError, KubeConnectionError, WatchDecodeError) as exc:
+            except (KubeError, WatchDecodeError) as exc:
+                # Any KubeError (credentials, a closed client, the network, a refusal) is
+                # retried: one account's trouble must never end the agent.
                 status.discovery_error = str(exc)
                 await trio.sleep(backoff.next_delay())
                 continue

@@ -13,8 +13,10 @@ Theory of operation (DESIGN section 3):
 3. The watch ends: a timeout or a disconnect resumes from the last version (no list); 410 or
    an ERROR event with 410 forgets the version and lists again; 429/5xx and network errors
    back off with jitter (honouring Retry-After); 401/403/404/406 mark the kind unavailable
-   (state + hook) and retry slowly. Nothing here ends the reflector but cancellation or a
-   closed channel.
+   (state + hook) and retry slowly. Every other KubeError (a credential source failed, the
+   client was closed under us by a config reload) is recorded in ``state.last_error`` and
+   retried with backoff too. Nothing here ends the reflector but cancellation or a closed
+   channel.
 4. An inactivity deadline (one cancel scope, pushed forward by every read that yields
    events, suspended while the channel applies backpressure) ends a watch whose connection
    went silent; the watch then resumes.
@@ -38,7 +40,7 @@ from wire import EventRecord, EventType
 from ._backoff import Backoff
 from ._discovery import WatchTarget
 from ._errors import (
-    KubeConnectionError,
+    KubeError,
     KubeForbiddenError,
     KubeGoneError,
     KubeNotFoundError,
@@ -267,7 +269,12 @@ class Reflector:
                     delay = backoff.next_delay(at_least=exc.retry_after or 0.0)
             except _StreamingUnsupported:
                 self._streaming = False
-            except (KubeConnectionError, WatchDecodeError) as exc:
+            except (KubeError, WatchDecodeError) as exc:
+                # The network, a credential source (exec plugin, token file) or a client
+                # closed under us (a config reload restarts the account with a new one):
+                # none of these may end the reflector, let alone the agent. A closed client
+                # fails at once without a request, so retrying it costs nothing and the kind
+                # still shows why it is stuck if no restart cancels us.
                 self.state.last_error = str(exc)
                 delay = backoff.next_delay()
             if delay > 0:

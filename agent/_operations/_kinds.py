@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import trio
 
 from .._discovery import DiscoveryResult, KindInfo, discover
-from .._errors import KubeConnectionError, KubeStatusError
+from .._errors import KubeError, KubeStatusError
 from .._seam import KubeTransport
 from .._watch_errors import WatchDecodeError
 from ._errors import AgentUnavailable, KubernetesRefusal, UnsupportedOperation
@@ -149,7 +149,7 @@ class KindResolver:
             result: DiscoveryResult = await discover(self._transport)
         except KubeStatusError as exc:
             raise KubernetesRefusal.from_status(exc) from exc
-        except (KubeConnectionError, WatchDecodeError) as exc:
+        except (KubeError, WatchDecodeError) as exc:  # network, credentials, closed client
             raise AgentUnavailable(f"discovery failed: {exc}") from exc
         self._kinds = result.kinds
         self._discovered_at = trio.current_time()
