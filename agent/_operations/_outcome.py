@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._kinds import Resource
+from ._manifests import LAST_APPLIED
 
 __all__ = ["DeployResult", "Outcome", "scrubbed"]
-
-_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def scrubbed(obj: Mapping[str, Any], *, strip_managed_fields: bool = False) -> dict[str, Any]:
@@ -38,7 +37,7 @@ def scrubbed(obj: Mapping[str, Any], *, strip_managed_fields: bool = False) -> d
         meta = out.get("metadata")
         notes = meta.get("annotations") if isinstance(meta, dict) else None
         if isinstance(notes, dict):
-            notes.pop(_LAST_APPLIED, None)
+            notes.pop(LAST_APPLIED, None)
     return out
 
 
