@@ -19,6 +19,7 @@ import trio
 
 from wire import EventRecord
 
+from ._errors import ServerError
 from ._registry import Registry, RoleChange
 from .store import (
     AccountRecord,
@@ -34,6 +35,7 @@ from .store import (
 )
 
 log = logging.getLogger("server.accounts")
+_RETRY_SECONDS = 5.0  # between attempts to write registry changes while the store fails
 
 RoleChangeHandler = Callable[[Sequence[RoleChange]], Awaitable[None]]
 
@@ -114,33 +116,61 @@ class AccountService:
             await self.on_role_changes(role_changes)
 
     async def persist(self) -> None:
-        """Write what the registry changed; removed accounts lose their objects too."""
+        """Write what the registry changed; removed accounts lose their objects too.
+
+        Raises StoreError when the store fails; what was not written stays pending in the
+        registry and is retried by the next persist (the expiry task retries on its own)."""
         async with self._lock:
             changes = self.registry.take_changes()
-            for record in changes.upserts:
-                await self._store.upsert_account(record)
-            for name in changes.deletes:
-                await self._store.delete_account(name)
-                log.info("account %s removed with its cached objects", name)
-        self._wake.set()
+            try:
+                for record in changes.upserts:
+                    await self._store.upsert_account(record)
+                for name in changes.deletes:
+                    await self._store.delete_account(name)
+                    log.info("account %s removed with its cached objects", name)
+            except BaseException:
+                # Rewriting an account already written is harmless (newest state wins).
+                self.registry.requeue(changes)
+                raise
+            finally:
+                self._wake.set()
 
     # -- the grace timer ----------------------------------------------------------------
 
     async def run_expiry(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        *,
+        retry_seconds: float = _RETRY_SECONDS,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Remove ORPHANED accounts when their grace period ends. Never returns."""
+        """Remove ORPHANED accounts when their grace period ends, and write registry
+        changes a failed persist left pending (every ``retry_seconds`` while the store
+        fails: a store error is logged here, never raised). Never returns."""
         task_status.started()
+        failing = False
         while True:
             due = self.registry.next_expiry_ms()
             delay = math.inf if due is None else max(0.0, (due - self._now_ms()) / 1000)
+            if failing:
+                delay = min(delay, retry_seconds)
             with trio.move_on_after(delay):
                 await self._wake.wait()
             self._wake = trio.Event()
             gone = self.registry.expire(self._now_ms())
             if gone:
                 log.info("orphaned accounts past their grace period: %s", ", ".join(gone))
+            if not (gone or failing or self.registry.has_changes()):
+                continue
+            try:
                 await self.persist()
+                failing = False
+            except ServerError as exc:
+                log.error(
+                    "could not persist the account registry (retrying in %g s): %s",
+                    retry_seconds,
+                    exc,
+                )
+                failing = True
 
 
 class RegistryStore:

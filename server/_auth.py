@@ -74,6 +74,9 @@ class Principal:
     cert_subject: str | None = None
     allowed_accounts: frozenset[str] | None = None
     claims: dict[str, Any] = field(default_factory=dict)
+    # When the token stops being valid (epoch seconds: ``exp`` plus the leeway the check
+    # allowed); None without a token. The session is ended then (server/_grpc.py).
+    expires_at: float | None = None
 
     def may_register(self, account: str) -> bool:
         return self.allowed_accounts is None or account in self.allowed_accounts
@@ -98,15 +101,21 @@ class Authenticator:
             unknown = set(jwt_settings.algorithms) - _HMAC - _PUBLIC
             if unknown or not jwt_settings.algorithms:
                 raise ValueError(f"unsupported JWT algorithms: {sorted(unknown) or 'none given'}")
-            self._keys: list[Any] = []
-            if set(jwt_settings.algorithms) & _HMAC:
+            # Each key is tried with its own algorithm family only: the shared secret with
+            # HS*, the public keys with RS*/ES*/PS*/EdDSA. Offering HS* with a public key is
+            # the classic algorithm-confusion hole (the public PEM used as an HMAC secret);
+            # we do not rely on PyJWT's PEM heuristics to refuse it.
+            self._keys: list[tuple[Any, list[str]]] = []
+            hmac = [a for a in jwt_settings.algorithms if a in _HMAC]
+            public = [a for a in jwt_settings.algorithms if a in _PUBLIC]
+            if hmac:
                 if not jwt_settings.secret:
                     raise ValueError("an HS* JWT algorithm needs a shared secret")
-                self._keys.append(jwt_settings.secret)
-            if set(jwt_settings.algorithms) & _PUBLIC:
+                self._keys.append((jwt_settings.secret, hmac))
+            if public:
                 if not jwt_settings.public_keys:
                     raise ValueError("an RS*/ES* JWT algorithm needs at least one public key")
-                self._keys += list(jwt_settings.public_keys)
+                self._keys += [(key, public) for key in jwt_settings.public_keys]
 
     def authenticate(
         self, metadata: Mapping[str, str], peer_cert: Mapping[str, Any] | None
@@ -133,6 +142,8 @@ class Authenticator:
             cert_subject=cert_subject,
             allowed_accounts=self._allowed(self._settings.jwt, claims),
             claims=claims,
+            # "exp" is required and checked to be a number by the decode above.
+            expires_at=float(claims["exp"]) + self._settings.jwt.leeway_seconds,
         )
 
     def _verify(self, settings: JwtSettings, header: str) -> dict[str, Any]:
@@ -145,12 +156,22 @@ class Authenticator:
             raise AuthError(_UNAUTHENTICATED, "authorization metadata is not 'Bearer <token>'")
         options = {"require": ["exp"], "verify_aud": settings.audience is not None}
         last: jwt.PyJWTError | None = None
-        for key in self._keys:
+        try:
+            header_alg = jwt.get_unverified_header(token.strip()).get("alg")
+        except jwt.PyJWTError as exc:
+            raise AuthError(_UNAUTHENTICATED, f"bearer token rejected: {exc}") from exc
+        if header_alg not in settings.algorithms:
+            raise AuthError(
+                _UNAUTHENTICATED, f"bearer token rejected: algorithm {header_alg!r} is not allowed"
+            )
+        for key, algorithms in self._keys:
+            if header_alg not in algorithms:
+                continue
             try:
                 claims: dict[str, Any] = jwt.decode(
                     token.strip(),
                     key=key,
-                    algorithms=list(settings.algorithms),
+                    algorithms=algorithms,
                     audience=settings.audience,
                     issuer=settings.issuer,
                     leeway=settings.leeway_seconds,

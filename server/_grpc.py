@@ -27,7 +27,7 @@ import wire
 from wire import messages
 
 from ._auth import Authenticator, Principal
-from ._errors import AuthError, InvalidRecord, StoreError
+from ._errors import AuthError, InvalidRecord, ServerError, StoreError
 from ._registry import Claim, Role, RoleChange
 from ._sessions import Session, claim_from_info
 from ._state import ServerState
@@ -57,13 +57,24 @@ class ConnectHandler:
     async def __call__(self, stream: wire.ServerStream, call: wire.CallInfo) -> None:
         peer = f"{call.peer[0]}:{call.peer[1]}" if call.peer else ""
         try:
+            await self._serve(stream, call, peer)
+        except ServerError as exc:
+            # A store failure outside a batch (opening the session, registering, an operation
+            # result's journal write) ends this call, never the server: the bridge would
+            # re-raise it out of wire.serve. The agent reconnects and resumes.
+            log.error("agent call from %s ended by a server failure: %s", peer or "?", exc)
+            raise wire.Refuse(wire.Status.UNAVAILABLE, "the server's store failed; retry") from exc
+
+    async def _serve(self, stream: wire.ServerStream, call: wire.CallInfo, peer: str) -> None:
+        try:
             principal = self._auth.authenticate(call.metadata, call.peer_cert)
         except AuthError as exc:
-            raise _refuse(wire.Status[exc.status], str(exc), peer) from None
+            raise _refuse(wire.Status[exc.status], str(exc), peer) from exc
         hello = await self._receive_hello(stream, peer)
         claims = self._claims(hello, principal, peer)
         sessions = self._state.sessions
-        session = await sessions.open(hello, peer)
+        # open() undoes its own registration when it fails, so nothing leaks before the try.
+        session = await sessions.open(hello, peer, principal)
         log.info(
             "agent %s (%s) connected from %s as session %s with %d accounts%s",
             hello.agent_id,
@@ -71,6 +82,8 @@ class ConnectHandler:
             peer,
             session.session_id,
             len(claims),
+            # The previous session's token is a hint only (logged), never a credential:
+            # every call authenticates afresh and gets a new session.
             " (resuming)" if hello.session_token else "",
         )
         try:
@@ -91,13 +104,19 @@ class ConnectHandler:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._send_loop, stream, session)
                         nursery.start_soon(self._heartbeat_loop, session)
+                        nursery.start_soon(self._token_expiry, session, principal)
                         await self._receive_loop(stream, session, principal, peer)
                         nursery.cancel_scope.cancel()
                 except BaseExceptionGroup as group:
                     raise _collapse(group) from None
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
-                await sessions.close(session)
+                try:
+                    await sessions.close(session)
+                except ServerError as exc:
+                    # The registry in memory is already updated; its unsaved changes stay
+                    # dirty and go out with the next successful persist.
+                    log.error("session %s: closing it hit the store: %s", session.session_id, exc)
             log.info(
                 "session %s of agent %s closed%s",
                 session.session_id,
@@ -148,7 +167,7 @@ class ConnectHandler:
             try:
                 claims.append(claim_from_info(info))
             except ValueError as exc:
-                raise _refuse(wire.Status.INVALID_ARGUMENT, f"accounts[{i}]: {exc}", peer) from None
+                raise _refuse(wire.Status.INVALID_ARGUMENT, f"accounts[{i}]: {exc}", peer) from exc
         names = [c.name for c in claims]
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:
@@ -179,6 +198,14 @@ class ConnectHandler:
         while True:
             await trio.sleep(period)
             session.post(messages.ServerMessage(heartbeat=messages.Heartbeat(sent_at_ms=_now_ms())))
+
+    async def _token_expiry(self, session: Session, principal: Principal) -> None:
+        """End the session when its bearer token stops being valid (``exp`` plus the leeway
+        the check at connect allowed): the agent reconnects with a fresh token."""
+        if principal.expires_at is None:
+            return
+        await trio.sleep(max(0.0, principal.expires_at - time.time()))
+        session.end("its bearer token expired; reconnect with a fresh one")
 
     async def _receive_loop(
         self, stream: wire.ServerStream, session: Session, principal: Principal, peer: str
@@ -219,7 +246,7 @@ class ConnectHandler:
         except wire.RecordError as exc:
             raise _refuse(
                 wire.Status.INVALID_ARGUMENT, f"batch seq {batch.seq}: {exc}", peer
-            ) from None
+            ) from exc
         if batch.count != len(records):
             raise _refuse(
                 wire.Status.INVALID_ARGUMENT,
@@ -233,7 +260,7 @@ class ConnectHandler:
             except InvalidRecord as exc:
                 raise _refuse(
                     wire.Status.INVALID_ARGUMENT, f"batch seq {batch.seq}: {exc}", peer
-                ) from None
+                ) from exc
             except StoreError as exc:
                 log.error(
                     "session %s: store failed on batch seq %d: %s",
@@ -243,7 +270,7 @@ class ConnectHandler:
                 )
                 raise wire.Refuse(
                     wire.Status.UNAVAILABLE, "the server's store failed; retry"
-                ) from None
+                ) from exc
             # Objects a relist found gone are deletions too, for the feed's subscribers.
             self._state.feed.publish(kept, swept=outcome.swept)
         await session.outbound.send(messages.ServerMessage(ack=messages.Ack(seq=batch.seq)))
@@ -301,8 +328,9 @@ def _log_rejections(session: Session, decisions: Sequence[RoleChange]) -> None:
     agent usually announces an account late, once it has read the cluster's identity)."""
     for d in decisions:
         if d.role is Role.REJECTED:
-            log.warning("session %s: account %s rejected: %s", session.session_id, d.account,
-                        d.reason)
+            log.warning(
+                "session %s: account %s rejected: %s", session.session_id, d.account, d.reason
+            )
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

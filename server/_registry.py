@@ -332,6 +332,16 @@ class Registry:
         self._deleted.clear()
         return changes
 
+    def requeue(self, changes: Changes) -> None:
+        """Mark ``changes`` (from take_changes, not persisted: the store failed) as pending
+        again, so the next take_changes returns them (with any newer state of the same
+        names)."""
+        self._dirty.update(r.name for r in changes.upserts if r.name in self._accounts)
+        self._deleted.update(n for n in changes.deletes if n not in self._accounts)
+
+    def has_changes(self) -> bool:
+        return bool(self._dirty or self._deleted)
+
     def _put(self, record: AccountRecord) -> None:
         self._accounts[record.name] = record
         self._dirty.add(record.name)

@@ -20,6 +20,7 @@ import trio
 from wire import messages
 
 from ._accounts import AccountService
+from ._auth import Principal
 from ._registry import Claim, Role, RoleChange
 from .store import AgentRecord, ResumePoint, Store
 
@@ -42,7 +43,12 @@ class AgentView:
 
 @dataclass(slots=True)
 class Session:
-    """One open Connect call. Created by SessionManager.open; the handler owns its lifetime."""
+    """One open Connect call. Created by SessionManager.open; the handler owns its lifetime.
+
+    ``token`` is sent in the Welcome; an agent sends it back in its next Hello. It is a hint
+    for logs only (which session an agent resumes), never a credential: every call is
+    authenticated afresh by its bearer token or certificate. ``principal`` is who opened the
+    call (what dynamic accounts it may be given)."""
 
     session_id: str
     token: str
@@ -57,6 +63,7 @@ class Session:
     last_seen_ms: int = 0
     declared: set[str] = field(default_factory=set)
     ended_reason: str = ""
+    principal: Principal = field(default_factory=Principal)
 
     def post(self, message: messages.ServerMessage) -> bool:
         """Queue a message for the agent without waiting. When the queue is full the agent is
@@ -129,8 +136,14 @@ class SessionManager:
 
     # -- lifetime -----------------------------------------------------------------------
 
-    async def open(self, hello: messages.Hello, peer: str) -> Session:
-        """Open a session for a validated Hello (accounts are registered separately)."""
+    async def open(
+        self, hello: messages.Hello, peer: str, principal: Principal | None = None
+    ) -> Session:
+        """Open a session for a validated Hello (accounts are registered separately).
+
+        When writing its agent row fails (StoreError) or is cancelled, the session is
+        forgotten again before the error propagates: nothing is left registered for a caller
+        that never got the session to close."""
         send, receive = trio.open_memory_channel[messages.ServerMessage](self._queue)
         now = self._now_ms()
         session = Session(
@@ -144,10 +157,18 @@ class SessionManager:
             outbound=send,
             outbox=receive,
             last_seen_ms=now,
+            principal=principal or Principal(),
         )
         self._sessions[session.session_id] = session
         self.accounts.registry.open_session(session.session_id, hello.agent_id)
-        await self._store.upsert_agent(self._agent_record(session))
+        try:
+            await self._store.upsert_agent(self._agent_record(session))
+        except BaseException:
+            self._sessions.pop(session.session_id, None)
+            session.outbound.close()
+            # No accounts are registered yet, so this announces no role changes.
+            self.accounts.registry.close_session(session.session_id, now)
+            raise
         return session
 
     def add_close_listener(self, listener: Callable[[Session], None]) -> None:
@@ -301,20 +322,30 @@ class SessionManager:
         return session.agent_id
 
     async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:
-        """Send a dynamic account definition to the least loaded agent; its id, or None.
+        """Send a dynamic account definition to the least loaded agent allowed to serve it;
+        its id, or None when no connected agent is.
 
-        It travels as an Operation of type ``dynamicAccount`` whose payload is the definition.
+        The definition carries cluster credentials, so it only goes to a session whose
+        principal may register the account's name (its token's ``accounts`` claim): the same
+        rule that would let that agent announce the account. It travels as an Operation of
+        type ``dynamicAccount`` whose payload is the definition.
         """
-        if not self._sessions:
+        name = str(definition.get("name", ""))
+        allowed = [
+            s
+            for s in self._sessions.values()
+            if not s.ended_reason and s.principal.may_register(name)
+        ]
+        if not name or not allowed:
             return None
         registry = self.accounts.registry
         session = min(
-            self._sessions.values(),
+            allowed,
             key=lambda s: (len(registry.session_accounts(s.session_id)), s.connected_at_ms),
         )
         operation = messages.Operation(
             id=f"dynamic-{secrets.token_hex(8)}",
-            account=str(definition.get("name", "")),
+            account=name,
             type="dynamicAccount",
             payload_json=json.dumps(definition),
         )

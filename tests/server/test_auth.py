@@ -159,3 +159,29 @@ async def test_mtls_subject_filters_through_the_endpoint(tmp_path: Path) -> None
                 await say_hello(port, untrusted)
             assert [a.name for a in server.state.accounts.list()] == ["prod"]
             nursery.cancel_scope.cancel()
+
+
+def test_each_key_is_tried_only_with_its_own_algorithm_family() -> None:
+    """HS and RS configured together: the secret is never tried as an RSA key and the public
+    key never as an HMAC secret (algorithm confusion), whatever PyJWT's own guards do."""
+    secret = "shared-secret-shared-secret-shared-secret"
+    key, public = _pem_pair(rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    auth = Authenticator(
+        AuthSettings(JwtSettings(("HS256", "RS256"), secret=secret, public_keys=(public,)))
+    )
+    for good in (
+        jwt.encode(_claims(), secret, algorithm="HS256"),
+        jwt.encode(_claims(), key, algorithm="RS256"),
+    ):
+        principal = auth.authenticate({"authorization": f"Bearer {good}"}, None)
+        assert principal.subject == "agent"
+        assert principal.expires_at is not None
+        assert principal.expires_at > time.time() + 60
+    wrong = jwt.encode(_claims(), "another-secret-another-secret-another", algorithm="HS256")
+    with pytest.raises(AuthError, match="signature does not verify") as info:
+        auth.authenticate({"authorization": f"Bearer {wrong}"}, None)
+    # The last key tried was the secret (HS family), not the public key offered to HMAC.
+    assert isinstance(info.value.__cause__, jwt.InvalidSignatureError)
+    other = jwt.encode(_claims(), key, algorithm="RS384")
+    with pytest.raises(AuthError, match="'RS384' is not allowed"):
+        auth.authenticate({"authorization": f"Bearer {other}"}, None)

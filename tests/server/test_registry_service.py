@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import sqlite3
+import time
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
-from server import AccountService, Claim, RegistryStore
+from server import AccountService, Claim, RegistryStore, StoreError
 from server.store import AccountRecord, AccountState, open_sqlite_store
 from wire import EventRecord, EventType
 
@@ -25,6 +30,10 @@ def virtual_time(clock: trio.testing.MockClock) -> Callable[[], int]:
     """
     clock.autojump_threshold = 0.05
     return lambda: int(clock.current_time() * 1000)
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def pod(name: str) -> EventRecord:
@@ -102,3 +111,33 @@ async def test_restart_orphans_served_accounts_and_rest_writes_go_through_the_re
             assert await rest.delete_account("spare")
             assert service.get("spare") is None
             assert not await rest.delete_account("spare")
+
+
+async def test_a_store_failure_in_the_grace_timer_is_logged_and_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The expiry task must not die (taking the server with it) when the store is busy: it
+    logs, keeps the removal pending and writes it once the store answers again."""
+    path = str(tmp_path / "cache.db")
+    with trio.fail_after(60):
+        async with open_sqlite_store(path) as store:
+            service = await AccountService.load(store, now_ms=wall_ms, orphan_grace_ms=0)
+            service.registry.open_session("s1", "agent")
+            service.registry.register("s1", PROD, wall_ms())
+            await service.persist()
+            blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            try:
+                blocker.execute("BEGIN EXCLUSIVE")  # every write now fails after busy_timeout
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(functools.partial(service.run_expiry, retry_seconds=0.2))
+                    with pytest.raises(StoreError, match="locked"):
+                        await service.changed(service.registry.close_session("s1", wall_ms()))
+                    while "could not persist the account registry" not in caplog.text:
+                        await trio.sleep(0.1)
+                    assert service.get("prod") is None  # gone in memory, pending on disk
+                    blocker.execute("ROLLBACK")
+                    while await store.get_account("prod") is not None:
+                        await trio.sleep(0.1)
+                    nursery.cancel_scope.cancel()
+            finally:
+                blocker.close()
