@@ -48,18 +48,9 @@ PREFERRED_GROUPS: tuple[str, ...] = ("", "apps", "batch", "networking.k8s.io", "
 
 
 @dataclass(frozen=True, slots=True)
-class Resource:
-    """One API resource an operation talks to, with its URL paths."""
-
-    group: str
-    version: str
-    kind: str
-    plural: str
-    namespaced: bool
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
+class Resource(KindInfo):
+    """One API resource an operation talks to: discovery's KindInfo (group, version, kind,
+    plural, namespaced, api_version), with object paths and Spinnaker's name for it."""
 
     @property
     def spinnaker_kind(self) -> str:
@@ -70,10 +61,8 @@ class Resource:
         return f"{self.kind}.{self.group}"
 
     def collection_path(self, namespace: str = "") -> str:
-        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            return f"{root}/namespaces/{namespace}/{self.plural}"
-        return f"{root}/{self.plural}"
+        # A cluster-scoped kind's paths have no namespace, whatever the description says.
+        return KindInfo.collection_path(self, namespace if self.namespaced else "")
 
     def object_path(self, namespace: str, name: str, subresource: str = "") -> str:
         path = f"{self.collection_path(namespace)}/{name}"
