@@ -20,6 +20,12 @@ figures. Phases, in one run:
    same 99,000 events replayed from kubesim's history) consumed by kubernetes_asyncio's
    ``watch.Watch`` in a child process on plain asyncio, for ``--peer-events`` events.
 
+kubesim serves https by default (``--no-tls`` for http): the agent's watches then go over its
+own HTTP/2 connection, as against a real API server. Besides the rates, the agent's CPU time
+per watch event is printed: unlike the rates it barely depends on what else the shared cores
+are doing (DESIGN section 3 budgets ~35 us). ``BENCH_AGENT_PROFILE=FILE`` runs the watch
+phase's agent under cProfile (CPU time) into FILE.
+
 With ``--json`` the last line is one JSON object: sync_objects_per_s, watch_events_per_s,
 peer_events_per_s, ratio, rss_growth_mb (plus the raw figures).
 """
