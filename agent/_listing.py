@@ -6,16 +6,24 @@ to the caller's ``on_page`` one at a time, so the agent holds at most one page o
 A 410 on a continue token (it expired while we paged) raises ``KubeGoneError``: the caller
 starts the whole list again, as a list spread over pages of different versions is not one
 consistent snapshot.
+
+Two bounds keep one list from wedging its reflector (which holds the initial-list caps while
+it lists, so other kinds and /ready wait on it): every page, headers and body, must arrive
+within ``page_deadline`` seconds (``timeoutSeconds`` bounds only the headers, and defaults to
+none), else KubeTimeoutError.
 """
 
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
-from ._errors import KubeStatusError, status_error
+import trio
+
+from ._errors import KubeStatusError, KubeTimeoutError, status_error
 from ._seam import KubeResponse, KubeTransport
 from ._watch_errors import WatchDecodeError
 from ._watchline import ListPage, decode_list_page, decode_status
@@ -24,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_PAGE_BYTES",
     "DEFAULT_PAGE_LIMIT",
     "STATUS_BODY_LIMIT",
+    "BodyTooLarge",
     "check_status",
     "list_pages",
     "parse_retry_after",
@@ -38,14 +47,22 @@ DEFAULT_MAX_PAGE_BYTES: Final = 64 * 2**20
 STATUS_BODY_LIMIT: Final = 64 * 2**10
 
 
+class BodyTooLarge(WatchDecodeError):
+    """A response body longer than the reader's ``limit`` (attribute) bytes."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"{what}: response body exceeds {limit} bytes")
+        self.limit = limit
+
+
 async def read_body(response: KubeResponse, *, limit: int, what: str) -> bytes:
-    """Read a whole body, refusing one longer than ``limit`` bytes (WatchDecodeError)."""
+    """Read a whole body, refusing one longer than ``limit`` bytes (BodyTooLarge)."""
     chunks: list[bytes] = []
     size = 0
     while chunk := await response.receive_some():
         size += len(chunk)
         if size > limit:
-            raise WatchDecodeError(f"{what}: response body exceeds {limit} bytes")
+            raise BodyTooLarge(what, limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -108,12 +125,15 @@ async def list_pages(
     limit: int = DEFAULT_PAGE_LIMIT,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
     strip_managed_fields: bool = False,
+    page_deadline: float = math.inf,
 ) -> str:
     """List a collection page by page; return the list's resourceVersion.
 
     ``on_page`` is awaited once per page, in order, before the next page is requested (so
-    backpressure from it slows the listing). Raises KubeStatusError subclasses
-    (KubeGoneError when a continue token expired), KubeConnectionError, WatchDecodeError.
+    backpressure from it slows the listing; its time does not count against
+    ``page_deadline``). Raises KubeStatusError subclasses (KubeGoneError when a continue
+    token expired), KubeTimeoutError (a page not read within ``page_deadline`` seconds),
+    KubeConnectionError, WatchDecodeError.
     """
     continue_token = ""
     while True:
@@ -121,9 +141,7 @@ async def list_pages(
         query["limit"] = str(limit)
         if continue_token:
             query["continue"] = continue_token
-        async with transport.stream("GET", path, params=query, headers=headers) as response:
-            await check_status(response, method="LIST", path=path)
-            body = await read_body(response, limit=max_page_bytes, what=f"list {path}")
+        body = await _read_page(transport, path, query, headers, max_page_bytes, page_deadline)
         page = decode_list_page(
             body, api_version=api_version, kind=kind, strip_managed_fields=strip_managed_fields
         )
@@ -132,3 +150,22 @@ async def list_pages(
         if not page.continue_token:
             return page.resource_version
         continue_token = page.continue_token
+
+
+async def _read_page(
+    transport: KubeTransport,
+    path: str,
+    query: Mapping[str, str],
+    headers: Mapping[str, str] | None,
+    max_page_bytes: int,
+    deadline: float,
+) -> bytes:
+    """One page's body, headers and body read within ``deadline`` seconds."""
+    with trio.move_on_after(deadline) as scope:
+        async with transport.stream("GET", path, params=query, headers=headers) as response:
+            await check_status(response, method="LIST", path=path)
+            return await read_body(response, limit=max_page_bytes, what=f"list {path}")
+    assert scope.cancelled_caught
+    raise KubeTimeoutError(
+        f"LIST {path}: timeout: page (limit {query['limit']}) not read within {deadline} s"
+    )

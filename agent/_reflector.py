@@ -298,6 +298,8 @@ class Reflector:
                 limit=self._settings.page_limit,
                 max_page_bytes=self._settings.max_page_bytes,
                 strip_managed_fields=self._settings.strip_managed_fields,
+                # A stalled page would hold the initial-list caps (and /ready) for ever.
+                page_deadline=self._settings.inactivity_seconds,
             )
             await self._send.send(self._marker(EventType.SYNC_END, resource_version))
         self._tracker.listed(resource_version)

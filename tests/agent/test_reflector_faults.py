@@ -9,6 +9,7 @@ import stat
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,14 @@ import trio
 import yaml
 
 import kubesim
-from agent import AccountConfig, AccountWatchStatus, ListCaps, WatchTarget, run_account
+from agent import (
+    AccountConfig,
+    AccountWatchStatus,
+    KindInfo,
+    ListCaps,
+    WatchTarget,
+    run_account,
+)
 from agent._kube_client import open_kube_client
 from budget import ByteBudget, EventSender, open_event_channel
 
@@ -139,4 +147,28 @@ async def test_run_account_survives_its_client_being_closed(tmp_path: Path) -> N
             await trio.sleep(0.5)  # rediscovery keeps failing, and keeps running
             assert "is closed" in status.discovery_error
             assert len(status.reflectors) == 1  # a failed rediscovery keeps the reflectors
+
+
+
+CONFIGMAPS = KindInfo("", "v1", "ConfigMap", "configmaps", True)
+
+
+async def test_a_stalled_list_page_times_out_and_frees_the_list_caps(tmp_path: Path) -> None:
+    settings = replace(FAST, inactivity_seconds=0.5)
+    with trio.fail_after(20):
+        async with open_env(tmp_path) as env:
+            env.sim.create(pod("a"))
+            env.sim.create({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "cm", "namespace": "default"}})
+            env.caps = ListCaps(total_budget=1)  # one list at a time: a stall would block all
+            env.server.faults.stall_responses(count=1)  # the first page never comes
+            pods = env.reflector(WatchTarget(PODS), settings=settings)
+            maps = env.reflector(WatchTarget(CONFIGMAPS), settings=settings)
+            await env.nursery.start(pods.run)
+            await env.nursery.start(maps.run)
+            await env.receiver.wait_for(lambda: pods.state.synced and maps.state.synced)
+            assert "not read within 0.5 s" in pods.state.last_error
+            assert pods.state.lists == 2
+            assert env.receiver.names("Pod") == {"a"}
+            assert env.receiver.names("ConfigMap") == {"cm"}
 
