@@ -10,7 +10,8 @@ consistent snapshot.
 Two bounds keep one list from wedging its reflector (which holds the initial-list caps while
 it lists, so other kinds and /ready wait on it): every page, headers and body, must arrive
 within ``page_deadline`` seconds (``timeoutSeconds`` bounds only the headers, and defaults to
-none), else KubeTimeoutError.
+none), else KubeTimeoutError; and a page larger than ``max_page_bytes`` is asked for again
+with half the ``limit`` (down to one object) instead of failing the same way for ever.
 """
 
 from __future__ import annotations
@@ -131,9 +132,11 @@ async def list_pages(
 
     ``on_page`` is awaited once per page, in order, before the next page is requested (so
     backpressure from it slows the listing; its time does not count against
-    ``page_deadline``). Raises KubeStatusError subclasses (KubeGoneError when a continue
-    token expired), KubeTimeoutError (a page not read within ``page_deadline`` seconds),
-    KubeConnectionError, WatchDecodeError.
+    ``page_deadline``). A page over ``max_page_bytes`` is requested again (same continue
+    token) with half the limit, down to 1; the smaller limit is kept for the rest of this
+    list. Raises KubeStatusError subclasses (KubeGoneError when a continue token expired),
+    KubeTimeoutError (a page not read within ``page_deadline`` seconds), KubeConnectionError,
+    WatchDecodeError (BodyTooLarge: one object alone is over ``max_page_bytes``).
     """
     continue_token = ""
     while True:
@@ -141,7 +144,16 @@ async def list_pages(
         query["limit"] = str(limit)
         if continue_token:
             query["continue"] = continue_token
-        body = await _read_page(transport, path, query, headers, max_page_bytes, page_deadline)
+        try:
+            body = await _read_page(
+                transport, path, query, headers, max_page_bytes, page_deadline
+            )
+        except BodyTooLarge:
+            if limit == 1:
+                raise
+            # limit 0 (everything at once) starts halving from the default page size.
+            limit = max(1, limit // 2) if limit > 0 else DEFAULT_PAGE_LIMIT
+            continue
         page = decode_list_page(
             body, api_version=api_version, kind=kind, strip_managed_fields=strip_managed_fields
         )

@@ -172,3 +172,20 @@ async def test_a_stalled_list_page_times_out_and_frees_the_list_caps(tmp_path: P
             assert env.receiver.names("Pod") == {"a"}
             assert env.receiver.names("ConfigMap") == {"cm"}
 
+
+async def test_a_page_over_max_page_bytes_is_asked_for_again_with_a_smaller_limit(
+    tmp_path: Path,
+) -> None:
+    # A page of these pods is ~250 bytes plus ~520 per pod: 1000 bytes hold only one.
+    settings = replace(FAST, page_limit=4, max_page_bytes=1000)
+    with trio.fail_after(20):
+        async with open_env(tmp_path) as env:
+            for i in range(5):
+                env.sim.create(pod(f"p{i}"))
+            reflector = env.reflector(WatchTarget(PODS), settings=settings)
+            await env.nursery.start(reflector.run)
+            await env.receiver.wait_for(lambda: reflector.state.synced)
+            assert env.receiver.names("Pod") == {f"p{i}" for i in range(5)}
+            assert reflector.state.lists == 1
+            # limit 4 and 2 overflow, then five pages of one object.
+            assert env.server.requests.count("list", "pods") == 7
