@@ -54,7 +54,7 @@ from ._kube_client import (
     open_kube_client,
 )
 from ._kubeconfig import ClusterAccess, load_kubeconfig, parse_kubeconfig, service_account_access
-from ._link import Link, LinkSettings, LinkStatus
+from ._link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus
 from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
 from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
@@ -67,6 +67,7 @@ from ._watch_errors import LineTooLong, WatchDecodeError, WatchError
 from ._watchline import WatchDecoder, WatchEvent, decode_list_page
 
 __all__ = [
+    "OVERSIZE_ANNOTATION",
     "AccountConfig",
     "AccountListCaps",
     "AccountSet",

@@ -12,7 +12,8 @@ server stored per kind. Then four kinds of task share the session's nursery:
 * the *sender*: it takes batches from the budget channel (bounded by count and bytes, with a
   few ms of linger so a burst travels in full batches and a lone change still goes at once),
   frames them as one EventBatch each, and keeps them until the server's Ack, which releases
-  their bytes in the budget;
+  their bytes in the budget; with ``max_batches_in_flight`` unacknowledged it waits for an Ack,
+  so a server that falls behind receives fewer, larger batches;
 * the *receiver*: Acks, Assignments, Operations and Heartbeats from the server; any message
   pushes the inactivity deadline forward;
 * the *heartbeat*, every ``keepAliveHeartbeatSeconds``;
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import betterproto
+import msgspec
 import trio
 
 import wire
@@ -45,6 +47,7 @@ from budget import Batch, ByteBudget, EventReceiver, EventSender, open_event_cha
 from wire import messages
 
 from ._backoff import Backoff
+from ._errors import AgentError
 
 log = logging.getLogger("agent.link")
 
@@ -52,6 +55,10 @@ ResumeKey = tuple[str, str, str]  # (api_version, kind, scope)
 
 #: Operation results waiting for a session to carry them; past this, operations wait.
 MAX_PENDING_RESULTS = 256
+#: Operations running at once; past this the agent answers Unavailable at once.
+MAX_OPERATIONS_IN_FLIGHT = 512
+#: Marks an object that was too large to send: only its metadata reached the server.
+OVERSIZE_ANNOTATION = "kubesvc.io/oversize"
 
 
 class AccountRunner(Protocol):
@@ -91,6 +98,11 @@ class LinkSettings:
     batch_max_events: int = 1000
     batch_max_bytes: int = 1024 * 1024
     linger_seconds: float = 0.005
+    # Batches sent and not yet acknowledged. When the server is this far behind, the sender
+    # waits for an Ack while changes gather (and coalesce) in the channel, so the next batch
+    # carries all of them: a busy server gets fewer, larger transactions instead of a queue of
+    # small ones that only grows its latency.
+    max_batches_in_flight: int = 4
     max_linger_seconds: float = 0.05
     max_message_size: int = wire.DEFAULT_MAX_MESSAGE_SIZE
 
@@ -151,6 +163,12 @@ class Link:
         )
         self._unsent: messages.OperationResult | None = None
         self._operations_nursery: trio.Nursery | None = None
+        self._operations_in_flight = 0
+        # Account changes waiting for a session to announce them: name -> the account's info,
+        # or None when it was removed. Newest wins per name, so it holds at most one entry per
+        # account; a session's own task sends it (nothing else writes to the stream).
+        self._pending_changes: dict[str, messages.AccountInfo | None] = {}
+        self._changes_wakeup = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, serve a session, reconnect with backoff after it ends; never returns."""
@@ -164,7 +182,7 @@ class Link:
         while True:
             try:
                 await self._one_session(backoff)
-            except* (wire.WireError, trio.TooSlowError, _SessionEnded) as group:
+            except* (wire.WireError, trio.TooSlowError, _SessionEnded, AgentError) as group:
                 reason = "; ".join(dict.fromkeys(_describe(exc) for exc in _leaves(group)))
                 if self.status.connected:
                     self.status.disconnections += 1
@@ -183,38 +201,55 @@ class Link:
     async def accounts_changed(
         self, accounts: Sequence[messages.AccountInfo], removed: Sequence[str]
     ) -> None:
-        """Tell the server about added/changed/removed accounts (live reload).
+        """Announce added/changed/removed accounts (live reload, identity found, dynamic).
 
-        Removed ones stop at once; the server answers the others with an Assignment. Without a
-        session this does nothing: the next Hello carries the new set.
+        Removed and changed accounts stop at once (a changed one starts again when the server
+        assigns it); the announcement itself is queued for the session's own task, so it is
+        sent whole by the session that owns the stream, or by the next one.
         """
         session = self._session
-        if session is None:
-            return
         for name in removed:
-            session.stop_account(name)
+            self._pending_changes[name] = None
             self.status.roles.pop(name, None)
             self.status.role_reasons.pop(name, None)
-        for info in accounts:  # a changed account restarts under its new settings
-            session.stop_account(info.name)
-        await session.send(
-            messages.AgentMessage(
-                accounts_changed=messages.AccountsChanged(accounts=list(accounts),
-                                                          removed=list(removed))
-            )
-        )
+            if session is not None:
+                session.stop_account(name)
+        for info in accounts:
+            self._pending_changes[info.name] = info
+            if session is not None:
+                session.stop_account(info.name)
+        self._changes_wakeup.set()
 
     async def _run_operation(self, operation: messages.Operation) -> None:
         handler = self._operations
+        if self._operations_in_flight >= MAX_OPERATIONS_IN_FLIGHT:
+            await self._results_in.send(messages.OperationResult(
+                id=operation.id, account=operation.account, ok=False,
+                error_code="Unavailable",
+                error_message=f"the agent is already running {MAX_OPERATIONS_IN_FLIGHT} "
+                "operations; try again later",
+            ))
+            return
+        self._operations_in_flight += 1
+        try:
+            result = await self._answer(operation, handler)
+        finally:
+            self._operations_in_flight -= 1
+        await self._results_in.send(result)
+
+    @staticmethod
+    async def _answer(
+        operation: messages.Operation, handler: OperationHandler | None
+    ) -> messages.OperationResult:
         if handler is None:
-            result = messages.OperationResult(
+            return messages.OperationResult(
                 id=operation.id, account=operation.account, ok=False,
                 error_code="Unsupported",
                 error_message=f"this agent does not run {operation.type!r} operations",
             )
         else:
             result = await handler(operation)
-        await self._results_in.send(result)
+        return result
 
     # -- one session ---------------------------------------------------------------------
 
@@ -223,6 +258,8 @@ class Link:
         metadata: dict[str, str] = {}
         if self._token is not None and (token := await self._token()):
             metadata["authorization"] = f"Bearer {token}"
+        # Changes queued so far are in this snapshot; later ones go out after the Welcome.
+        self._pending_changes.clear()
         accounts = list(await self._hello_accounts())
         hello = messages.Hello(
             protocol_version=wire.PROTOCOL_VERSION,
@@ -259,16 +296,10 @@ class Link:
             send, receive = open_event_channel(self._budget)
             with send, receive:
                 async with trio.open_nursery() as nursery:
-                    session = _Session(self, stream, nursery, send, receive)
+                    session = _Session(self, stream, nursery, send, receive, welcome.limits)
                     self._session = session
                     session.assign(welcome.accounts)
-                    # Accounts whose cluster became known while Hello was in flight.
-                    announced = {info.name for info in accounts}
-                    late = [info for info in await self._hello_accounts()
-                            if info.name not in announced]
-                    if late:
-                        await session.send(messages.AgentMessage(
-                            accounts_changed=messages.AccountsChanged(accounts=late)))
+                    nursery.start_soon(session.send_account_changes)
                     nursery.start_soon(session.send_batches)
                     nursery.start_soon(session.receive_messages)
                     nursery.start_soon(session.send_results)
@@ -290,14 +321,26 @@ class _Session:
         nursery: trio.Nursery,
         send: EventSender,
         receive: EventReceiver,
+        limits: messages.Limits | None = None,
     ) -> None:
         self._link = link
+        settings = link._settings
+        # The server's limits win over ours: a batch it would refuse must never be built.
+        self._max_events = settings.batch_max_events
+        self._max_message = settings.max_message_size
+        if limits is not None and limits.max_batch_events:
+            self._max_events = max(1, min(self._max_events, limits.max_batch_events))
+        if limits is not None and limits.max_message_size:
+            self._max_message = min(self._max_message, limits.max_message_size)
+        # Room for the envelope and the records' headers around the objects' bytes.
+        self._max_bytes = max(1, min(settings.batch_max_bytes, self._max_message - 64 * 1024))
         self._stream = stream
         self._nursery = nursery
         self._events = send
         self._receive = receive
         self._send_lock = trio.Lock()
         self._unacked: dict[int, Batch] = {}
+        self._in_flight = trio.Semaphore(max(link._settings.max_batches_in_flight, 1))
         self._seq = 0
         self._accounts: dict[str, trio.CancelScope] = {}
 
@@ -358,27 +401,28 @@ class _Session:
     async def send_batches(self) -> None:
         settings = self._link._settings
         status = self._link.status
+        max_events = self._max_events
         limits = wire.RecordLimits(
-            max_events=max(settings.batch_max_events, 1),
-            max_bytes=settings.max_message_size,
-            max_object_bytes=settings.max_message_size,
+            max_events=max_events,
+            max_bytes=self._max_message,
+            max_object_bytes=self._max_message,
         )
         capacity = self._link._budget.statistics().capacity
-        max_bytes = max(min(settings.batch_max_bytes, capacity // 4), 64 * 1024)
+        max_bytes = min(self._max_bytes, max(capacity // 4, 64 * 1024))
         while True:
             await self._receive.wait_pending(1, 1)
-            await self._linger(settings, max_bytes)
+            await self._in_flight.acquire()
+            await self._linger(settings, max_events, max_bytes)
             try:
-                batch = self._receive.receive_batch_nowait(settings.batch_max_events,
-                                                           max_bytes)
+                batch = self._receive.receive_batch_nowait(max_events, max_bytes)
             except trio.WouldBlock:
                 # wait_pending also returns when a sender is blocked on the budget; with the
                 # whole budget in flight nothing is pending until an Ack makes room.
-                batch = await self._receive.receive_batch(settings.batch_max_events,
-                                                          max_bytes)
+                batch = await self._receive.receive_batch(max_events, max_bytes)
             records = self._records_of(batch, limits)
             if not records:
                 self._receive.acknowledge(batch)
+                self._in_flight.release()
                 continue
             self._seq += 1
             self._unacked[self._seq] = batch
@@ -397,7 +441,7 @@ class _Session:
                 count, size = status.events_by_kind.get(key, (0, 0))
                 status.events_by_kind[key] = (count + 1, size + len(record.object))
 
-    async def _linger(self, settings: LinkSettings, max_bytes: int) -> None:
+    async def _linger(self, settings: LinkSettings, max_events: int, max_bytes: int) -> None:
         """Wait for a full batch: ``linger_seconds`` at a time while events keep coming, at
         most ``max_linger_seconds`` in all. A lone change goes after one linger; a stream of
         events that trickles in (the agent or the server busy) still travels in full batches
@@ -407,10 +451,10 @@ class _Session:
         before = receive.statistics().pending_entries
         while True:
             with trio.move_on_after(settings.linger_seconds):
-                await receive.wait_pending(settings.batch_max_events, max_bytes)
+                await receive.wait_pending(max_events, max_bytes)
             stats = receive.statistics()
             if (
-                stats.pending_entries >= settings.batch_max_events
+                stats.pending_entries >= max_events
                 or stats.pending_bytes >= max_bytes
                 or stats.pending_entries == before  # nothing came: no point waiting
                 or stats.senders_waiting  # a sender is blocked: only a take makes room
@@ -420,8 +464,9 @@ class _Session:
             before = stats.pending_entries
 
     def _records_of(self, batch: Batch, limits: wire.RecordLimits) -> list[wire.EventRecord]:
-        # An object bigger than a message can never be sent: report it and let it go, so it
-        # does not wedge the stream behind it (the server keeps its previous state).
+        # An object bigger than a message can never travel whole. Dropping it would be worse
+        # than wrong: a listing's SYNC_END would sweep it from the cache although it exists.
+        # So it travels as its metadata, marked, and the operator is told.
         room = limits.max_object_bytes - 4096
         records: list[wire.EventRecord] = []
         for entry in batch.entries:
@@ -431,12 +476,33 @@ class _Session:
                 self._link.status.oversize_dropped += 1
                 log.error(
                     "%s %s/%s in account %s is %d bytes, more than a message may carry (%d): "
-                    "not sent", record.kind, record.namespace or "-", record.name,
-                    record.account, len(record.object), room,
+                    "sending its metadata only, marked %s", record.kind,
+                    record.namespace or "-", record.name, record.account, len(record.object),
+                    room, OVERSIZE_ANNOTATION,
                 )
-                continue
+                record = oversize_stand_in(record, room)
             records.append(record)
         return records
+
+    async def send_account_changes(self) -> None:
+        """Announce queued account changes; this task is the only writer of AccountsChanged."""
+        link = self._link
+        while True:
+            await link._changes_wakeup.wait()
+            link._changes_wakeup = trio.Event()
+            changes, link._pending_changes = link._pending_changes, {}
+            if not changes:
+                continue
+            message = messages.AccountsChanged(
+                accounts=[info for info in changes.values() if info is not None],
+                removed=[name for name, info in changes.items() if info is None],
+            )
+            try:
+                await self.send(messages.AgentMessage(accounts_changed=message))
+            except BaseException:
+                # Not sent: the next session announces them (newer changes win).
+                link._pending_changes = {**changes, **link._pending_changes}
+                raise
 
     async def receive_messages(self) -> None:
         settings = self._link._settings
@@ -456,6 +522,7 @@ class _Session:
             if batch is None:
                 raise _SessionEnded(f"the server acknowledged unknown batch {body.seq}")
             self._receive.acknowledge(batch)
+            self._in_flight.release()
         elif isinstance(body, messages.Assignment):
             self.assign(body.accounts)
         elif isinstance(body, messages.Operation):
@@ -509,3 +576,34 @@ def _before_welcome(exc: wire.ConnectionLost, settings: LinkSettings) -> str:
             "check clouddriver.tls.clientCertFile against the server's client CA)"
         )
     return reason
+
+
+def oversize_stand_in(record: wire.EventRecord, room: int) -> wire.EventRecord:
+    """``record`` with its object cut down to identity and metadata, marked as oversize.
+
+    Labels and owner references stay (the server's queries and Clouddriver's views use
+    them) unless even they do not fit; annotations and everything else go.
+    """
+    try:
+        body = msgspec.json.decode(record.object)
+    except msgspec.DecodeError:
+        body = {}
+    metadata = body.get("metadata") if isinstance(body, dict) else None
+    metadata = metadata if isinstance(metadata, dict) else {}
+    kept = {key: metadata[key] for key in _OVERSIZE_KEPT if key in metadata}
+    kept["annotations"] = {
+        OVERSIZE_ANNOTATION: f"{len(record.object)} bytes; only metadata was sent"
+    }
+    stand_in = {"apiVersion": record.api_version, "kind": record.kind, "metadata": kept}
+    encoded = msgspec.json.encode(stand_in)
+    if len(encoded) > room:
+        for key in ("labels", "ownerReferences"):
+            kept.pop(key, None)
+        encoded = msgspec.json.encode(stand_in)
+    return msgspec.structs.replace(record, object=encoded)
+
+
+_OVERSIZE_KEPT = (
+    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "labels", "ownerReferences",
+)
