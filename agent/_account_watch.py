@@ -68,13 +68,15 @@ async def run_account(
     status: AccountWatchStatus | None = None,
     hooks: ReflectorHooks | None = None,
     discovery_interval: float = 120.0,
+    budget_capacity: int | None = None,
     task_status: trio.TaskStatus[AccountWatchStatus] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Watch every selected kind of ``account`` until cancelled.
 
     ``resume`` maps (api_version, kind, scope) to the resourceVersion to resume from (the
     server's resume points); targets without one list first. ``send`` is cloned per
-    reflector and not closed here. ``task_status.started(status)`` is called once the first
+    reflector and not closed here; ``budget_capacity`` is its ByteBudget's capacity (see
+    Reflector). ``task_status.started(status)`` is called once the first
     discovery succeeded and its reflectors started. Discovery failures are retried with
     backoff and reported in ``status.discovery_error``.
     """
@@ -123,6 +125,7 @@ async def run_account(
                     settings=settings,
                     resume_from=resume.pop((info.api_version, info.kind, target.scope), None),
                     hooks=hooks,
+                    budget_capacity=budget_capacity,
                 )
                 scope = trio.CancelScope()
                 running[target] = _Running(scope, reflector)

@@ -175,7 +175,9 @@ class Reflector:
     ``resume_from`` is where the caller wants to start: None lists first; a resourceVersion
     (for example the resume point the server returned) watches from it, and a 410 on it
     lists. ``send`` is the reflector's own clone of the channel's sender; the reflector never
-    closes it. ``run`` returns only by cancellation or when the channel is closed (then
+    closes it. ``budget_capacity`` is the capacity of the channel's ByteBudget (a group of
+    entries larger than it is sent in chunks; unknown, every group of several entries is
+    sent the awaited way). ``run`` returns only by cancellation or when the channel is closed (then
     trio.BrokenResourceError / ClosedResourceError / budget.BudgetClosed propagate).
     """
 
@@ -190,6 +192,7 @@ class Reflector:
         settings: ReflectorSettings | None = None,
         resume_from: str | None = None,
         hooks: ReflectorHooks | None = None,
+        budget_capacity: int | None = None,
     ) -> None:
         self.account = account
         self.target = target
@@ -213,6 +216,10 @@ class Reflector:
         self._fixed_size = RECORD_OVERHEAD + len(account) + len(info.api_version) + len(info.kind)
         self._bookmark_key = BookmarkKey(account, info.api_version, info.kind, target.scope)
         self._random = random.Random()
+        # What the channel admits as one group (see _admissible_at_once). Without the
+        # budget's capacity, several entries always take the awaited (splitting) path.
+        self._budget_capacity = budget_capacity or 0
+        self._max_group_entries = send.statistics().max_pending_entries
 
     @property
     def resource_version(self) -> str | None:
@@ -382,9 +389,15 @@ class Reflector:
         in_initial = initial is not None and not initial.done
         entries = self._entries(events, initial)
         if entries:
-            try:
-                self._send.send_many_nowait(entries)  # the common case: room in the budget
-            except (trio.WouldBlock, ValueError):  # ValueError: larger than the whole budget
+            if self._admissible_at_once(entries):
+                try:
+                    self._send.send_many_nowait(entries)  # the common case: room in the budget
+                    waited = False
+                except trio.WouldBlock:
+                    waited = True
+            else:
+                waited = True  # send_many splits a group the channel could never take whole
+            if waited:
                 # Backpressure is not inactivity: no deadline while the channel waits.
                 idle.deadline = math.inf
                 await self._send.send_many(entries)
@@ -407,6 +420,18 @@ class Reflector:
         if failure is not None and failure.status is not None:
             status = failure.status
             raise status_from_event(status.code, status.reason, status.message, path=self._path)
+
+    def _admissible_at_once(self, entries: Sequence[Entry]) -> bool:
+        """Whether the channel could take ``entries`` as one group (send_many_nowait's rule).
+
+        Decided here, from the sizes, rather than by catching send_many_nowait's ValueError:
+        a ValueError from a real accounting bug must surface, not re-send the group.
+        """
+        if len(entries) == 1:
+            return True
+        if len(entries) > self._max_group_entries:
+            return False
+        return sum(entry.size for entry in entries) <= self._budget_capacity
 
     # --- records ------------------------------------------------------------------------
 

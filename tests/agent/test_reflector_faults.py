@@ -22,6 +22,7 @@ from agent import (
     AccountWatchStatus,
     KindInfo,
     ListCaps,
+    Reflector,
     WatchTarget,
     run_account,
 )
@@ -71,8 +72,12 @@ def exec_kubeconfig(tmp_path: Path, server: kubesim.Server, broken: Path) -> Pat
 
 
 @asynccontextmanager
-async def drained() -> AsyncIterator[tuple[Receiver, EventSender, trio.Nursery]]:
-    send, receive = open_event_channel(ByteBudget(8 * 2**20))
+async def drained(
+    capacity: int = 8 * 2**20, max_pending_entries: int = 1_000_000
+) -> AsyncIterator[tuple[Receiver, EventSender, trio.Nursery]]:
+    send, receive = open_event_channel(
+        ByteBudget(capacity), max_pending_entries=max_pending_entries
+    )
     receiver = Receiver()
     async with send, trio.open_nursery() as nursery:
         nursery.start_soon(receiver.drain, receive)
@@ -189,3 +194,31 @@ async def test_a_page_over_max_page_bytes_is_asked_for_again_with_a_smaller_limi
             assert reflector.state.lists == 1
             # limit 4 and 2 overflow, then five pages of one object.
             assert env.server.requests.count("list", "pods") == 7
+
+
+@pytest.mark.parametrize("capacity", [None, 3000])
+async def test_groups_larger_than_the_budget_or_the_entry_cap_are_sent_split(
+    tmp_path: Path, capacity: int | None
+) -> None:
+    # A record of these pods is ~600 bytes: a read of many events exceeds both the 3000-byte
+    # budget and the 4-entry cap, so the group must go through send_many (which splits it).
+    sim = kubesim.Cluster(kubesim.SimConfig(bookmark_interval=60.0, controllers=False))
+    with trio.fail_after(20):
+        async with kubesim.open_server(sim) as server:
+            kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+            account = AccountConfig(name="acc", kube_config_file=str(kubeconfig))
+            async with (
+                open_kube_client(account) as client,
+                drained(3000, max_pending_entries=4) as (receiver, send, nursery),
+            ):
+                reflector = Reflector(
+                    account="acc", target=WatchTarget(PODS), transport=client,
+                    send=send.clone(), caps=ListCaps().for_account("acc"), settings=FAST,
+                    budget_capacity=capacity,
+                )
+                await nursery.start(reflector.run)
+                await receiver.wait_for(lambda: reflector.state.synced)
+                for i in range(20):
+                    sim.create(pod(f"p{i}"))
+                await receiver.wait_for(lambda: len(receiver.names("Pod")) == 20)
+                assert reflector.state.last_error == ""
