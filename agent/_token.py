@@ -7,7 +7,9 @@ JSON object ``{"token": ...}`` (``format: json``), re-run every ``refreshInterva
 
 from __future__ import annotations
 
+import functools
 import json
+import subprocess
 
 import trio
 
@@ -16,13 +18,16 @@ from ._errors import ConfigError
 
 # A token command that prints more than this is broken; do not hold its output.
 MAX_TOKEN_OUTPUT = 64 * 1024
+# A token command that hangs must not hold the link's reconnect for ever.
+TOKEN_COMMAND_SECONDS = 30.0
 
 
 class TokenSource:
     """Gives the current bearer token, running ``tokenCommand`` when its result is stale."""
 
-    def __init__(self, auth: AuthConfig) -> None:
+    def __init__(self, auth: AuthConfig, *, command_seconds: float = TOKEN_COMMAND_SECONDS) -> None:
         self._auth = auth
+        self._command_seconds = command_seconds
         self._cached: str | None = None
         self._fetched_at: float | None = None
 
@@ -50,17 +55,18 @@ class TokenSource:
         assert command is not None
         where = "clouddriver.auth.tokenCommand"
         try:
-            done = await trio.run_process(
-                [command.command, *command.args], capture_stdout=True, capture_stderr=True,
-                check=False,
-            )
+            with trio.fail_after(self._command_seconds):
+                returncode, raw = await _run_bounded([command.command, *command.args])
         except OSError as exc:
             raise ConfigError(f"cannot run {command.command!r}: {exc}", path=where) from exc
-        if done.returncode != 0:
+        except trio.TooSlowError as exc:
             raise ConfigError(
-                f"{command.command!r} exited with status {done.returncode}", path=where
-            )
-        output = done.stdout[:MAX_TOKEN_OUTPUT].decode("utf-8", "replace").strip()
+                f"{command.command!r} did not finish within {self._command_seconds:g} s",
+                path=where,
+            ) from exc
+        if returncode != 0:
+            raise ConfigError(f"{command.command!r} exited with status {returncode}", path=where)
+        output = raw.decode("utf-8", "replace").strip()
         if command.format == "json":
             try:
                 token = json.loads(output)["token"]
@@ -75,3 +81,25 @@ class TokenSource:
         if not output:
             raise ConfigError(f"{command.command!r} printed no token", path=where)
         return output
+
+
+async def _run_bounded(argv: list[str]) -> tuple[int, bytes]:
+    """Run ``argv``; its exit status and at most MAX_TOKEN_OUTPUT bytes of its stdout.
+
+    Output past the cap is read and discarded so the command is not blocked on a full pipe.
+    The process is killed if the caller is cancelled (trio's process semantics).
+    """
+    kept = bytearray()
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            functools.partial(
+                trio.run_process, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                check=False,
+            )
+        )
+        assert process.stdout is not None
+        while chunk := await process.stdout.receive_some(16 * 1024):
+            room = MAX_TOKEN_OUTPUT - len(kept)
+            if room > 0:
+                kept += chunk[:room]
+    return process.returncode or 0, bytes(kept)
