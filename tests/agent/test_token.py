@@ -49,5 +49,5 @@ async def test_a_huge_output_is_capped_and_a_hanging_command_times_out(tmp_path:
         big = TokenSource(_command(tmp_path, "import sys; sys.stdout.write('t' * 1_000_000)"))
         assert len(await big.token() or "") == MAX_TOKEN_OUTPUT
         hanging = _command(tmp_path, "import time; time.sleep(30)")
-        with pytest.raises(ConfigError, match="did not finish within 0.5 s"):
+        with pytest.raises(ConfigError, match=r"did not finish within 0\.5 s"):
             await TokenSource(hanging, command_seconds=0.5).token()
