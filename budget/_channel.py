@@ -16,10 +16,18 @@ admitted and released when the batch holding it is acknowledged (or the receiver
   group's *worst-case* size: what it would coalesce with may be taken while it waits, so the
   exact cost is not stable. Once granted, the group is admitted and the surplus released.
 
-Coalescing and the budget. A pending entry replaced in place is charged the newest entry's
-size. When the budget is full: a replacement no larger than what it replaces never waits (it
-gives the difference back at once, which may wake a waiting sender); a larger replacement is
-like any positive cost: it takes the difference at once if that fits and nobody waits ahead,
+Coalescing and order. A pending entry with the key of a newly sent one is replaced by the
+merge of the two (``budget._entries``), which takes the newest place: it moves to the back of
+the queue (never across a BARRIER: coalescing does not cross one). So the order entries are
+taken in is the order of their newest values, and each producer's values come out in the
+order it sent them. Keeping the oldest place instead would let a newer value overtake older
+ones of other keys, and a consumer that records "the last value committed" as its resume
+point (the server's resourceVersion per kind) could skip the overtaken ones after a reconnect.
+
+Coalescing and the budget. A replaced pending entry is charged the newest entry's size.
+When the budget is full: a replacement no larger than what it replaces never waits (it gives
+the difference back at once, which may wake a waiting sender); a larger replacement is like
+any positive cost: it takes the difference at once if that fits and nobody waits ahead,
 otherwise it queues and, once its worst case (its full size) is granted, returns the size of
 what it replaced. Charges are exact at every checkpoint: budget in use == pending + in-flight
 bytes of every channel on the budget (plus whatever other users reserved directly).

@@ -1,7 +1,8 @@
 """What producers put into the event channel, and how two pending entries of one key merge.
 
 The merge table (``old`` is pending, ``new`` was just sent with the same key; the merged
-entry keeps the old one's place in the queue and carries the new value and size):
+entry takes the new one's place in the queue, at the back, and carries the new value and
+size):
 
 ==================  ==================  =================
 old                 new                 merged kind

@@ -1,11 +1,20 @@
 """The sans-I/O coalescing queue: what is pending, what is in flight, and byte accounting.
 
-Theory of operation. Pending entries sit in a FIFO of *slots* (``[entry, key, size]``); an
-index maps each key to its pending slot. Sending an entry whose key has a pending slot merges
-into that slot in place (``_entries.merge``), so the merged entry keeps the oldest position
-and carries the newest value and size. A BARRIER starts a fresh index: slots queued before it
-are no longer found, so nothing ever coalesces across a barrier. Taking pops slots from the
-front (bounded by count and bytes) and moves their bytes to "in flight" until acknowledged.
+Theory of operation. Pending entries sit in an insertion-ordered table of *slots*
+(``[entry, key, size, slot id]``, an ``OrderedDict`` keyed by the slot id); an index maps each
+key to its pending slot. Sending an entry whose key has a pending slot merges into that slot
+(``_entries.merge``) and moves it to the back: the merged entry carries the newest value and
+size and takes the newest position. So the pending order is always the order of the newest
+events, and a consumer never sees one producer's values out of send order. That matters for
+the agent: the server moves a kind's resume point (resourceVersion) forward with every
+object event it commits, so an entry that overtook an older one (``a@7`` before ``b@6``)
+would let a session that ends between the two resume past ``b@6`` and lose it.
+
+A BARRIER starts a fresh index: slots queued before it are no longer found, so nothing ever
+coalesces across a barrier, and the back of the queue, where a merged slot moves, is always
+inside the segment after the last barrier. Taking pops slots from the front (bounded by count
+and bytes) and moves their bytes to "in flight" until acknowledged. Every operation is O(1)
+per entry: the ordered table appends, moves to the end and pops the front in constant time.
 
 The queue does not own a budget. It reports byte deltas and the caller applies them:
 ``plan()`` says what ``admit()`` would cost right now (net bytes, new slots), ``admit()``
@@ -16,7 +25,7 @@ recorded when it was admitted, so a producer cannot change the accounting afterw
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -27,8 +36,9 @@ _BOOKMARK = EntryKind.BOOKMARK
 _ADDED = EntryKind.UPSERT_ADDED
 _DELETED = EntryKind.DELETED
 
-# A pending slot: [entry, key-or-None-when-not-indexed, size charged]. A list, because the
-# slot is rewritten in place when a newer entry of the same key coalesces into it.
+# A pending slot: [entry, key-or-None-when-not-indexed, size charged, slot id]. A list,
+# because the slot is rewritten when a newer entry of the same key coalesces into it (and
+# moved to the back of the table under its id, which never changes).
 _Slot = list[Any]
 
 
@@ -54,6 +64,7 @@ class CoalescingQueue:
 
     __slots__ = (
         "_index",
+        "_next_id",
         "_pending",
         "coalesced",
         "in_flight_batches",
@@ -71,7 +82,10 @@ class CoalescingQueue:
                 f"max_pending_entries: must be an int >= 1, got {max_pending_entries!r}"
             )
         self.max_pending_entries = max_pending_entries
-        self._pending: deque[_Slot] = deque()
+        # Slot id -> slot, in queue order. Ids only grow, so a slot's id is unique for as long
+        # as it is pending; the order is the table's, not the ids'.
+        self._pending: OrderedDict[int, _Slot] = OrderedDict()
+        self._next_id = 0
         self._index: dict[Hashable, _Slot] = {}
         self.pending_bytes = 0
         self.in_flight_bytes = 0
@@ -126,6 +140,8 @@ class CoalescingQueue:
         """
         pending = self._pending
         index = self._index
+        move_to_end = pending.move_to_end
+        sid = self._next_id
         replaced = 0
         added = 0
         coalesced = 0
@@ -135,24 +151,31 @@ class CoalescingQueue:
             kind = entry.kind
             key = entry.key
             if kind is _BARRIER:
-                pending.append([entry, None, size])
+                pending[sid] = [entry, None, size, sid]
+                sid += 1
                 self._index = index = {}
                 continue
             if key is None:
-                pending.append([entry, None, size])
+                pending[sid] = [entry, None, size, sid]
+                sid += 1
                 continue
             slot = index.get(key)
             if slot is not None:
                 merged = merge(slot[0], entry)
                 if merged is not None:
+                    # Newest value, newest place: the slot moves to the back (still after the
+                    # last barrier, since the index only holds slots queued after it).
                     replaced += slot[2]
                     slot[0] = merged
                     slot[2] = size
+                    move_to_end(slot[3])
                     coalesced += 1
                     continue
-            slot = [entry, key, size]
+            slot = [entry, key, size, sid]
+            pending[sid] = slot
+            sid += 1
             index[key] = slot
-            pending.append(slot)
+        self._next_id = sid
         self.pending_bytes += added - replaced
         self.coalesced += coalesced
         self.sent += len(entries)
@@ -166,7 +189,7 @@ class CoalescingQueue:
         pending = self._pending
         if len(pending) <= max_entries and self.pending_bytes <= max_bytes:
             # Everything goes: every indexed slot is pending, so the index empties wholesale.
-            out = [slot[0] for slot in pending]
+            out = [slot[0] for slot in pending.values()]
             total = self.pending_bytes
             pending.clear()
             self._index = {}
@@ -185,17 +208,23 @@ class CoalescingQueue:
         index = self._index
         out: list[Entry] = []
         total = 0
-        while pending and len(out) < max_entries:
-            slot = pending[0]
-            size: int = slot[2]
-            if total + size > max_bytes and out:
+        count = 0
+        # Find the prefix first (iterating does not change the table), then pop it.
+        for slot in pending.values():
+            if count >= max_entries:
                 break
-            pending.popleft()
+            size: int = slot[2]
+            if total + size > max_bytes and count:
+                break
+            count += 1
+            total += size
+        popitem = pending.popitem
+        for _ in range(count):
+            slot = popitem(last=False)[1]
             key = slot[1]
             if key is not None and index.get(key) is slot:
                 del index[key]
             out.append(slot[0])
-            total += size
         return out, total
 
     def acknowledge(self, nbytes: int, nentries: int) -> None:

@@ -28,7 +28,7 @@ async def test_entries_arrive_in_order_and_acknowledge_returns_their_bytes(
         consistent(budget, receive)
 
 
-async def test_pending_entries_coalesce_in_place_with_the_newest_value(
+async def test_pending_entries_coalesce_into_the_newest_place_with_the_newest_value(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     budget, send, receive = channel()
@@ -79,7 +79,8 @@ async def test_bookmarks_coalesce_per_key_and_keyless_entries_never_do(
             ]
         )
         batch = await receive.receive_batch()
-        assert [e.value for e in batch] == ["rv2", "n1", "n2", "other"]
+        # The coalesced bookmark moved to where rv2 was sent: after n1, never before it.
+        assert [e.value for e in batch] == ["n1", "rv2", "n2", "other"]
 
 
 async def test_taken_entries_no_longer_coalesce(
@@ -278,10 +279,11 @@ async def test_the_pending_entry_cap_makes_senders_wait_for_the_consumer(
             await trio.testing.wait_all_tasks_blocked()
             assert receive.statistics().senders_waiting == 1
             # The waiting group is admitted in chunks of at most 3 entries, each whole.
-            assert [e.key for e in await receive.receive_batch(max_entries=2)] == [0, 1]
+            # (0 coalesced, so it moved behind 1 and 2: newest value, newest place.)
+            assert [e.key for e in await receive.receive_batch(max_entries=2)] == [1, 2]
             await trio.testing.wait_all_tasks_blocked()
             assert receive.statistics().senders_waiting == 1  # room for 2, the chunk needs 3
-            assert [e.key for e in await receive.receive_batch(max_entries=1)] == [2]
+            assert [e.value for e in await receive.receive_batch(max_entries=1)] == ["coalesces"]
             await trio.testing.wait_all_tasks_blocked()
             stats = receive.statistics()
             assert (stats.pending_entries, stats.senders_waiting) == (3, 1)

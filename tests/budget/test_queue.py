@@ -43,7 +43,8 @@ class RefSlot:
 
 
 class Reference:
-    """A list; coalescing scans back from the end and stops at a barrier. O(n), obviously right."""
+    """A list; coalescing scans back from the end and stops at a barrier, and the merged slot
+    moves to the end (newest value, newest place). O(n), obviously right."""
 
     def __init__(self) -> None:
         self.pending: list[RefSlot] = []
@@ -56,7 +57,8 @@ class Reference:
                 if slot.key == entry.key:
                     merged = MERGED[slot.kind, entry.kind]
                     if merged is not None:
-                        slot.kind, slot.size, slot.value = merged, entry.size, entry.value
+                        self.pending.remove(slot)
+                        self.pending.append(RefSlot(entry.key, merged, entry.size, entry.value))
                         return
                     break
         self.pending.append(RefSlot(entry.key, entry.kind, entry.size, entry.value))
@@ -140,16 +142,60 @@ QueueMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=
 TestQueue = QueueMachine.TestCase
 
 
-def test_coalesced_entry_keeps_the_oldest_place_and_the_newest_size() -> None:
+def test_coalesced_entry_takes_the_newest_place_and_the_newest_size() -> None:
     q = CoalescingQueue(10)
     q.admit([Entry("a", A, 10, 1), Entry("b", M, 5, 2)])
     assert q.admit([Entry("a", M, 3, 3)]) == 10
     got, size = q.take(10, 100)
-    assert [as_tuple(e) for e in got] == [("a", A, 3, 3), ("b", M, 5, 2)]
+    assert [as_tuple(e) for e in got] == [("b", M, 5, 2), ("a", A, 3, 3)]
     assert size == 8
     assert q.coalesced == 1
     assert q.sent == 3
     assert q.taken == 2
+
+
+def test_the_first_entry_taken_is_never_newer_than_one_behind_it() -> None:
+    # The reviewer's case (B1): a@5, b@6, a@7 must not hand out a@7 before b@6, or a consumer
+    # that commits a@7's resourceVersion and then loses the stream resumes past b@6.
+    q = CoalescingQueue(10)
+    q.admit([Entry("a", M, 1, 5), Entry("b", M, 1, 6)])
+    q.admit([Entry("a", M, 1, 7)])
+    got, _ = q.take(1, 100)
+    assert [e.value for e in got] == [6]
+    got, _ = q.take(1, 100)
+    assert [e.value for e in got] == [7]
+    # Bookmarks too: bookmark@10, c@11, bookmark@12 sends c@11 first.
+    q.admit([Entry("bm", K, 1, 10), Entry("c", M, 1, 11), Entry("bm", K, 1, 12)])
+    got, _ = q.take(1, 100)
+    assert [e.value for e in got] == [11]
+    got, _ = q.take(10, 100)
+    assert [(e.kind, e.value) for e in got] == [(K, 12)]
+
+
+def test_a_merged_entry_moves_within_its_barrier_segment_only() -> None:
+    q = CoalescingQueue(10)
+    q.admit(
+        [
+            Entry("a", M, 1, 1),
+            Entry(None, B, 0, "sync"),
+            Entry("a", M, 1, 2),
+            Entry("b", M, 1, 3),
+            Entry("a", M, 1, 4),
+        ]
+    )
+    got, _ = q.take(2, 100)  # a prefix: the table pops its front
+    assert [e.value for e in got] == [1, "sync"]
+    q.admit([Entry("b", D, 1, 5)])
+    got, _ = q.take(10, 100)
+    assert [(e.kind, e.value) for e in got] == [(M, 4), (D, 5)]
+
+
+def test_a_prefix_take_leaves_the_rest_coalescing_in_newest_order() -> None:
+    q = CoalescingQueue(10)
+    q.admit([Entry(k, M, 1, i) for i, k in enumerate("abcab")])
+    assert [e.value for e in q.take(1, 100)[0]] == [2]  # c; a and b moved behind it
+    q.admit([Entry("c", M, 1, 5), Entry("a", M, 1, 6)])
+    assert [e.value for e in q.take(10, 100)[0]] == [4, 5, 6]
 
 
 def test_no_coalescing_across_a_barrier_even_within_one_group() -> None:
