@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import trio
+import yaml
 
 from budget import EventSender
 from wire import messages
@@ -169,6 +170,7 @@ class AccountSet:
         """
         document = json.dumps({"kubernetes": {"accounts": [dict(definition)]}})
         account = parse_config(document, source="dynamic account").kubernetes.accounts[0]
+        _refuse_local_credentials(account)
         if any(a.name == account.name for a in self._config.kubernetes.accounts):
             raise ConfigError(
                 f"account {account.name!r} is defined in the config file; a dynamic account "
@@ -246,3 +248,40 @@ _SHARED_FIELDS = (
 def _properties(account: AccountConfig) -> dict[str, Any]:
     fields = asdict(account)
     return {key: fields[key] for key in _SHARED_FIELDS if key in fields}
+
+
+# What a kubeconfig pushed by the server may not contain: each would make the agent run a
+# program or read a file of the agent's own machine on the server's say-so.
+_FORBIDDEN_USER_KEYS = ("exec", "auth-provider", "tokenFile", "client-certificate", "client-key")
+_FORBIDDEN_CLUSTER_KEYS = ("certificate-authority",)
+
+
+def _refuse_local_credentials(account: AccountConfig) -> None:
+    """A dynamic account carries its credentials inline (``kubeconfigContents`` with data
+    fields and tokens) or not at all. Raises ConfigError naming what was refused."""
+    if account.kube_config_file or account.service_account:
+        raise ConfigError(
+            "a dynamic account must carry its kubeconfig inline (kubeconfigContents); "
+            "kubeConfigFile and serviceAccount would use the agent's own files",
+            path="kubeConfigFile" if account.kube_config_file else "serviceAccount",
+        )
+    if account.kubeconfig_contents is None:
+        raise ConfigError("a dynamic account needs kubeconfigContents", path="name")
+    try:
+        kubeconfig = yaml.safe_load(account.kubeconfig_contents)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"kubeconfigContents is not YAML: {exc}",
+                          path="kubeconfigContents") from exc
+    if not isinstance(kubeconfig, dict):
+        raise ConfigError("kubeconfigContents is not a kubeconfig", path="kubeconfigContents")
+    for section, inner, forbidden in (("users", "user", _FORBIDDEN_USER_KEYS),
+                                      ("clusters", "cluster", _FORBIDDEN_CLUSTER_KEYS)):
+        for index, item in enumerate(kubeconfig.get(section) or []):
+            body = item.get(inner) if isinstance(item, dict) else None
+            for key in forbidden:
+                if isinstance(body, dict) and key in body:
+                    raise ConfigError(
+                        f"{key!r} is not accepted in a dynamic account (it would run a "
+                        "program or read a file on the agent); use inline data fields",
+                        path=f"kubeconfigContents.{section}[{index}].{inner}.{key}",
+                    )
