@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import yaml
 
-from agent import AccountSet, Config, ConfigError
+from agent import AccountConfig, AccountSet, Config, ConfigError
 
 
 def _kubeconfig(user: dict[str, Any], cluster: dict[str, Any] | None = None) -> str:
@@ -44,10 +45,6 @@ def test_local_credentials_are_refused_with_where(definition: dict[str, Any], wh
 
 def test_a_file_account_is_never_replaced() -> None:
     config = Config()
-    from dataclasses import replace
-
-    from agent import AccountConfig
-
     config = replace(config, kubernetes=replace(
         config.kubernetes, accounts=(AccountConfig(name="file", kube_config_file="/k"),)))
     with pytest.raises(ConfigError, match="defined in the config file"):
