@@ -31,6 +31,7 @@ from ._errors import AuthError, InvalidRecord, ServerError, StoreError
 from ._registry import Claim, Role, RoleChange
 from ._sessions import Session, claim_from_info
 from ._state import ServerState
+from .store import scrub_secret_records
 
 log = logging.getLogger("server.grpc")
 _CLEANUP_SECONDS = 10.0
@@ -253,7 +254,9 @@ class ConnectHandler:
                 f"batch seq {batch.seq} says {batch.count} records, holds {len(records)}",
                 peer,
             )
-        kept = self._served(session, records, batch.seq, peer)
+        # Secrets lose data/stringData/last-applied here, once, before both the store and
+        # the live feed see them (the agent strips them too; the server does not rely on it).
+        kept = scrub_secret_records(self._served(session, records, batch.seq, peer))
         if kept:
             try:
                 outcome = await self._state.store.apply_events(kept)

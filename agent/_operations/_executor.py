@@ -8,8 +8,11 @@ for a bad or failed operation (only cancellation propagates). Steps:
    resent operation (the server retrying after a reconnect) never runs twice.
 2. Admission: at most ``max_concurrent`` run at once; at most ``max_queued`` wait for a
    slot, more are refused at once ("Unavailable"). A wait ends at the operation's
-   ``deadline_ms`` (wall-clock epoch ms; 0 = none): past it the operation is not started
-   ("Timeout"). A started operation is bounded by ``max_run_seconds``.
+   deadline: ``deadline_ms`` is RELATIVE, the milliseconds the server's wait had left when it
+   sent the operation (0 = none, negative = already passed); it is turned into a deadline on
+   trio's clock on receipt, so no clock is shared with the server. Past it the operation is
+   not started ("Timeout"). A started operation runs under a cancel scope ending at that
+   deadline (and at most ``max_run_seconds``): the server has stopped waiting by then.
 3. Dispatch by ``type`` to a handler with an OperationContext (the account's cluster, the
    description, an Outcome collecting history lines, objects and the result object).
 4. Errors: OperationError subclasses become ``ok=False`` with their code and message;
@@ -110,7 +113,6 @@ class OperationExecutor:
         remembered: int = 1024,
         max_run_seconds: float = 600.0,
         status: AgentStatus | None = None,
-        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         if max_concurrent < 1 or max_queued < 0 or remembered < 1:
             raise ValueError("max_concurrent and remembered must be >= 1, max_queued >= 0")
@@ -124,7 +126,6 @@ class OperationExecutor:
         self._running: dict[str, _Run] = {}
         self._max_run_seconds = max_run_seconds
         self.status = status
-        self._now_ms = now_ms
         self._resolvers: dict[str, tuple[KubeClient, KindResolver]] = {}
         self.runs = 0  # operations actually started (tests and metrics read it)
 
@@ -167,10 +168,11 @@ class OperationExecutor:
     # -- admission ------------------------------------------------------------------------
 
     def _deadline(self, op: messages.Operation) -> float:
-        """The operation's deadline on trio's clock (inf when it has none)."""
+        """The operation's deadline on trio's clock (inf when it has none): ``deadline_ms``
+        counts from now (relative), never compared with our wall clock."""
         if not op.deadline_ms:
             return float("inf")
-        return trio.current_time() + (int(op.deadline_ms) - self._now_ms()) / 1000.0
+        return trio.current_time() + int(op.deadline_ms) / 1000.0
 
     async def _admit_and_run(self, op: messages.Operation) -> messages.OperationResult:
         deadline = self._deadline(op)
@@ -192,7 +194,7 @@ class OperationExecutor:
             return _failure(op, OperationTimeout(
                 f"{op.type} {op.id}: its deadline passed while it waited for a free slot"), None)
         try:
-            return await self._run(op)
+            return await self._run(op, deadline)
         finally:
             self._slots.release()
 
@@ -208,7 +210,7 @@ class OperationExecutor:
             self._resolvers[account] = held
         return Cluster(account, client, held[1])
 
-    async def _run(self, op: messages.Operation) -> messages.OperationResult:
+    async def _run(self, op: messages.Operation, deadline: float) -> messages.OperationResult:
         self.runs += 1
         record = self.status.operation_started(op.id, op.account, op.type) \
             if self.status is not None else None
@@ -226,11 +228,13 @@ class OperationExecutor:
             ctx = OperationContext(
                 self._cluster(op.account), Description(op.type, fields), outcome, self.settings
             )
-            with trio.move_on_after(self._max_run_seconds) as scope:
+            limit = min(deadline, trio.current_time() + self._max_run_seconds)
+            with trio.move_on_at(limit) as scope:
                 await entry[1](ctx)
             if scope.cancelled_caught:
                 raise OperationTimeout(
-                    f"{op.type} did not finish within {self._max_run_seconds:.0f} s"
+                    f"{op.type} did not finish before its deadline (the server's wait, at "
+                    f"most {self._max_run_seconds:.0f} s); it may be partly applied"
                 )
         except OperationError as exc:
             result = _failure(op, exc, outcome)

@@ -14,6 +14,8 @@ from typing import Any
 
 import wire
 
+from ..store import is_secret, scrub_secret_object
+
 __all__ = ["AgentResult", "cache_records", "error_name", "parse_result"]
 
 _MAX_PHASES = 200
@@ -70,6 +72,11 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _without_secret_data(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The agent strips Secret data already; the server does not rely on it."""
+    return scrub_secret_object(obj) if is_secret(_str(obj.get("apiVersion")), kind) else obj
+
+
 def cache_records(
     account: str, objects: list[dict[str, Any]], deleted: list[dict[str, Any]]
 ) -> list[wire.EventRecord]:
@@ -92,7 +99,7 @@ def cache_records(
                 name=name,
                 uid=_str(meta.get("uid")),
                 resource_version=_str(meta.get("resourceVersion")),
-                object=json.dumps(obj, separators=(",", ":")).encode(),
+                object=json.dumps(_without_secret_data(obj, kind), separators=(",", ":")).encode(),
             )
         )
     for ref in deleted:

@@ -43,7 +43,7 @@ from .._accounts import AccountService
 from .._errors import ServerError
 from .._feed import ChangeFeed
 from .._sessions import Session, SessionManager
-from ..store import OperationEvent, OperationRecord, Store
+from ..store import OperationEvent, OperationRecord, Store, is_secret, scrub_secret_object
 from ._describe import Description, OperationSpec, normalize, parse_request
 from ._errors import OperationsUnavailable, UnknownCredentials
 from ._journal import OperationJournal
@@ -247,7 +247,7 @@ class OperationService:
             id=op_id,
             account=account,
             type=spec.name,
-            payload_json=_dumps(payload),
+            payload_json=_dumps(redacted_payload(payload)),
             state="RECEIVED",
             created_ms=now,
             updated_ms=now,
@@ -348,7 +348,7 @@ class OperationService:
                 )
                 self._outstanding[op_id] = waiting
                 try:
-                    self._send(record, session, spec)
+                    self._send(record, _dumps(payload), session, spec)
                     await waiting.done.wait()
                 finally:
                     self._outstanding.pop(op_id, None)
@@ -368,13 +368,19 @@ class OperationService:
             "(operations.waitMs); the operation may or may not have been applied",
         )
 
-    def _send(self, record: OperationRecord, session: Session, spec: OperationSpec) -> None:
+    def _send(
+        self, record: OperationRecord, payload_json: str, session: Session, spec: OperationSpec
+    ) -> None:
+        # The record holds the payload redacted (Secret data); the agent gets it whole.
+        # deadline_ms is RELATIVE: the milliseconds this wait has left now (the task's real
+        # deadline, not a fresh waitMs), so the agent needs no clock in common with us.
+        left_s = max(0.0, trio.current_effective_deadline() - trio.current_time())
         operation = messages.Operation(
             id=record.id,
             account=record.account,
             type=spec.name,
-            payload_json=record.payload_json,
-            deadline_ms=int(time.time() * 1000) + self.wait_ms,
+            payload_json=payload_json,
+            deadline_ms=max(1, int(min(left_s, self.wait_ms / 1000) * 1000)),
         )
         if not session.post(messages.ServerMessage(operation=operation)):
             waiting = self._outstanding.get(record.id)
@@ -401,7 +407,7 @@ class OperationService:
                 ended.record,
                 state="SUCCEEDED" if result.ok else "FAILED",
                 updated_ms=self._now_ms(),
-                result_json=result.result_json,
+                result_json=_redacted_result_json(result.result_json),
                 error_message=message,
                 error_code=result.error_code,
             ),
@@ -430,34 +436,50 @@ class OperationService:
 
     async def on_result(self, session: Session, result: messages.OperationResult) -> None:
         """An agent answered. Never blocks on I/O for an expected result (the session's
-        receive loop calls this); a late or unknown one is recorded and dropped."""
+        receive loop calls this). Only the session the operation was sent to may answer it:
+        another session's result is refused; a late or unknown one is recorded and dropped.
+        A store failure while recording those is logged, not raised (it must not end the
+        answering agent's session)."""
         waiting = self._outstanding.get(result.id)
         if waiting is not None and not waiting.done.is_set():
-            if waiting.session_id != session.session_id:
-                log.warning(
-                    "operation %s answered by session %s, sent to %s",
-                    result.id,
-                    session.session_id,
-                    waiting.session_id,
-                )
-            waiting.result = result
-            waiting.done.set()
+            if waiting.session_id == session.session_id:
+                waiting.result = result
+                waiting.done.set()
+                return
+            log.warning(
+                "operation %s: result from session %s refused: it was sent to session %s",
+                result.id,
+                session.session_id,
+                waiting.session_id,
+            )
+            await self._note(
+                result.id,
+                f"result from agent {session.agent_id} (session {session.session_id}) "
+                f"refused: the operation was sent to session {waiting.session_id}",
+            )
             return
         if result.id.startswith("dynamic-"):
             log.info(
                 "dynamic account %s: ok=%s %s", result.account, result.ok, result.error_message
             )
             return
-        record = await self._store.get_operation(result.id)
-        if record is None or record.type == TASK_TYPE:
-            log.warning("agent %s answered unknown operation %r", session.agent_id, result.id)
-            return
         log.warning("operation %s: late result from agent %s ignored", result.id, session.agent_id)
-        await self._journal.write(
-            replace(record, updated_ms=self._now_ms()),
+        await self._note(
+            result.id,
             f"late result from agent {session.agent_id} ignored: ok={result.ok} "
             f"{result.error_message}",
         )
+
+    async def _note(self, op_id: str, message: str) -> None:
+        """Add ``message`` to an operation's history (nothing for an unknown id)."""
+        try:
+            record = await self._store.get_operation(op_id)
+            if record is None or record.type == TASK_TYPE:
+                log.warning("an agent answered unknown operation %r", op_id)
+                return
+            await self._journal.write(replace(record, updated_ms=self._now_ms()), message)
+        except ServerError as exc:
+            log.error("operation %s: could not record %r: %s", op_id, message, exc)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -529,6 +551,46 @@ class OperationService:
     @property
     def running_tasks(self) -> int:
         return self._running
+
+
+def redacted_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as the server records and shows it: Secret manifests (``manifests``,
+    ``manifest``) and a Secret's ``patchBody`` lose data, stringData and last-applied."""
+
+    def clean(obj: Any) -> Any:
+        if isinstance(obj, dict) and is_secret(str(obj.get("apiVersion", "v1")), obj.get("kind")):
+            return scrub_secret_object(obj)
+        return obj
+
+    redacted = dict(payload)
+    if isinstance(redacted.get("manifests"), list):
+        redacted["manifests"] = [clean(m) for m in redacted["manifests"]]
+    if "manifest" in redacted:
+        redacted["manifest"] = clean(redacted["manifest"])
+    if redacted.get("kind") == "Secret" and isinstance(redacted.get("patchBody"), dict):
+        redacted["patchBody"] = scrub_secret_object(redacted["patchBody"])
+    elif redacted.get("kind") == "Secret" and "patchBody" in redacted:
+        redacted["patchBody"] = "(redacted: a patch of a Secret)"
+    return redacted
+
+
+def _redacted_result_json(result_json: str) -> str:
+    """An agent's result_json as recorded: Secret objects in "objects" and in the result's
+    "manifests" without their data (the agent strips them; the server does not rely on it)."""
+    if '"Secret"' not in result_json:
+        return result_json
+    try:
+        data = json.loads(result_json)
+    except ValueError:
+        return result_json
+    if not isinstance(data, dict):
+        return result_json
+    data = redacted_payload(data)  # "manifests"/"manifest" at the top (harmless elsewhere)
+    if isinstance(data.get("objects"), list):
+        data["objects"] = redacted_payload({"manifests": data["objects"]})["manifests"]
+    if isinstance(data.get("result"), dict):
+        data["result"] = redacted_payload(data["result"])
+    return _dumps(data)
 
 
 def _operation_json(record: OperationRecord, history: list[OperationEvent]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from ._records import (
     group_of,
 )
 from ._schema import MIGRATIONS, Migration
+from ._secrets import is_secret, scrub_secret_object, scrub_secret_records
 from ._sqlite import SqliteStore, open_sqlite_store
 
 __all__ = [
@@ -33,5 +34,8 @@ __all__ = [
     "Store",
     "StoredObject",
     "group_of",
+    "is_secret",
     "open_sqlite_store",
+    "scrub_secret_object",
+    "scrub_secret_records",
 ]

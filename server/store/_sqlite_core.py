@@ -34,6 +34,7 @@ from ._records import (
     group_of,
 )
 from ._schema import migrate
+from ._secrets import scrub_secret_body
 from ._sqlite_records import RecordTables, encode
 
 log = logging.getLogger("server.store")
@@ -63,7 +64,6 @@ _DELETE = "DELETE FROM objects WHERE account=? AND grp=? AND kind=? AND namespac
 _OBJECT_COLUMNS = (
     "account, api_version, kind, namespace, name, uid, resource_version, body, updated_at_ms"
 )
-_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _MAX_QUERY_LIMIT = 10_000
 
 
@@ -80,33 +80,9 @@ _encode = encode
 
 
 def _scrub_secret(record: EventRecord) -> bytes:
-    """A Secret's body with data, stringData and the last-applied annotation removed.
-
-    Defence in depth: the agent never sends them, and the store never keeps them even if it
-    did. An undecodable Secret body is replaced by a minimal metadata-only object.
-    """
-    try:
-        obj = msgspec.json.decode(record.object)
-        if not isinstance(obj, dict):
-            raise TypeError("not an object")
-        obj.pop("data", None)
-        obj.pop("stringData", None)
-        annotations = (obj.get("metadata") or {}).get("annotations")
-        if isinstance(annotations, dict):
-            annotations.pop(_LAST_APPLIED, None)
-        return _encode(obj)
-    except (msgspec.DecodeError, TypeError, AttributeError):
-        minimal = {
-            "apiVersion": record.api_version,
-            "kind": record.kind,
-            "metadata": {
-                "name": record.name,
-                "namespace": record.namespace,
-                "uid": record.uid,
-                "resourceVersion": record.resource_version,
-            },
-        }
-        return _encode(minimal)
+    """Defence in depth: the ingest paths scrub Secrets already (server/_grpc.py, server/ops);
+    the store never keeps data, stringData or the last-applied annotation even if one did not."""
+    return scrub_secret_body(record)
 
 
 def _token(key: Sequence[str]) -> str:

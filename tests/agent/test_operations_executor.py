@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import trio
@@ -40,7 +39,7 @@ async def test_the_same_operation_id_runs_once(tmp_path: Path) -> None:
 async def test_a_past_deadline_is_never_started(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
-            past = int(time.time() * 1000) - 1000
+            past = -1000  # relative: it passed a second ago
             ran = await bench.run("deployManifest", {"namespace": "default",
                                                      "manifests": [deployment()]},
                                   deadline_ms=past)
@@ -63,7 +62,7 @@ async def test_concurrency_is_bounded_and_waits_end_at_the_deadline(tmp_path: Pa
                 nursery.start_soon(lambda: _collect(slow, bench.run(
                     "deployManifest", {"namespace": "default", "manifests": [deployment()]})))
                 await trio.sleep(0.3)  # the first holds the only slot, stalled
-                soon = int(time.time() * 1000) + 300
+                soon = 300  # relative: 300 ms from receipt
                 waited = await bench.run("deployManifest", {
                     "namespace": "default", "manifests": [deployment(name="b")]},
                     deadline_ms=soon)

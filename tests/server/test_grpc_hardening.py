@@ -16,7 +16,17 @@ from server.store import SqliteStore
 from wire import messages as m
 
 from ..wire._loop import in_loop
-from .test_grpc import account, bearer, drain, hello, make_config, receive_kind, running, token
+from .test_grpc import (
+    account,
+    batch,
+    bearer,
+    drain,
+    hello,
+    make_config,
+    receive_kind,
+    running,
+    token,
+)
 
 
 @in_loop
@@ -91,3 +101,40 @@ async def test_a_session_ends_when_its_bearer_token_expires() -> None:
             with trio.fail_after(5):
                 while server.state.sessions.agents():
                     await trio.sleep(0.05)
+
+
+@in_loop
+async def test_secret_data_is_scrubbed_before_the_live_feed_and_the_store() -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "creds",
+            "namespace": "default",
+            "uid": "u-s",
+            "resourceVersion": "3",
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{hunter2}"},
+        },
+        "data": {"password": "aHVudGVyMg=="},
+        "stringData": {"password": "hunter2"},
+    }
+    secret = wire.EventRecord(
+        1, "prod", "v1", "Secret", "default", "creds", "u-s", "3", json.dumps(body).encode(), ""
+    )
+    with trio.fail_after(20):
+        async with running(make_config()) as server:
+            meta = bearer(token(accounts=["prod"]))
+            with server.state.feed.subscribe() as subscription:
+                async with wire.open_connection("127.0.0.1", server.grpc_port, metadata=meta) as s:
+                    await s.send(hello(account()))
+                    await receive_kind(s, "welcome")
+                    await s.send(batch(1, [secret]))
+                    await receive_kind(s, "ack")
+                message = await subscription.receive()
+            assert '"creds"' in message
+            for leaked in ("hunter2", "aHVudGVyMg==", "stringData", "last-applied"):
+                assert leaked not in message
+            stored = await server.state.store.get_object("prod", "v1", "Secret", "default", "creds")
+            assert stored is not None
+            assert b"hunter2" not in stored.body
+            assert b"aHVudGVyMg==" not in stored.body

@@ -468,3 +468,63 @@ async def test_armory_post_runs_one_operation_as_a_task(tmp_path: Path) -> None:
             missing = await env.http.post("/armory/agent/operations", json={"description": {}})
             assert missing.status_code == 400
             assert (await env.http.get("/armory/agent/operations/nope")).status_code == 404
+
+
+async def test_a_result_from_another_session_is_refused_and_recorded(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with open_env(tmp_path, wait_ms=1000) as env:
+            await env.agent(lambda op: None)  # the PRIMARY never answers
+            standby = ScriptedAgent(deployed)
+            env.nursery.start_soon(standby.run, env.server.grpc_port)
+            while len(env.server.state.accounts.registry.holders("k1")) < 2:
+                await trio.sleep(0.01)
+            other = env.server.state.sessions.get(
+                env.server.state.accounts.registry.holders("k1")[1]
+            )
+            assert other is not None
+            posted = await env.http.post(
+                "/kubernetes/ops/scaleManifest",
+                json={"account": "k1", "manifestName": "deploy web", "replicas": 2},
+            )
+            task_id = posted.json()["id"]
+            while env.server.state.operations.in_flight == 0:  # type: ignore[attr-defined]
+                await trio.sleep(0.01)
+            forged = m.OperationResult(id=f"{task_id}-0", account="k1", ok=True, result_json="{}")
+            await env.server.state.operations.on_result(other, forged)
+            task = await env.task(task_id)
+            assert task["resultObjects"][-1]["cause"] == "OperationTimeout"
+            op = (await env.http.get(f"/armory/agent/operations/{task_id}-0")).json()
+            assert op["state"] == "FAILED"
+            assert any(
+                f"(session {other.session_id}) refused" in e["message"] for e in op["history"]
+            )
+
+
+async def test_secret_payloads_are_redacted_in_records_and_deadlines_are_relative(
+    tmp_path: Path,
+) -> None:
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": "prod"},
+        "data": {"password": "aHVudGVyMg=="},
+        "stringData": {"token": "hunter2"},
+    }
+    context = {**DEPLOY_CONTEXT, "manifests": [secret]}
+    with trio.fail_after(30):
+        async with open_env(tmp_path, wait_ms=5000) as env:
+            agent = await env.agent(deployed)
+            posted = await env.http.post("/kubernetes/ops", json=[{"deployManifest": context}])
+            task_id = posted.json()["id"]
+            await env.task(task_id)
+            (sent,) = agent.received
+            # The agent gets the manifest whole, and a deadline relative to its receipt
+            # (milliseconds left of the server's wait), not a wall-clock instant.
+            assert json.loads(sent.payload_json)["manifests"][0]["stringData"] == {
+                "token": "hunter2"
+            }
+            assert 0 < sent.deadline_ms <= 5000
+            shown = (await env.http.get(f"/armory/agent/operations/{task_id}-0")).text
+            assert "hunter2" not in shown
+            assert "aHVudGVyMg==" not in shown
+            assert '"creds"' in shown

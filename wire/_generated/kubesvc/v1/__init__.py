@@ -180,6 +180,11 @@ class Operation(betterproto.Message):
     type: str = betterproto.string_field(3)
     payload_json: str = betterproto.string_field(4)
     deadline_ms: int = betterproto.int64_field(5)
+    """
+    RELATIVE: milliseconds the server still waits for the result, counted when it sent the
+     operation (0 = no deadline, <= 0 otherwise = already passed). The agent turns it into a
+     deadline on its own monotonic clock on receipt; no wall clock is shared.
+    """
 
 
 @dataclass(eq=False, repr=False)
