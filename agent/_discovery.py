@@ -40,6 +40,7 @@ from ._watch_errors import WatchDecodeError
 
 __all__ = [
     "AGGREGATED_ACCEPT",
+    "WELL_KNOWN_GROUPS",
     "DiscoveryResult",
     "KindFilter",
     "KindInfo",
@@ -47,6 +48,7 @@ __all__ = [
     "WatchTarget",
     "diff_targets",
     "discover",
+    "lower_camel",
     "parse_aggregated",
     "parse_resource_list",
     "select_targets",
@@ -62,9 +64,14 @@ _WATCHABLE: Final = frozenset({"list", "watch"})
 _T = TypeVar("_T")
 
 
+#: The API groups whose kinds Spinnaker names in lowerCamel without a group (with every
+#: ``*.k8s.io`` group); also the order operations prefer when several groups serve a name.
+WELL_KNOWN_GROUPS: Final = ("", "apps", "batch", "networking.k8s.io", "autoscaling")
+
+
 @dataclass(frozen=True, slots=True)
 class KindInfo:
-    """One watchable resource as discovery reports it."""
+    """One API resource as discovery reports it: what the watches and the operations use."""
 
     group: str
     version: str
@@ -76,12 +83,31 @@ class KindInfo:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    @property
+    def spinnaker_kind(self) -> str:
+        """The kind as Spinnaker writes it in names: ``replicaSet``, or ``Kind.group`` for
+        kinds outside the well-known groups."""
+        if self.group in WELL_KNOWN_GROUPS or self.group.endswith(".k8s.io"):
+            return lower_camel(self.kind)
+        return f"{self.kind}.{self.group}"
+
     def collection_path(self, namespace: str = "") -> str:
-        """The URL path that lists (or watches) this resource, optionally in one namespace."""
+        """The URL path that lists (or watches) this resource, in one namespace when given
+        (ignored for a cluster-scoped resource)."""
         root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if namespace:
+        if self.namespaced and namespace:
             return f"{root}/namespaces/{namespace}/{self.plural}"
         return f"{root}/{self.plural}"
+
+    def object_path(self, namespace: str, name: str, subresource: str = "") -> str:
+        """The URL path of one object (or of its ``subresource``)."""
+        path = f"{self.collection_path(namespace)}/{name}"
+        return f"{path}/{subresource}" if subresource else path
+
+
+def lower_camel(kind: str) -> str:
+    """``ReplicaSet`` -> ``replicaSet`` (Spinnaker's kind names)."""
+    return kind[:1].lower() + kind[1:]
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,11 @@ The matching itself (:func:`match_kind`) is sans-I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
 import trio
 
-from .._discovery import DiscoveryResult, KindInfo, discover
+from .._discovery import WELL_KNOWN_GROUPS, DiscoveryResult, KindInfo, discover, lower_camel
 from .._errors import KubeError, KubeStatusError
 from .._seam import KubeTransport
 from .._watch_errors import WatchDecodeError
@@ -44,38 +44,10 @@ ALIASES: dict[str, str] = {
     "crd": "customresourcedefinition",
 }
 # When a kind name is served by several groups, these win (in this order).
-PREFERRED_GROUPS: tuple[str, ...] = ("", "apps", "batch", "networking.k8s.io", "autoscaling")
+PREFERRED_GROUPS: tuple[str, ...] = WELL_KNOWN_GROUPS
 
-
-@dataclass(frozen=True, slots=True)
-class Resource(KindInfo):
-    """One API resource an operation talks to: discovery's KindInfo (group, version, kind,
-    plural, namespaced, api_version), with object paths and Spinnaker's name for it."""
-
-    @property
-    def spinnaker_kind(self) -> str:
-        """The kind as Spinnaker writes it in names: ``replicaSet``, or ``Kind.group`` for
-        kinds outside the built-in groups."""
-        if self.group in PREFERRED_GROUPS or self.group.endswith(".k8s.io"):
-            return lower_camel(self.kind)
-        return f"{self.kind}.{self.group}"
-
-    def collection_path(self, namespace: str = "") -> str:
-        # A cluster-scoped kind's paths have no namespace, whatever the description says.
-        return KindInfo.collection_path(self, namespace if self.namespaced else "")
-
-    def object_path(self, namespace: str, name: str, subresource: str = "") -> str:
-        path = f"{self.collection_path(namespace)}/{name}"
-        return f"{path}/{subresource}" if subresource else path
-
-
-def lower_camel(kind: str) -> str:
-    """``ReplicaSet`` -> ``replicaSet`` (Spinnaker's kind names)."""
-    return kind[:1].lower() + kind[1:]
-
-
-def _resource(info: KindInfo) -> Resource:
-    return Resource(info.group, info.version, info.kind, info.plural, info.namespaced)
+#: One API resource an operation talks to, with its URL paths: discovery's own type.
+Resource = KindInfo
 
 
 def match_kind(
@@ -105,9 +77,7 @@ def match_kind(
             candidates = exact
             # A version the discovery did not prefer is still served: use the manifest's.
             if all(c.version != want_version for c in exact):
-                first = exact[0]
-                return Resource(first.group, want_version, first.kind, first.plural,
-                                first.namespaced)
+                return replace(exact[0], version=want_version)
             candidates = [c for c in exact if c.version == want_version]
 
     def rank(info: KindInfo) -> int:
@@ -116,7 +86,7 @@ def match_kind(
         except ValueError:
             return len(PREFERRED_GROUPS)
 
-    return _resource(min(candidates, key=rank))
+    return min(candidates, key=rank)
 
 
 class KindResolver:

@@ -126,6 +126,20 @@ def test_kind_tokens_resolve_by_name_alias_group_and_api_version() -> None:
     assert widget.spinnaker_kind == "Widget.example.com"
     assert match_kind(kinds, "svc") is not None
     assert match_kind(kinds, "gizmo") is None
+    # One type for discovery and operations: what resolves is discovery's own KindInfo.
+    assert type(resolved) is KindInfo
+    assert resolved in kinds
+    newer = match_kind(kinds, "Deployment", api_version="apps/v2")
+    assert newer == KindInfo("apps", "v2", "Deployment", "deployments", True)
+
+
+def test_kind_paths_ignore_a_namespace_for_cluster_scoped_kinds() -> None:
+    nodes = KindInfo("", "v1", "Node", "nodes", False)
+    pods = KindInfo("", "v1", "Pod", "pods", True)
+    assert nodes.collection_path("ns1") == "/api/v1/nodes"
+    assert pods.collection_path("ns1") == "/api/v1/namespaces/ns1/pods"
+    assert pods.object_path("ns1", "p", "log") == "/api/v1/namespaces/ns1/pods/p/log"
+    assert KindInfo("apps", "v1", "ReplicaSet", "replicasets", True).spinnaker_kind == "replicaSet"
 
 
 def test_delete_options_and_label_selectors() -> None:
