@@ -33,6 +33,8 @@ from typing import Protocol
 import msgspec
 import trio
 
+from ._errors import ServerError
+
 __all__ = [
     "ChangeFeed",
     "FeedClosed",
@@ -52,8 +54,8 @@ DEFAULT_MAX_MESSAGES = 1_000
 DEFAULT_MAX_BYTES = 16 * 2**20
 
 
-class FeedError(Exception):
-    """Root of the feed's errors.
+class FeedError(ServerError):
+    """Root of the feed's errors (under the server package's root, ServerError).
 
     FeedError
     ├── SubscriberLagged   the subscriber fell behind; its queue was dropped (resync)

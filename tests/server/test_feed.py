@@ -187,3 +187,13 @@ async def test_swept_objects_become_deletions_before_their_sync_end() -> None:
         ("DELETED", "orphan"),
     ]
     assert got[1]["object"] is None
+
+
+def test_feed_errors_are_server_errors() -> None:
+    """One exception tree per package: the feed's errors root under ServerError."""
+    from server import ServerError
+    from server._feed import FeedClosed, FeedError, SubscriberLagged
+
+    assert issubclass(FeedError, ServerError)
+    assert issubclass(FeedClosed, ServerError)
+    assert issubclass(SubscriberLagged, ServerError)
