@@ -1,6 +1,7 @@
-"""Server benchmark: the store's ingest rate into a SQLite file.
+"""Server benchmark: the store's ingest rate into a SQLite file, and change-to-REST visibility.
 
-    .venv/bin/python -m tests.bench.bench_server [--events N] [--batch 500] [--json]
+    .venv/bin/python -m tests.bench.bench_server [--events N] [--batch 500] [--rate 1000]
+        [--seconds 10] [--objects 500] [--rest-samples 20] [--json]
 
 Ingest: N events of ~4.4 KB Pod objects, in batches of 500, through ``wire.encode_events`` ->
 ``wire.decode_events`` -> ``store.apply_batch`` (one transaction each) into a fresh SQLite file
@@ -8,15 +9,17 @@ in a temporary directory: half first-time inserts, half updates of the same obje
 followed by churn would give. Target: >= 30,000 events/s.
 
 Visibility (``visible_p99_ms``): kubesim runs in this process; the server and the agent run as
-separate ``kubesvc server`` / ``kubesvc agent`` processes (on 2 cores that is the honest setup:
-no process gets the others' idle time for free). ConfigMaps (~0.5 KB) are updated round robin at
-``--rate`` changes/s (default 1,000) for ``--seconds``; 20 times a second the newest change is
-taken and its object fetched with ``GET /manifests/k1/bench/configmap <name>`` in a tight loop
-until it shows that change: ``visible_p99_ms`` is the p99 of those delays (commit in kubesim ->
-visible through REST, GET round trip included). Every change is also timed through the
+separate ``kubesvc server`` / ``kubesvc agent`` processes (on 2 cores that is the honest setup: no
+process gets the others' idle time for free). ConfigMaps (~0.5 KB) are updated round robin at
+``--rate`` changes/s (default 1,000) for ``--seconds``; ``--rest-samples`` times a second the
+newest change is taken and its object fetched with ``GET /manifests/k1/bench/configmap <name>`` in
+a tight loop until it shows that change: ``visible_p99_ms`` is the p99 of those delays (commit in
+kubesim -> visible through REST, GET round trip included). Every change is also timed through the
 ``/v1/events`` WebSocket feed (a change counts as seen when its object or a newer version of it
-arrives: the agent coalesces changes of one object that wait in its channel). Target: p99 under
-100 ms.
+arrives: the agent coalesces changes of one object that wait in its channel; a subscriber the
+server drops for lagging resubscribes, and the changes pending then are counted, not timed). The
+CPU seconds each process used are printed, to tell a saturated process from a loaded machine.
+Target: p99 under 100 ms.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import argparse
 import functools
 import json
 import math
+import os
+import resource
 import socket
 import sys
 import tempfile
@@ -107,7 +112,19 @@ class _Visibility:
     changes: int = 0
     seconds: float = 0.0
     pending: dict[str, list[_Change]] = field(default_factory=dict)  # object -> unseen changes
+    feed_resyncs: int = 0  # times the server dropped the benchmark's feed subscriber
+    feed_lost: int = 0  # changes not measured because of those drops
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # per process, whole run
     latest: dict[str, _Change] = field(default_factory=dict)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a (Linux) process used so far; NaN when unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
@@ -168,23 +185,35 @@ async def _change_at_rate(
 
 async def _read_feed(url: str, seen: _Visibility, *, task_status: trio.TaskStatus[None]) -> None:
     """Every change's delay until the feed announced it (or a newer version of the object: the
-    agent coalesces changes of one object that are still waiting to be sent)."""
-    async with trio_websocket.open_websocket_url(url) as ws:
-        first = json.loads(await ws.get_message())
-        if first.get("type") != "subscribed":
-            raise RuntimeError(f"the feed answered {first}")
-        task_status.started()
-        while True:
-            message = json.loads(await ws.get_message())
-            if message.get("type") == "resync":
-                raise RuntimeError("the feed dropped the benchmark's subscriber (resync)")
-            if message.get("type") != "MODIFIED" or not message.get("object"):
-                continue
-            now = time.perf_counter()
-            seq = int(message["object"]["data"]["seq"])
-            pending = seen.pending.get(message["name"], [])
-            while pending and pending[0].seq <= seq:
-                seen.feed_ms.append((now - pending.pop(0).at) * 1000)
+    agent coalesces changes of one object that are still waiting to be sent). A subscriber that
+    falls behind is dropped by the server ("resync"): the changes still pending then are not
+    measured (counted in ``feed_resyncs``/``unseen``) and the reader subscribes again."""
+    started = False
+    while True:
+        async with trio_websocket.open_websocket_url(url) as ws:
+            first = json.loads(await ws.get_message())
+            if first.get("type") != "subscribed":
+                raise RuntimeError(f"the feed answered {first}")
+            if not started:
+                task_status.started()
+                started = True
+            while True:
+                try:
+                    message = json.loads(await ws.get_message())
+                except trio_websocket.ConnectionClosed:
+                    break
+                if message.get("type") == "resync":
+                    seen.feed_resyncs += 1
+                    seen.feed_lost += sum(len(p) for p in seen.pending.values())
+                    seen.pending.clear()
+                    break
+                if message.get("type") != "MODIFIED" or not message.get("object"):
+                    continue
+                now = time.perf_counter()
+                seq = int(message["object"]["data"]["seq"])
+                pending = seen.pending.get(message["name"], [])
+                while pending and pending[0].seq <= seq:
+                    seen.feed_ms.append((now - pending.pop(0).at) * 1000)
 
 
 async def _sample_rest(client: httpx.AsyncClient, seen: _Visibility, per_second: float) -> None:
@@ -206,7 +235,9 @@ async def _sample_rest(client: httpx.AsyncClient, seen: _Visibility, per_second:
             await trio.sleep(0.001)
 
 
-async def measure_visibility(rate: float, seconds: float, objects: int, work: Path) -> _Visibility:
+async def measure_visibility(
+    rate: float, seconds: float, objects: int, work: Path, rest_samples: float = 20.0
+) -> _Visibility:
     """kubesim here; the server and the agent as ``kubesvc`` processes (one core each at most):
     change ConfigMaps at ``rate``/s and time how long until REST (sampled) and the feed show
     each change."""
@@ -247,21 +278,28 @@ async def measure_visibility(rate: float, seconds: float, objects: int, work: Pa
                 await _wait_http(client, last, deadline=60)
                 await trio.sleep(1.0)  # let the initial sync settle
                 feed = f"ws://127.0.0.1:{api_port}/v1/events?account=k1&kind=ConfigMap"
+                before = resource.getrusage(resource.RUSAGE_SELF)
                 async with trio.open_nursery() as measuring:
                     await measuring.start(_read_feed, feed, seen)
-                    measuring.start_soon(_sample_rest, client, seen, 20.0)
+                    if rest_samples > 0:
+                        measuring.start_soon(_sample_rest, client, seen, rest_samples)
                     await _change_at_rate(sim, seen, names, rate, seconds)
                     with trio.move_on_after(5):  # the last changes arrive
                         while any(seen.pending.values()):
                             await trio.sleep(0.05)
                     measuring.cancel_scope.cancel()
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                seen.cpu_seconds["kubesim+bench"] = (
+                    after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                )
             except BaseException:
                 for log_name in ("server.log", "agent.log"):
                     tail = (work / log_name).read_text(errors="replace").splitlines()[-15:]
                     print(f"--- last lines of {log_name}:", *tail, sep="\n", file=sys.stderr)
                 raise
             finally:
-                for process in processes:
+                for process, name in zip(processes, ("server", "agent"), strict=True):
+                    seen.cpu_seconds[name] = _cpu_seconds(process.pid)
                     process.terminate()
     return seen
 
@@ -275,13 +313,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     rate = await measure_ingest(args.events, args.batch)
     print(f"ingest: {args.events} events of ~4.4 KB, batches of {args.batch}: {rate:,.0f} events/s")
     with tempfile.TemporaryDirectory() as tmp:
-        seen = await measure_visibility(args.rate, args.seconds, args.objects, Path(tmp))
+        seen = await measure_visibility(
+            args.rate, args.seconds, args.objects, Path(tmp), args.rest_samples
+        )
     unseen = sum(len(p) for p in seen.pending.values())
     rest_p99 = _percentile(seen.rest_ms, 0.99)
+    cpu = ", ".join(f"{name} {sec:.1f} s" for name, sec in seen.cpu_seconds.items())
     print(
         f"visibility: {seen.changes} changes in {seen.seconds:.1f} s "
         f"({seen.changes / seen.seconds:,.0f}/s) over {args.objects} ConfigMaps; kubesim in this "
-        "process, server and agent as separate `kubesvc` processes"
+        f"process, server and agent as separate `kubesvc` processes (CPU used in all: {cpu})"
     )
     print(
         f"  through REST GET (sampled, {len(seen.rest_ms)} changes): "
@@ -289,7 +330,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         f"max {max(seen.rest_ms, default=math.nan):.1f} ms"
     )
     print(
-        f"  through the /v1/events feed (every change, {len(seen.feed_ms)} seen, {unseen} never): "
+        f"  through the /v1/events feed ({len(seen.feed_ms)} changes timed, {unseen} never seen, "
+        f"{seen.feed_lost} lost to {seen.feed_resyncs} resyncs of this slow subscriber): "
         f"p50 {_percentile(seen.feed_ms, 0.5):.1f} ms, p99 {_percentile(seen.feed_ms, 0.99):.1f} "
         f"ms, max {max(seen.feed_ms, default=math.nan):.1f} ms"
     )
@@ -301,6 +343,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         "feed_p99_ms": round(_percentile(seen.feed_ms, 0.99), 1),
         "changes_per_s": round(seen.changes / seen.seconds),
         "unseen_changes": unseen,
+        "feed_resyncs": seen.feed_resyncs,
         "processes": "separate",
     }
 
@@ -312,6 +355,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="kubesim changes per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to change")
     parser.add_argument("--objects", type=int, default=500, help="ConfigMaps changed round robin")
+    parser.add_argument("--rest-samples", type=float, default=20.0,
+                        help="changes per second timed through REST GET polls (0: feed only)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
     args = parser.parse_args()
     result = trio.run(main_async, args)
