@@ -167,7 +167,9 @@ class SqliteCore(RecordTables):
         pending: list[tuple[Any, ...]] = []
         pending_sql = _UPSERT
         rvs: dict[tuple[str, str, str, str], str] = {}
-        syncing_kinds = {(a, g, k) for a, g, k, _ in self._open_syncs}
+        # Resume points are withheld per (account, group, kind, scope) while that scope's
+        # listing is open: a bracket left open in one namespace must not freeze the others.
+        syncing = set(self._open_syncs)
         swept: list[ObjectRef] = []
         upserted = deleted = 0
 
@@ -181,6 +183,7 @@ class SqliteCore(RecordTables):
                 raise InvalidRecord(f"record {index} is for account {r.account!r}, not {account!r}")
             t, group = r.type, group_of(r.api_version)
             kind_key = (r.account, group, r.kind.lower())
+            scope_key = (*kind_key, r.scope)
             if t in (_ADDED, _MODIFIED, _DELETED):
                 if not (r.account and r.kind and r.name):
                     raise InvalidRecord(f"record {index}: account, kind and name are required")
@@ -194,10 +197,10 @@ class SqliteCore(RecordTables):
                 else:
                     pending.append(self._object_row(index, r, group, now))
                     upserted += 1
-                if kind_key not in syncing_kinds:
+                if scope_key not in syncing:
                     rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
             elif t == _BOOKMARK:
-                if kind_key not in syncing_kinds and r.resource_version:
+                if scope_key not in syncing and r.resource_version:
                     rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
             elif t == _BEGIN:
                 flush()
@@ -213,12 +216,12 @@ class SqliteCore(RecordTables):
                     (r.account, r.api_version, r.kind, r.scope),
                 )
                 rvs.pop((r.account, r.api_version, r.kind, r.scope), None)
-                self._open_syncs[(*kind_key, r.scope)] = self._epoch
-                syncing_kinds.add(kind_key)
+                self._open_syncs[scope_key] = self._epoch
+                syncing.add(scope_key)
             elif t == _END:
                 flush()
                 swept.extend(self._end_sync(r, group))
-                syncing_kinds = {(a, g, k) for a, g, k, _ in self._open_syncs}
+                syncing = set(self._open_syncs)
                 if r.resource_version:
                     rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
             else:
