@@ -16,11 +16,15 @@ said no"::
     │                        the server's handler returned)
     ├── ConnectionLost       the peer or the network broke it: connect failure, TCP reset,
     │                        stream reset by the peer, keepalive timeout, TLS failure
-    └── RemoteRefused        the other side ended the call with a gRPC status (``.status``,
-                             ``.message``), e.g. UNAUTHENTICATED from a server handler
+    ├── RemoteRefused        the other side ended the call with a gRPC status (``.status``,
+    │                        ``.message``), e.g. UNAUTHENTICATED from a server handler
+    └── Refuse               raised BY a server handler (not by the package) to end its call
+                             with a status, which reaches the client as RemoteRefused
 
-:class:`Refuse` is not an error of the package but an instruction: a server handler raises it
-to end its call with a status, which reaches the client as :class:`RemoteRefused`.
+:class:`Refuse` is an instruction rather than a failure, but it is rooted here all the same,
+so that ``except WireError`` covers every exception the package defines. The bridge checks
+for it before WireError, and so must a handler's own ``except WireError`` around code that
+may refuse.
 """
 
 from __future__ import annotations
@@ -103,7 +107,7 @@ class RemoteRefused(WireError):
         self.message = message
 
 
-class Refuse(Exception):
+class Refuse(WireError):
     """Raised by a server handler to end its call with ``status`` and ``message``.
 
     The client sees it as :class:`RemoteRefused` with the same status and message.

@@ -293,6 +293,15 @@ def test_refuse_needs_a_non_ok_status() -> None:
         wire.Refuse(wire.Status.OK)
 
 
+def test_every_exception_of_the_package_is_a_wire_error() -> None:
+    # One tree per package: `except wire.WireError` covers Refuse too (the bridge and the
+    # server's session code test for Refuse first).
+    for name in wire.__all__:
+        value = getattr(wire, name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            assert issubclass(value, wire.WireError), name
+
+
 @in_loop
 async def test_bad_records_reach_the_client_as_invalid_argument_naming_the_record() -> None:
     async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
