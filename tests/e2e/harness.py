@@ -164,11 +164,14 @@ async def open_stack(
     server_config: server.ServerConfig | None = None,
     clouddriver: dict[str, Any] | None = None,
     agent_id: str = "agent-a",
+    kube_tls: bool = False,
     **agent_top: Any,
 ) -> AsyncIterator[Stack]:
-    """kubesim + the server + one agent (id ``agent_id``). ``clouddriver`` adds to the agent's
-    clouddriver section (TLS, auth); ``server_config`` keeps its TLS/auth and accounts
-    settings, and gets loopback ports and a SQLite file in ``tmp_path``."""
+    """kubesim (over HTTPS with ``kube_tls``) + the server + one agent (id ``agent_id``).
+
+    ``clouddriver`` adds to the agent's clouddriver section (TLS, auth); ``server_config``
+    keeps its TLS/auth and accounts settings, and gets loopback ports and a SQLite file in
+    ``tmp_path``."""
     sim = sim or kubesim.Cluster()
     base = server_config or server.ServerConfig()
     config = replace(
@@ -177,7 +180,10 @@ async def open_stack(
         api=replace(base.api, host="127.0.0.1", port=0),
         store=replace(base.store, path=str(tmp_path / "server.db")),
     )
-    async with wire.open_loop(), kubesim.open_server(sim, host="127.0.0.1", port=0) as kube:
+    async with (
+        wire.open_loop(),
+        kubesim.open_server(sim, host="127.0.0.1", port=0, tls=kube_tls) as kube,
+    ):
         kubeconfig = tmp_path / "kubeconfig"
         kube.kubeconfig(kubeconfig, user="admin")
         async with trio.open_nursery() as nursery:

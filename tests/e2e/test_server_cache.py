@@ -105,3 +105,27 @@ async def test_cache_stays_exact_when_a_small_budget_makes_the_agent_coalesce(
             await _assert_no_secret_data(stack)
             budget = stack.agent.budget.statistics()
             assert budget.high_water > budget.capacity // 2, budget  # the pressure was real
+
+
+async def test_cache_exact_from_an_https_cluster_with_http2_watches(tmp_path: Path) -> None:
+    """Over HTTPS the agent's watches share its own HTTP/2 connections, and the account's
+    identity carries the API server certificate's fingerprint."""
+    sim = kubesim.Cluster()
+    _seed(sim)
+    with trio.fail_after(90):
+        async with open_stack(tmp_path, sim=sim, kube_tls=True) as stack:
+            await wait_cache_equal(stack, patience=30)
+            churn = kubesim.Churn(sim, rate=200, seed=8,
+                                  kinds=("configmaps", "secrets", "pods", "deployments"))
+            async with trio.open_nursery() as nursery:
+                await nursery.start(churn.run)
+                await trio.sleep(2)
+                nursery.cancel_scope.cancel()
+            await wait_cache_equal(stack, patience=30)
+            await _assert_no_secret_data(stack)
+            record = stack.server.state.accounts.get("k1")
+            assert record is not None
+            assert len(record.cert_fingerprint) == 64, record  # sha256 hex of the serving cert
+            state = stack.agent.accounts.accounts["k1"]
+            assert state.client is not None
+            assert state.client.watch_connections >= 1  # watches went over HTTP/2
