@@ -156,13 +156,10 @@ def _checked(data: bytes, limit: int) -> bytes:
     return data
 
 
-def _decode(data: bytes, parse: Callable[[bytes], _M], name: str, limit: int) -> _M:
+def _decode(data: bytes, parse: Callable[[bytes], _M], limit: int) -> _M:
     if len(data) > limit:
         raise MessageTooLarge(len(data), limit, direction="incoming")
-    try:
-        return parse(data)
-    except Exception as exc:  # betterproto raises assorted errors on bad input
-        raise ProtocolViolation(f"received bytes that are not a valid {name}: {exc!r}") from exc
+    return parse(data)  # raises ProtocolViolation (wire/_envelope.py)
 
 
 def _lost(exc: BaseException, what: str) -> ConnectionLost:
@@ -254,7 +251,7 @@ class ClientStream:
         MessageTooLarge, ProtocolViolation or StreamClosed."""
         async with self._receive_lock:
             data = await self._op(self._aio_receive)
-        return _decode(data, decode_server_message, "ServerMessage", self._limit)
+        return _decode(data, decode_server_message, self._limit)
 
     async def end(self) -> None:
         """Finish our side (half-close): the server's receive() raises EndOfStream; receiving
@@ -454,7 +451,7 @@ class ServerStream:
         if data is None:
             self._end_seen = True
             raise EndOfStream("the client finished sending")
-        return _decode(data, decode_agent_message, "AgentMessage", self._limit)
+        return _decode(data, decode_agent_message, self._limit)
 
     async def send(self, message: ServerMessage) -> None:
         """Send one message. Raises MessageTooLarge (nothing sent), ConnectionLost or

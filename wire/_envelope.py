@@ -7,7 +7,8 @@ field several times), more than the rest of the batch's trip. EventBatch is thre
 it is encoded and parsed here by hand, with one copy of the records each way. The bytes are
 exactly protobuf's (tests/wire/test_envelope.py checks them against betterproto in both
 directions), and anything unusual (other fields, unknown tags) goes through betterproto.
-Sans-I/O: pure functions on bytes.
+Sans-I/O: pure functions on bytes. The decoders raise ProtocolViolation for bad input, whatever
+betterproto raised (it raises assorted errors) kept as its cause.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TypeVar
 
 import betterproto
 
+from ._errors import ProtocolViolation
 from ._flat import FlatField, decode_flat, encode_flat, read_varint, varint
 from .messages import Ack, AgentMessage, EventBatch, Operation, OperationResult, ServerMessage
 
@@ -67,8 +69,16 @@ def encode_agent_message(message: AgentMessage) -> bytes:
 def decode_agent_message(data: bytes) -> AgentMessage:
     """Parse protobuf bytes as an AgentMessage (betterproto's ``parse``, faster for batches).
 
-    Raises whatever betterproto raises for input it cannot parse.
+    Raises ProtocolViolation for input that is not one (whatever betterproto raised is its
+    cause).
     """
+    try:
+        return _decode_agent_message(data)
+    except Exception as exc:  # betterproto raises assorted errors on bad input
+        raise _violation("AgentMessage", exc) from exc
+
+
+def _decode_agent_message(data: bytes) -> AgentMessage:
     batch = _parse_event_batch(data)
     if batch is not None:
         return AgentMessage(event_batch=batch)
@@ -92,7 +102,15 @@ def encode_server_message(message: ServerMessage) -> bytes:
 
 def decode_server_message(data: bytes) -> ServerMessage:
     """Parse protobuf bytes as a ServerMessage (betterproto's ``parse``, checked; faster for
-    Acks). Raises whatever betterproto raises for input it cannot parse."""
+    Acks). Raises ProtocolViolation for input that is not one (betterproto's error is its
+    cause)."""
+    try:
+        return _decode_server_message(data)
+    except Exception as exc:  # betterproto raises assorted errors on bad input
+        raise _violation("ServerMessage", exc) from exc
+
+
+def _decode_server_message(data: bytes) -> ServerMessage:
     seq = _parse_ack(data)
     if seq is not None:
         return ServerMessage(ack=Ack(seq=seq))
@@ -100,6 +118,10 @@ def decode_server_message(data: bytes) -> ServerMessage:
     if fields is not None:
         return ServerMessage(operation=Operation(**fields))
     return checked(ServerMessage().parse(data))
+
+
+def _violation(name: str, exc: Exception) -> ProtocolViolation:
+    return ProtocolViolation(f"received bytes that are not a valid {name}: {exc!r}")
 
 
 def _framed(tag: int, body: bytes | None) -> bytes | None:

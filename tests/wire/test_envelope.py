@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wire import ProtocolViolation
 from wire import messages as m
 from wire._envelope import decode_agent_message, encode_agent_message
 
@@ -55,13 +56,14 @@ def test_arbitrary_bytes_parse_like_betterproto(data: bytes) -> None:
         expected_bytes = bytes(expected)
     except Exception:
         # betterproto refuses it (at parse, or at use for a malformed nested message): so
-        # must we, and the bridge reports that as ProtocolViolation.
-        with pytest.raises(Exception):  # noqa: B017 - whatever betterproto raises
+        # must we, as the package's own ProtocolViolation (the bridge passes it on).
+        with pytest.raises(ProtocolViolation, match="not a valid AgentMessage"):
             decode_agent_message(data)
         return
     assert bytes(decode_agent_message(data)) == expected_bytes
 
 
 def test_a_malformed_nested_message_is_refused_at_the_edge() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ProtocolViolation) as info:
         decode_agent_message(b'"\x01\x0b')  # AccountsChanged with a broken accounts entry
+    assert isinstance(info.value.__cause__, TypeError)  # betterproto's own error, kept

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wire import ProtocolViolation
 from wire import messages as m
 from wire._envelope import decode_server_message, encode_server_message
 
@@ -45,7 +46,7 @@ def test_other_server_messages_go_through_betterproto() -> None:
     ],
 )
 def test_malformed_acks_are_refused(data: bytes) -> None:
-    with pytest.raises(Exception):  # noqa: B017 - betterproto raises assorted errors
+    with pytest.raises(ProtocolViolation, match="not a valid ServerMessage"):
         decode_server_message(data)
 
 
