@@ -193,6 +193,18 @@ class Registry:
             return f"account {claim.name!r} is {record.status}; it cannot be served now"
         return ""
 
+    def moved(self, session_id: str, claim: Claim) -> bool:
+        """Whether ``session_id`` holds ``claim.name`` for a cluster other than the claim's:
+        its agent was pointed at another cluster under the same account name."""
+        record = self._accounts.get(claim.name)
+        if record is None or self.role(session_id, claim.name) is None:
+            return False
+        bound = record.kube_host or record.cert_fingerprint
+        return bool(bound) and (record.kube_host, record.cert_fingerprint) != (
+            claim.kube_host,
+            claim.cert_fingerprint,
+        )
+
     def unregister(self, session_id: str, name: str, now_ms: int) -> list[RoleChange]:
         """``session_id`` stops serving ``name``; returns the promotion it causes, if any."""
         session = self._sessions.get(session_id)

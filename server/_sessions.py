@@ -199,9 +199,18 @@ class SessionManager:
         """Register the accounts an agent declared; returns this session's decisions."""
         registry, now = self.accounts.registry, self._now_ms()
         decisions = []
+        promotions: list[RoleChange] = []
         for claim in claims:
             session.declared.add(claim.name)
+            if registry.moved(session.session_id, claim):
+                # Same name, another cluster: the account (its cache and resume points) stays
+                # bound to the cluster it was registered with, so this session lets go of it
+                # (a standby of that cluster takes over) and the claim is judged afresh,
+                # which rejects it with the reason.
+                promotions += registry.unregister(session.session_id, claim.name, now)
             decisions.append(registry.register(session.session_id, claim, now))
+        if promotions:
+            await self.accounts.changed(promotions)
         await self.accounts.persist()
         await self._store.upsert_agent(self._agent_record(session))
         return decisions

@@ -168,3 +168,19 @@ def test_operator_put_keeps_identity_or_releases_sessions() -> None:
     assert [(c.session_id, c.role) for c in changes] == [("s1", Role.REJECTED)]
     assert r.holders("prod") == []
     assert r.close_session("s1", 4) == []
+
+
+def test_a_primary_whose_agent_moved_to_another_cluster_lets_go_and_is_rejected() -> None:
+    # The same session announces the same name for a different cluster (its kubeconfig was
+    # changed): the account stays bound to its cluster, a standby of it takes over, and the
+    # moved claim is rejected with the reason instead of inheriting the old resume points.
+    r = registry()
+    r.register("s1", PROD, 10)
+    r.register("s2", PROD, 11)
+    assert r.moved("s1", OTHER_CLUSTER)
+    assert not r.moved("s1", PROD)
+    (promotion,) = r.unregister("s1", "prod", 12)
+    assert (promotion.session_id, promotion.role) == ("s2", Role.PRIMARY)
+    change = r.register("s1", OTHER_CLUSTER, 13)
+    assert change.role is Role.REJECTED
+    assert "another cluster" in change.reason
