@@ -64,12 +64,83 @@ def test_default_sans_are_localhost_and_loopback(tmp_path: Path) -> None:
     assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
 
 
+def _contexts(server_dir: Path, client_dir: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server that requires a client certificate (trusting server_dir's CA), and a client
+    presenting client_dir's agent "a" certificate (trusting client_dir's CA)."""
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(server_dir / "ca.crt"))
+    server.verify_mode = ssl.CERT_REQUIRED
+    server.load_cert_chain(server_dir / "server.crt", server_dir / "server.key")
+    client = ssl.create_default_context(cafile=str(client_dir / "ca.crt"))
+    client.load_cert_chain(client_dir / "agent-a.crt", client_dir / "agent-a.key")
+    return server, client
+
+
+def _handshake(
+    server_context: ssl.SSLContext, client_context: ssl.SSLContext
+) -> tuple[ssl.SSLObject, ssl.SSLObject]:
+    """A full TLS handshake in memory (two MemoryBIO pairs); raises the first SSLError,
+    noting which side refused.
+
+    After the handshake each side reads once, so that a TLS 1.3 server's verdict on the
+    client certificate (sent after the client's Finished) reaches the client too.
+    """
+    links = [ssl.MemoryBIO() for _ in range(4)]  # client->server in/out, server->client in/out
+    server = server_context.wrap_bio(links[0], links[1], server_side=True)
+    client = client_context.wrap_bio(links[2], links[3], server_hostname="localhost")
+    done = {"server": False, "client": False}
+    for _ in range(20):
+        for name, side in (("client", client), ("server", server)):
+            try:
+                if not done[name]:
+                    side.do_handshake()
+                    done[name] = True
+                else:
+                    side.read(1)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                pass
+            except ssl.SSLError as exc:
+                exc.add_note(f"refused by the {name}")
+                raise
+            # Carry what each side wrote to the other.
+            links[0].write(links[3].read())
+            links[2].write(links[1].read())
+        if all(done.values()) and not links[0].pending and not links[2].pending:
+            return server, client
+    raise AssertionError(f"the handshake did not finish: {done}")
+
+
 def test_python_ssl_accepts_the_files_for_mutual_tls(tmp_path: Path) -> None:
     write_bundle(tmp_path, agents=["a"])
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(tmp_path / "ca.crt"))
-    server.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
-    client = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
-    client.load_cert_chain(tmp_path / "agent-a.crt", tmp_path / "agent-a.key")
+    server, client = _handshake(*_contexts(tmp_path, tmp_path))
+    agent = server.getpeercert()  # verified against the CA, as CERT_REQUIRED demands
+    assert agent is not None
+    assert (("commonName", "a"),) in agent["subject"]
+    assert (("organizationName", "kubesvc-agent"),) in agent["subject"]
+    peer = client.getpeercert()
+    assert peer is not None
+    assert (("commonName", "localhost"),) in peer["subject"]
+
+
+def test_a_client_certificate_from_another_ca_is_refused(tmp_path: Path) -> None:
+    write_bundle(tmp_path / "ours", agents=["a"])
+    write_bundle(tmp_path / "theirs", agents=["a"])
+    server_context, _ = _contexts(tmp_path / "ours", tmp_path / "ours")
+    _, stranger = _contexts(tmp_path / "theirs", tmp_path / "theirs")
+    # The stranger trusts our CA for the server, but its own certificate is from another CA.
+    stranger.load_verify_locations(cafile=str(tmp_path / "ours" / "ca.crt"))
+    with pytest.raises(ssl.SSLCertVerificationError) as info:
+        _handshake(server_context, stranger)
+    assert info.value.__notes__ == ["refused by the server"]
+
+
+def test_a_server_certificate_from_another_ca_is_refused(tmp_path: Path) -> None:
+    write_bundle(tmp_path / "ours", agents=["a"])
+    write_bundle(tmp_path / "theirs", agents=["a"])
+    _, client = _contexts(tmp_path / "ours", tmp_path / "ours")
+    impostor, _ = _contexts(tmp_path / "theirs", tmp_path / "theirs")
+    with pytest.raises(ssl.SSLCertVerificationError) as info:
+        _handshake(impostor, client)
+    assert info.value.__notes__ == ["refused by the client"]
 
 
 def test_running_again_reuses_the_ca(tmp_path: Path) -> None:
