@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import trio
 
 import kubesim
@@ -227,3 +228,32 @@ async def test_restart_with_a_primary_and_a_standby(tmp_path: Path) -> None:
             views = {v.agent_id: v.accounts for v in stack.server.state.sessions.agents()}
             assert sorted(r.name for roles in views.values() for r in roles.values()) == [
                 "PRIMARY", "STANDBY"]
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="about 1 run in 3 the agent crashes with KeyError from grpclib's release_stream: "
+    "wire's ClientStream._aio_finish runs twice when a send and a receive both see the "
+    "connection break (REQUEST to wire in contracts.md)",
+)
+async def test_server_restart_in_the_middle_of_churn(tmp_path: Path) -> None:
+    """Batches in flight when the server goes down are never acknowledged; the agent drops
+    them and resumes from what the server committed, so nothing is lost or doubled."""
+    sim = kubesim.Cluster()
+    kubesim.load_pods(sim, 20, namespaces=["team-a"])
+    with trio.fail_after(90):
+        async with open_stack(tmp_path, sim=sim) as stack:
+            await wait_cache_equal(stack, patience=30)
+            churn = kubesim.Churn(sim, rate=300, seed=17,
+                                  kinds=("configmaps", "pods", "deployments", "secrets"))
+            async with trio.open_nursery() as nursery:
+                await nursery.start(churn.run)
+                await trio.sleep(1.0)
+                await stack.stop_server()
+                await trio.sleep(0.5)
+                await stack.start_server()
+                await trio.sleep(1.5)
+                nursery.cancel_scope.cancel()
+            await wait_cache_equal(stack, patience=30)
+            assert stack.kube.requests.count("list") == 0
+            assert relisted_kinds(stack.agent) == []
