@@ -235,6 +235,7 @@ class AccountSet:
             resume=resume,
             status=state.watch,
             discovery_interval=self._config.kubernetes.discovery_interval_seconds,
+            budget_capacity=self._config.budget.bytes,
         )
 
 
