@@ -122,12 +122,15 @@ class AccountSet:
         for account in diff.changed:
             log.info("account %s changed in the config: restarting it", account.name)
             self._stop(account.name)
+        # Removed and changed accounts stop streaming now (their clients are closing); a
+        # changed one is announced again once its new client has read the cluster's identity,
+        # and the server judges it afresh (it may be another cluster under the same name).
+        stopped = [account.name for account in (*diff.removed, *diff.changed)]
+        if stopped and self.on_change is not None:
+            await self.on_change([], stopped)
+        for account in (*diff.changed, *diff.added):
+            log.info("account %s: starting it", account.name)
             self._start(account)
-        for account in diff.added:
-            log.info("account %s added to the config: starting it", account.name)
-            self._start(account)
-        if diff.removed and self.on_change is not None:
-            await self.on_change([], [account.name for account in diff.removed])
 
     async def _hold_client(self, state: AccountState) -> None:
         backoff = Backoff(base=1.0, max_delay=60.0)
