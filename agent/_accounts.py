@@ -164,7 +164,7 @@ class AccountSet:
 
     # -- what the link needs ----------------------------------------------------------------
 
-    def add_dynamic(self, definition: Mapping[str, Any]) -> str:
+    async def add_dynamic(self, definition: Mapping[str, Any]) -> str:
         """Start (or restart) an account the server pushed (Armory's dynamic accounts).
 
         ``definition`` is a ``kubernetes.accounts[]`` entry as JSON, usually with
@@ -181,6 +181,8 @@ class AccountSet:
             )
         action = "restarted" if account.name in self.accounts else "started"
         self._stop(account.name)
+        if action == "restarted" and self.on_change is not None:
+            await self.on_change([], [account.name])  # stop streaming with the old client
         self._start(account)
         log.info("dynamic account %s %s", account.name, action)
         return f"dynamic account {account.name} {action}"

@@ -150,7 +150,7 @@ async def _run_operation(
         definition = json.loads(operation.payload_json)
         if not isinstance(definition, dict):
             raise ConfigError("expected a JSON object (a kubernetes.accounts[] entry)")
-        done = accounts.add_dynamic(definition)
+        done = await accounts.add_dynamic(definition)
     except (ValueError, ConfigError) as exc:
         return messages.OperationResult(
             id=operation.id, account=operation.account, ok=False, error_code="Invalid",

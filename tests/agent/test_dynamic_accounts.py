@@ -35,18 +35,20 @@ def _kubeconfig(user: dict[str, Any], cluster: dict[str, Any] | None = None) -> 
          "clusters[0].cluster.certificate-authority"),
     ],
 )
-def test_local_credentials_are_refused_with_where(definition: dict[str, Any], where: str) -> None:
+async def test_local_credentials_are_refused_with_where(
+    definition: dict[str, Any], where: str
+) -> None:
     accounts = AccountSet(Config())
     with pytest.raises(ConfigError) as caught:
-        accounts.add_dynamic(definition)
+        await accounts.add_dynamic(definition)
     assert where in str(caught.value)
     assert "d" not in accounts.accounts
 
 
-def test_a_file_account_is_never_replaced() -> None:
+async def test_a_file_account_is_never_replaced() -> None:
     config = Config()
     config = replace(config, kubernetes=replace(
         config.kubernetes, accounts=(AccountConfig(name="file", kube_config_file="/k"),)))
     with pytest.raises(ConfigError, match="defined in the config file"):
-        AccountSet(config).add_dynamic(
+        await AccountSet(config).add_dynamic(
             {"name": "file", "kubeconfigContents": _kubeconfig({"token": "t"})})
