@@ -235,6 +235,9 @@ class ClientStream:
         # interleave their frames.
         self._receive_lock = trio.Lock()
         self._send_lock = trio.Lock()
+        # _aio_finish runs once; a concurrent second caller waits for its outcome.
+        self._finishing: asyncio.Event | None = None
+        self._finish_error: WireError | None = None
 
     async def send(self, message: AgentMessage) -> None:
         """Send one message. Raises MessageTooLarge (nothing sent, the stream stays usable),
@@ -336,7 +339,29 @@ class ClientStream:
         self._ended = True
 
     async def _aio_finish(self, exc: BaseException | None) -> NoReturn:
-        """The call is over (the server ended it, or it broke): raise what it ended with."""
+        """The call is over (the server ended it, or it broke): raise what it ended with.
+
+        Runs once per call: when the connection breaks while one task sends and another
+        receives, both arrive here, and grpclib must be told the call ended only once (a
+        second release of the stream raised KeyError out of the bridge). The second caller
+        waits for the first and raises the same outcome.
+        """
+        if self._finishing is not None:
+            await self._finishing.wait()
+            raise _again(self._finish_error or ConnectionLost("the stream broke"))
+        self._finishing = asyncio.Event()
+        try:
+            await self._aio_finish_once(exc)
+        except WireError as error:
+            self._finish_error = error
+            raise
+        except BaseException:
+            self._finish_error = ConnectionLost("the stream broke while it was being finished")
+            raise
+        finally:
+            self._finishing.set()
+
+    async def _aio_finish_once(self, exc: BaseException | None) -> NoReturn:
         grpc = self._grpc
         assert grpc is not None
         if exc is None and not self._ended:
