@@ -458,6 +458,8 @@ class ServerStream:
         # grpclib's reads and writes of one message must not interleave with another's.
         self._receive_lock = trio.Lock()
         self._send_lock = trio.Lock()
+        # Between a message's length prefix and the end of its body (see _op's cancellation).
+        self._mid_message = False
 
     async def receive(self) -> AgentMessage:
         """Wait for the client's next message. Raises EndOfStream when the client finished its
@@ -499,8 +501,11 @@ class ServerStream:
                 self._lost_reason = f"the client or the network broke the stream: {exc}"
                 raise ConnectionLost(self._lost_reason) from exc
             except trio.Cancelled:
-                if not scope.cancel_called:
+                idle_receive = fn == self._aio_receive and not self._mid_message
+                if not scope.cancel_called and not idle_receive:
                     # The handler was cancelled: a message may be half-done, so reset the call.
+                    # (A receive still waiting for a message's first byte leaves nothing half
+                    # done: the handler may still end the call with its own status.)
                     self._finished = True
                     with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
                         await trio_asyncio.aio_as_trio(self._aio_reset)()
@@ -519,6 +524,7 @@ class ServerStream:
         prefix = await protocol_stream.recv_data(5)
         if not prefix:
             return None
+        self._mid_message = True
         if len(prefix) != 5 or prefix[0] != 0:
             raise ProtocolViolation("compressed or truncated gRPC message (compression is off)")
         size = int.from_bytes(prefix[1:5], "big")
@@ -527,6 +533,7 @@ class ServerStream:
         data: bytes = await protocol_stream.recv_data(size)
         if len(data) != size:
             raise ProtocolViolation(f"gRPC message cut short: {len(data)} of {size} bytes")
+        self._mid_message = False
         return data
 
     async def _aio_end_call(self, status: _GrpcStatus, message: str) -> None:

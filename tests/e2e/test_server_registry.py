@@ -223,12 +223,6 @@ async def test_an_operator_disconnect_moves_the_account_to_the_standby(tmp_path:
             await wait_cache_equal(stack, patience=30, watcher=second)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wire resets a call whose pending receive is cancelled, so the server's "
-    "UNAVAILABLE 'session ended: ...' status never reaches the agent (REQUEST to wire in "
-    "contracts.md)",
-)
 async def test_the_agent_learns_why_an_operator_ended_its_session(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_stack(tmp_path) as stack:
