@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
+from kubernetes import client as k8s
 
 import kubesim
 
@@ -30,3 +31,13 @@ async def http(server: kubesim.Server) -> AsyncIterator[httpx.AsyncClient]:
         base_url=server.url, headers={"authorization": f"Bearer {token}"}, timeout=10
     ) as client:
         yield client
+
+
+@pytest.fixture
+def api(server: kubesim.Server) -> Iterator[k8s.ApiClient]:
+    """The official kubernetes client, as the admin user, against ``server``."""
+    config = k8s.Configuration(host=server.url)
+    config.api_key = {"authorization": server.users["admin"].token}
+    config.api_key_prefix = {"authorization": "Bearer"}
+    with k8s.ApiClient(config) as api_client:
+        yield api_client

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -11,23 +11,7 @@ import pytest
 import trio
 from kubernetes import client as k8s
 
-import kubesim
-
-
-@pytest.fixture
-def api(server: kubesim.Server) -> Iterator[k8s.ApiClient]:
-    config = k8s.Configuration(host=server.url)
-    config.api_key = {"authorization": server.users["admin"].token}
-    config.api_key_prefix = {"authorization": "Bearer"}
-    with k8s.ApiClient(config) as api_client:
-        yield api_client
-
-
-async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run one blocking client call in a worker thread (the server runs in this trio loop).
-
-    Returns Any: the client's models type every field Optional, which tests need not prove."""
-    return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+from ._official_client import call
 
 
 async def failure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:

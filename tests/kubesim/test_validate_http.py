@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 import trio
 from kubernetes import client as k8s
-
-import kubesim
-
-
-@pytest.fixture
-def api(server: kubesim.Server) -> Iterator[k8s.ApiClient]:
-    config = k8s.Configuration(host=server.url)
-    config.api_key = {"authorization": server.users["admin"].token}
-    config.api_key_prefix = {"authorization": "Bearer"}
-    with k8s.ApiClient(config) as api_client:
-        yield api_client
 
 
 async def failure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
