@@ -159,24 +159,27 @@ class _TlsStream(trio.abc.AsyncResource):
         while True:
             chunks: list[bytes] = []
             room = max_bytes
+            ended = False
             try:
                 while room > 0:
                     chunk = self._tls.read(room)
-                    if not chunk:
+                    if not chunk:  # the server's close_notify
+                        ended = True
                         break
                     chunks.append(chunk)
                     room -= len(chunk)
             except ssl.SSLWantReadError:
                 pass
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                if not chunks:
-                    return b""
+                ended = True
             except ssl.SSLError as exc:
                 raise trio.BrokenResourceError(f"TLS read failed: {exc}") from exc
             if self._outgoing.pending:
                 await self._send_pending()
             if chunks:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if ended:
+                return b""
             data = await self._tcp.receive_some(max_bytes)
             if not data:
                 self._incoming.write_eof()

@@ -1,0 +1,95 @@
+"""The HTTP/2 connections' own TLS layer (agent._kube_h2._TlsStream) against trio's TLS server
+on loopback: one read hands over every whole TLS record already received (trio.SSLStream gives
+one record per read, a scheduler pass each), writes reach the server, and the end of the
+connection reads as b""."""
+
+from __future__ import annotations
+
+import ssl
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+
+from agent._kube_h2 import _TlsStream
+
+from ._kube_edge import Pki, make_pki
+
+RECORDS = 20
+RECORD = 1000
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return make_pki(tmp_path)
+
+
+def _contexts(pki: Pki) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(
+        pki.write("server.pem", pki.server_cert_pem), pki.write("server.key", pki.server_key_pem)
+    )
+    client = ssl.create_default_context(cadata=pki.ca_pem.decode())
+    return server, client
+
+
+async def test_one_read_takes_every_record_received_and_eof_reads_empty(pki: Pki) -> None:
+    server_context, client_context = _contexts(pki)
+    sent = trio.Event()
+    heard: list[bytes] = []
+
+    async def serve(tcp: trio.SocketStream) -> None:
+        stream = trio.SSLStream(tcp, server_context, server_side=True)
+        heard.append(bytes(await stream.receive_some(100)))
+        for index in range(RECORDS):  # one TLS record per send_all
+            await stream.send_all(bytes([index]) * RECORD)
+        sent.set()
+        await stream.aclose()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            tcp = await trio.open_tcp_stream("127.0.0.1", port)
+            stream = _TlsStream(tcp, client_context, "localhost")
+            await stream.do_handshake()
+            await stream.send_all(b"hello")
+            await sent.wait()
+            await trio.sleep(0.1)  # loopback: the close_notify is in our socket buffer too
+            first = await stream.receive_some(256 * 1024)
+            rest = b""
+            while chunk := await stream.receive_some(256 * 1024):
+                rest += chunk
+            await stream.aclose()
+            nursery.cancel_scope.cancel()
+    assert heard == [b"hello"]
+    assert first + rest == b"".join(bytes([i]) * RECORD for i in range(RECORDS))
+    assert len(first) == RECORDS * RECORD
+
+
+async def test_a_server_of_another_ca_fails_the_handshake(pki: Pki, tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    stranger = make_pki(tmp_path / "other")
+    server_context, _ = _contexts(pki)
+    _, client_context = _contexts(stranger)
+
+    async def serve(tcp: trio.SocketStream) -> None:
+        stream = trio.SSLStream(tcp, server_context, server_side=True)
+        try:
+            await stream.do_handshake()
+        except trio.BrokenResourceError:
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            tcp = await trio.open_tcp_stream("127.0.0.1", port)
+            stream = _TlsStream(tcp, client_context, "localhost")
+            with pytest.raises(trio.BrokenResourceError, match="CERTIFICATE_VERIFY_FAILED"):
+                await stream.do_handshake()
+            await stream.aclose()
+            nursery.cancel_scope.cancel()
