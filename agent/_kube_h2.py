@@ -24,6 +24,8 @@ with WINDOW_UPDATE frames of its own (h2 never sees those bytes, so its windows 
 Every other frame, including a DATA frame that ends or pads its stream, goes through h2 in
 order. What the fast path buffers is bounded like the rest: a stream never holds more than
 its window, the connection never more than its window (else: a flow-control error).
+TLS is the module's own ``_TlsStream`` (ssl.MemoryBIO): one read decrypts every whole record
+received, where trio.SSLStream hands over one record (<= 16 KiB) per call, a scheduler pass each.
 A connection carries at most min(server's MAX_CONCURRENT_STREAMS, MAX_STREAMS) streams; the
 pool opens another when all are full. When the reader fails (reset, TLS error, GOAWAY), every
 open stream of the connection gets a KubeConnectionError and the pool stops using it.
