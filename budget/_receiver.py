@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from types import TracebackType
 
 import trio
 
-from ._state import Batch, ChannelState, ChannelStatistics
+from ._end import ChannelEnd
+from ._state import Batch, ChannelState
 
 
 def _check_limits(
@@ -18,7 +18,7 @@ def _check_limits(
             raise ValueError(f"{name}: must be an int >= 1, got {value!r}")
 
 
-class EventReceiver:
+class EventReceiver(ChannelEnd):
     """The consuming end: take batches, acknowledge them, close when done. One task at a
     time may wait on it (a second raises trio.BusyResourceError)."""
 
@@ -140,33 +140,3 @@ class EventReceiver:
         for scope in list(state.slow_scopes):
             scope.cancel()
         state.wake_receiver()
-
-    async def aclose(self) -> None:
-        """``close()``, then a checkpoint."""
-        self.close()
-        await trio.lowlevel.checkpoint()
-
-    def statistics(self) -> ChannelStatistics:
-        return self._state.statistics()
-
-    def __enter__(self) -> EventReceiver:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> EventReceiver:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from types import TracebackType
 
 import trio
 
+from ._end import ChannelEnd
 from ._entries import Entry
 from ._errors import BudgetClosed
-from ._state import ChannelState, ChannelStatistics
+from ._state import ChannelState
 
 
 def _chunks(
@@ -48,7 +48,7 @@ def _group_size(group: Sequence[Entry]) -> int:
     return total
 
 
-class EventSender:
+class EventSender(ChannelEnd):
     """The producing end. Clone it for each producer task; close every clone when done."""
 
     __slots__ = ("_closed", "_state")
@@ -239,33 +239,3 @@ class EventSender:
                 scope.cancel()
         if state.open_senders == 0:
             state.wake_receiver()
-
-    async def aclose(self) -> None:
-        """``close()``, then a checkpoint."""
-        self.close()
-        await trio.lowlevel.checkpoint()
-
-    def statistics(self) -> ChannelStatistics:
-        return self._state.statistics()
-
-    def __enter__(self) -> EventSender:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> EventSender:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
