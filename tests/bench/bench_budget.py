@@ -78,7 +78,7 @@ async def _peer(events_per_producer: int) -> float:
     start = time.perf_counter()
     async with trio.open_nursery() as nursery:
         for own in groups:
-            nursery.start_soon(_produce, send.clone(), own)
+            nursery.start_soon(producer, send.clone(), own)
         send.close()
         async for group in receive:
             received += len(group)
