@@ -14,7 +14,9 @@ from hypercorn.trio import serve
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.types import Receive, Scope, Send
 
+from ..ops import OperationService
 from . import _armory as armory
 from . import _clouddriver as clouddriver
 from . import _ops_endpoints as ops_endpoints
@@ -22,6 +24,7 @@ from . import _own as own
 from ._context import ApiContext, ApiState
 from ._errors import EXCEPTION_HANDLERS
 from ._feed_ws import events_feed
+from ._hot import HotRoutes
 from ._metrics import ApiMetrics, MetricsMiddleware
 from ._routing import Endpoint, Param, openapi_document, routes_for
 
@@ -263,18 +266,36 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 )
 
 
+class _Api(Starlette):
+    """Starlette, with the task polls and operation submits answered first (server/api/_hot.py)."""
+
+    hot: HotRoutes | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.hot is not None and self.hot.wants(scope):
+            await self.hot(scope, receive, send, super().__call__)
+        else:
+            await super().__call__(scope, receive, send)
+
+
 def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> Starlette:
     """The ASGI app over `state`. Metrics go to `registry` (a new one when None), never to the
     process-global registry, so that several servers can live in one process (the tests)."""
     if registry is None:
         registry = CollectorRegistry(auto_describe=True)
     metrics = ApiMetrics(registry, state.feed)
-    app = Starlette(
+    app = _Api(
         routes=routes_for(ENDPOINTS),
         middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
         exception_handlers=EXCEPTION_HANDLERS,
         max_body_size=MAX_BODY_BYTES,
     )
+
+    def operations() -> OperationService | None:
+        service = getattr(state, "operations", None)
+        return service if isinstance(service, OperationService) else None
+
+    app.hot = HotRoutes(operations, metrics, MAX_BODY_BYTES)
     app.state.ctx = ApiContext(state=state, metrics=metrics)
     app.state.openapi = openapi_document(ENDPOINTS, title="kubesvc server", version=API_VERSION)
     return app

@@ -62,6 +62,22 @@ class ApiMetrics:
             "kubesvc_server_cached_objects", "Objects in the cache store", registry=registry
         )
         registry.register(_FeedCollector(feed))
+        # labels() takes a lock and builds a key each call; a request notes through these
+        # (as many entries as the metrics have label sets: the registry holds them anyway).
+        self._counters: dict[tuple[str, str, str], Any] = {}
+        self._timers: dict[tuple[str, str], Any] = {}
+
+    def note(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request and its time, by route template."""
+        key = (method, route, str(status))
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self.requests.labels(*key)
+        counter.inc()
+        timer = self._timers.get(key[:2])
+        if timer is None:
+            timer = self._timers[key[:2]] = self.latency.labels(method, route)
+        timer.observe(seconds)
 
 
 class MetricsMiddleware:
@@ -91,5 +107,4 @@ class MetricsMiddleware:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             method = str(scope.get("method", ""))
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(time.monotonic() - started)
+            self.metrics.note(method, template, status, time.monotonic() - started)

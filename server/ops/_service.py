@@ -483,6 +483,11 @@ class OperationService:
 
     # -- reading --------------------------------------------------------------------------
 
+    def task_in_memory(self, task_id: str) -> Task | None:
+        """The task if this server holds it in memory (no store read): every task it runs and
+        the newest ``max_tasks_kept`` ended ones. ``get_task`` also reads the store."""
+        return self._tasks.get(task_id)
+
     async def get_task(self, task_id: str) -> Task | None:
         """A task from memory, else from the store. A task the store holds as RUNNING but no
         runner owns (the server restarted) is failed and saved as such."""
