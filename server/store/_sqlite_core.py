@@ -50,7 +50,9 @@ _UPSERT = (
     "INSERT INTO objects(account, grp, kind, namespace, name, api_version, uid, resource_version,"
     " epoch, updated_at_ms, labels, body) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT(account, grp, kind, namespace, name) DO UPDATE SET"
-    " kind=excluded.kind, api_version=excluded.api_version, uid=excluded.uid,"
+    # Not kind: it is in objects_key, and naming an indexed column here makes SQLite rewrite
+    # the index entry on every update (~6 us a row, bench_server); the conflict matched it.
+    " api_version=excluded.api_version, uid=excluded.uid,"
     " resource_version=excluded.resource_version, epoch=excluded.epoch,"
     " updated_at_ms=excluded.updated_at_ms, labels=excluded.labels, body=excluded.body"
 )
@@ -75,6 +77,8 @@ class _Head(msgspec.Struct):
     metadata: _Meta = msgspec.field(default_factory=_Meta)
 
 
+# Decoding the whole body also proves it is JSON (a full parse costs what skipping to the
+# labels does: ~4-5 us for 4.4 KB, measured against a byte scan for the labels).
 _decode_head = msgspec.json.Decoder(_Head).decode
 _encode = encode
 
