@@ -99,6 +99,12 @@ class _Head(msgspec.Struct):
     metadata: _Meta | None = None
 
 
+class _HeadFast(msgspec.Struct):
+    """The head of an object cut short after its managedFields (see _stripped_event)."""
+
+    metadata: _Meta | None = None
+
+
 class _HeadRawMeta(msgspec.Struct):
     metadata: msgspec.Raw = msgspec.Raw(b"")
 
@@ -137,12 +143,20 @@ class _ListBody(msgspec.Struct):
 # Decoders are built once: their construction is the expensive part.
 _LINE = msgspec.json.Decoder(_Line)
 _HEAD = msgspec.json.Decoder(_Head)
+_HEAD_FAST = msgspec.json.Decoder(_HeadFast)
+_META = msgspec.json.Decoder(_Meta)
 _HEAD_RAW_META = msgspec.json.Decoder(_HeadRawMeta)
 _BOOKMARK = msgspec.json.Decoder(_Bookmark)
 _STATUS = msgspec.json.Decoder(_Status)
 _LIST = msgspec.json.Decoder(_ListBody)
 _MANAGED_FIELDS_KEY: Final = b'"managedFields":'
 _NULL: Final = msgspec.Raw(b"null")
+_MANAGED_FIELDS_NAME: Final = b'"managedFields"'
+_COMMA: Final = ord(",")
+_COLON: Final = ord(":")
+_OPEN_BRACE: Final = ord("{")
+_CLOSE_BRACE: Final = ord("}")
+_OPEN_BRACKET: Final = ord("[")
 #: The envelope as API servers write it; a line in this shape is sliced, not parsed twice.
 _TYPE_PREFIX: Final = b'{"type":"'
 _OBJECT_INFIX: Final = b'","object":'
@@ -179,6 +193,81 @@ def _object_event(
     if strip_managed_fields and len(managed) and managed != _NULL:
         data = _without_managed_fields(data, managed)
     return WatchEvent(event_type, meta.name, meta.namespace, meta.uid, meta.resourceVersion, data)
+
+
+def _stripped_event(event_type: str, buf: bytes, start: int, end: int) -> WatchEvent | None:
+    """The object ``buf[start:end]`` with ``metadata.managedFields`` cut out, parsing only the
+    object's head; None when the object is not in the shape this needs (the caller then
+    takes the full parse).
+
+    Why: msgspec skips the fields it is not asked for, but still scans them, ~2 us per KB
+    here; a 4.7 KB pod cost ~8 us to parse for six strings. The API server writes the
+    metadata before spec and status, so the parse stops at the managedFields:
+
+    1. the first ``"managedFields"`` must be a key (``,`` or ``{`` before it, ``:[`` after):
+       a quote inside a JSON string is escaped, so that text cannot be inside a string;
+    2. its list's end is guessed at the first ``]`` after it (the entries hold strings and
+       objects, no lists) and proved by parsing the object up to there closed with ``}}``:
+       that parses, with the list as ``metadata.managedFields`` of exactly the guessed
+       length, only when the key is the top-level metadata's and the list ends there (a
+       JSON value has one end). This parse also gives the name, namespace, ...;
+    3. the metadata fields after the list (kubesim writes uid and resourceVersion there) are
+       parsed up to the first ``}`` after it: that parses only if it closes the metadata.
+    Anything else falls back. (Counting quotes instead of parsing the list was slower:
+    bytes.count of a 2-byte needle runs at ~0.5 GB/s here, msgspec at ~0.45 GB/s.)
+
+    What is not parsed is the rest of the object (spec, status, ...): it travels as the API
+    server sent it, as the design wants, and the object is taken to end where the envelope
+    does (metav1.WatchEvent has no field after ``object``; an envelope that ends in anything
+    but ``}}`` falls back). Secrets are decoded whole all the same (Scrubber).
+    """
+    if buf[end - 1] != _CLOSE_BRACE:
+        return None  # not one object: the envelope carries more than type and object
+    managed = buf.find(_MANAGED_FIELDS_NAME, start, end)
+    if managed <= start:
+        return None
+    value = managed + 16
+    if buf[managed + 15] != _COLON or buf[value] != _OPEN_BRACKET:
+        return None  # whitespace, null, or not a key: the full parse decides
+    before = buf[managed - 1]
+    if before != _COMMA and before != _OPEN_BRACE:
+        return None
+    close = buf.find(b"]", value, end)
+    after = close + 1
+    if close < 0 or after >= end:
+        return None
+    view = memoryview(buf)
+    try:
+        head = _HEAD_FAST.decode(b"".join((view[start:after], b"}}"))).metadata
+    except msgspec.DecodeError:
+        return None
+    if head is None or len(head.managedFields) != after - value:
+        return None
+    name, namespace, uid, version = head.name, head.namespace, head.uid, head.resourceVersion
+    follow = buf[after]
+    if follow == _COMMA:
+        meta_end = buf.find(b"}", after, end)
+        if meta_end < 0:
+            return None
+        try:
+            tail = _META.decode(b"".join((b"{", view[after + 1 : meta_end + 1])))
+        except msgspec.DecodeError:
+            return None
+        if len(tail.managedFields):
+            return None  # the key twice: the full parse decides
+        name = tail.name or name
+        namespace = tail.namespace or namespace
+        uid = tail.uid or uid
+        version = tail.resourceVersion or version
+    elif follow != _CLOSE_BRACE:
+        return None
+    if before == _COMMA:  # cut ',"managedFields":[...]'
+        data = b"".join((view[start : managed - 1], view[after:end]))
+    elif follow == _COMMA:  # first key: cut '"managedFields":[...],'
+        data = b"".join((view[start:managed], view[after + 1 : end]))
+    else:  # the only key
+        data = b"".join((view[start:managed], view[after:end]))
+    return WatchEvent(event_type, name, namespace, uid, version, data)
 
 
 def _without_managed_fields(data: bytes, managed: msgspec.Raw) -> bytes:
@@ -310,9 +399,11 @@ class WatchDecoder:
         if buf[end - 1] != 0x7D:  # the envelope's closing brace
             return False
         try:
-            events.append(
-                _object_event(event_type, memoryview(buf)[quote + 11 : end - 1], self._strip)
-            )
+            event = _stripped_event(event_type, buf, quote + 11, end - 1) if self._strip else None
+            if event is None:
+                raw = memoryview(buf)[quote + 11 : end - 1]
+                event = _object_event(event_type, raw, self._strip)
+            events.append(event)
         except msgspec.DecodeError:
             return False
         return True

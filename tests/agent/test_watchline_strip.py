@@ -37,6 +37,12 @@ def _cm(metadata: dict[str, Any], **extra: Any) -> dict[str, Any]:
         {"name": "a", "namespace": "n", "managedFields": MANAGED},  # last
         {"managedFields": MANAGED},  # the only key
         {"name": "a", "managedFields": []},  # empty list
+        # After the list: fields (kubesim's order), a nested object (the fast path's short
+        # parse cannot close the metadata there and falls back).
+        {"name": "a", "managedFields": MANAGED, "uid": "u", "resourceVersion": "7"},
+        {"name": "a", "managedFields": MANAGED, "labels": {"x": "y"}, "namespace": "n"},
+        # A "]" inside a string of the list: the first "]" is not the list's end.
+        {"name": "a", "managedFields": [{"manager": "a]b", "fieldsV1": {"f:x]": {}}}]},
     ],
 )
 def test_managed_fields_are_cut_wherever_they_sit(metadata: dict[str, Any]) -> None:
@@ -78,3 +84,23 @@ def test_metadata_fields_are_read_in_the_same_parse() -> None:
     assert (event.name, event.namespace, event.uid, event.resource_version) == ("a", "n", "u", "7")
     (kept,) = WatchDecoder(strip_managed_fields=False).feed(_line(obj))
     assert json.loads(kept.object)["metadata"]["managedFields"] == MANAGED
+
+
+# An extra key whose value is an object is not told apart from the object's own last field
+# without parsing the object whole: the short parse trusts the API server's envelope
+# (metav1.WatchEvent: type and object only) that far.
+@pytest.mark.parametrize("extra", [b"1", b'"x"', b"[]", b"null"])
+def test_an_envelope_with_more_than_type_and_object_is_parsed_whole(extra: bytes) -> None:
+    obj = _cm({"name": "a", "managedFields": MANAGED}, data={"k": "v"})
+    line = _line(obj)[:-2] + b',"extra":' + extra + b"}\n"
+    (event,) = WatchDecoder(strip_managed_fields=True).feed(line)
+    assert json.loads(event.object) == _cm({"name": "a"}, data={"k": "v"})
+
+
+def test_the_short_parse_reads_every_metadata_field_around_the_list() -> None:
+    obj = _cm({"name": "a", "namespace": "n", "managedFields": MANAGED, "uid": "u",
+               "resourceVersion": "7"}, data={"k": "v"})
+    (event,) = WatchDecoder(strip_managed_fields=True).feed(_line(obj))
+    assert (event.name, event.namespace, event.uid, event.resource_version) == ("a", "n", "u", "7")
+    assert json.loads(event.object)["metadata"] == {
+        "name": "a", "namespace": "n", "uid": "u", "resourceVersion": "7"}
