@@ -76,6 +76,7 @@ from ._errors import (
     StreamClosed,
     WireError,
 )
+from ._malloc import tune_malloc
 from .messages import CONNECT_METHOD, AgentMessage, ServerMessage
 
 __all__ = [
@@ -212,7 +213,9 @@ def _require_loop(what: str) -> None:
 @asynccontextmanager
 async def open_loop() -> AsyncIterator[None]:
     """Run the asyncio loop the bridge needs, for the duration of the block. Open it once, at
-    the process entry point (or per test)."""
+    the process entry point (or per test). Also tunes glibc's malloc for the process (see
+    _malloc.py: MiB-sized messages otherwise cost page faults on every copy)."""
+    tune_malloc()
     async with trio_asyncio.open_loop():
         yield
 
