@@ -69,7 +69,7 @@ async def _traffic(
         kind, _, name = entry.partition(" ")
         if kind.lower() != "service" or not name:
             raise InvalidOperation(
-                f"{LOAD_BALANCERS}: {entry!r} is not a \"service <name>\" load balancer"
+                f'{LOAD_BALANCERS}: {entry!r} is not a "service <name>" load balancer'
             )
         live = await ctx.cluster.get(service, namespace, name)
         if live is None:
@@ -105,8 +105,10 @@ async def _deploy_one(
         raise InvalidOperation(f"{res.kind}: metadata.name is required")
     if res.namespaced:
         namespace = (
-            namespace_override or str(meta.get("namespace") or "")
-            or ctx.description.namespace or "default"
+            namespace_override
+            or str(meta.get("namespace") or "")
+            or ctx.description.namespace
+            or "default"
         )
         meta["namespace"] = namespace
     else:
@@ -150,17 +152,20 @@ async def _deploy_one(
     applied = await apply_object(ctx, res, obj, strategy, expect_new=expect_new)
     if res.kind == "CustomResourceDefinition":
         ctx.cluster.kinds.invalidate()  # its custom resources may follow in this deploy
-    result.manifests.append(ctx.outcome.wrote(applied))
+    # ``applied`` was decoded from the API server's answer for this call alone: no copy.
+    result.manifests.append(ctx.outcome.wrote(applied, owned=True))
     result.add_name(namespace, f"{res.spinnaker_kind} {name}")
-    result.created_artifacts.append({
-        "type": artifact_type,
-        "customKind": res.spinnaker_kind != lower_camel(res.kind),
-        "name": base,
-        "version": version,
-        "location": namespace,
-        "reference": name,
-        "metadata": {"account": ctx.account},
-    })
+    result.created_artifacts.append(
+        {
+            "type": artifact_type,
+            "customKind": res.spinnaker_kind != lower_camel(res.kind),
+            "name": base,
+            "version": version,
+            "location": namespace,
+            "reference": name,
+            "metadata": {"account": ctx.account},
+        }
+    )
     for artifact in bound:
         if artifact not in result.bound_artifacts:
             result.bound_artifacts.append(artifact)
@@ -179,8 +184,13 @@ async def _deploy(
     ctx.outcome.result = result
     for obj in deploy_order(manifests):
         await _deploy_one(
-            ctx, obj, result, artifacts,
-            namespace_override=namespace_override, moniker=moniker, versioned=versioned,
+            ctx,
+            obj,
+            result,
+            artifacts,
+            namespace_override=namespace_override,
+            moniker=moniker,
+            versioned=versioned,
         )
     unbound = [a for a in required if dict(a) not in result.bound_artifacts]
     if unbound:
@@ -214,7 +224,8 @@ async def deploy_manifest(ctx: OperationContext) -> None:
             notes = obj.setdefault("metadata", {}).setdefault("annotations", {})
             notes.setdefault(LOAD_BALANCERS, json.dumps(services))
     await _deploy(
-        ctx, manifests,
+        ctx,
+        manifests,
         namespace_override=d.text("namespaceOverride"),
         moniker=_moniker(ctx),
         versioned=d.flag("versioned"),
@@ -262,8 +273,11 @@ async def cleanup_artifacts(ctx: OperationContext) -> None:
         notes = annotations_of(obj)
         base = notes.get(ARTIFACT + "name") or str(meta.get("name") or "")
         versions = sorted(
-            ((n, o) for o in await ctx.cluster.list(res, namespace)
-             if (n := version_of(o, base)) is not None),
+            (
+                (n, o)
+                for o in await ctx.cluster.list(res, namespace)
+                if (n := version_of(o, base)) is not None
+            ),
             key=lambda pair: pair[0],
         )
         keep = max(strategy.max_version_history, 0)

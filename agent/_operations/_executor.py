@@ -22,7 +22,6 @@ for a bad or failed operation (only cancellation propagates). Steps:
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -30,6 +29,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import trio
 
 from wire import messages
@@ -135,8 +135,7 @@ class OperationExecutor:
         known = self._results.get(op.id)
         if known is not None:
             self._results.move_to_end(op.id)
-            log.info("operation %s (%s) seen again: answering its recorded result", op.id,
-                     op.type)
+            log.info("operation %s (%s) seen again: answering its recorded result", op.id, op.type)
             return known
         running = self._running.get(op.id)
         if running is not None:
@@ -177,11 +176,19 @@ class OperationExecutor:
     async def _admit_and_run(self, op: messages.Operation) -> messages.OperationResult:
         deadline = self._deadline(op)
         if trio.current_time() >= deadline:
-            return _failure(op, OperationTimeout(
-                f"{op.type} {op.id}: its deadline passed before it could start"), None)
+            return _failure(
+                op,
+                OperationTimeout(f"{op.type} {op.id}: its deadline passed before it could start"),
+                None,
+            )
         if self._slots.value == 0 and self._queued >= self._max_queued:
-            return _failure(op, AgentUnavailable(
-                f"the agent is busy: {self._queued} operations are already waiting"), None)
+            return _failure(
+                op,
+                AgentUnavailable(
+                    f"the agent is busy: {self._queued} operations are already waiting"
+                ),
+                None,
+            )
         acquired = False
         self._queued += 1
         try:
@@ -191,8 +198,13 @@ class OperationExecutor:
         finally:
             self._queued -= 1
         if not acquired:
-            return _failure(op, OperationTimeout(
-                f"{op.type} {op.id}: its deadline passed while it waited for a free slot"), None)
+            return _failure(
+                op,
+                OperationTimeout(
+                    f"{op.type} {op.id}: its deadline passed while it waited for a free slot"
+                ),
+                None,
+            )
         try:
             return await self._run(op, deadline)
         finally:
@@ -212,11 +224,16 @@ class OperationExecutor:
 
     async def _run(self, op: messages.Operation, deadline: float) -> messages.OperationResult:
         self.runs += 1
-        record = self.status.operation_started(op.id, op.account, op.type) \
-            if self.status is not None else None
+        record = (
+            self.status.operation_started(op.id, op.account, op.type)
+            if self.status is not None
+            else None
+        )
         entry = OPERATIONS.get(op.type)
-        outcome = Outcome(entry[0] if entry else "ORCHESTRATION",
-                          strip_managed_fields=self.settings.strip_managed_fields)
+        outcome = Outcome(
+            entry[0] if entry else "ORCHESTRATION",
+            strip_managed_fields=self.settings.strip_managed_fields,
+        )
         try:
             if entry is None:
                 raise UnsupportedOperation(
@@ -240,13 +257,19 @@ class OperationExecutor:
             result = _failure(op, exc, outcome)
         except Exception as exc:  # the contract: a clear message, never a stack trace
             log.exception("operation %s (%s) failed unexpectedly", op.id, op.type)
-            result = _failure(op, OperationError(
-                f"internal error in the agent: {type(exc).__name__}: {exc}", code="Internal"
-            ), outcome)
+            result = _failure(
+                op,
+                OperationError(
+                    f"internal error in the agent: {type(exc).__name__}: {exc}", code="Internal"
+                ),
+                outcome,
+            )
         else:
             result = messages.OperationResult(
-                id=op.id, account=op.account, ok=True,
-                result_json=json.dumps(outcome.to_json(), separators=(",", ":")),
+                id=op.id,
+                account=op.account,
+                ok=True,
+                result_json=_encode(outcome.to_json()),
             )
         if record is not None:
             record.ok = result.ok
@@ -255,14 +278,24 @@ class OperationExecutor:
         return result
 
 
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder()
+
+
+def _encode(value: Any) -> str:
+    """``result_json``: msgspec writes it in a third of the json module's time."""
+    return _ENCODER.encode(value).decode()
+
+
 def _decode_payload(op: messages.Operation) -> dict[str, Any]:
     if not op.payload_json:
         return {}
     try:
-        fields = json.loads(op.payload_json)
-    except ValueError as exc:
-        raise OperationError(f"{op.type}: payload_json is not JSON: {exc}", code="Invalid") \
-            from None
+        fields = _DECODER.decode(op.payload_json)
+    except msgspec.DecodeError as exc:
+        raise OperationError(
+            f"{op.type}: payload_json is not JSON: {exc}", code="Invalid"
+        ) from None
     if not isinstance(fields, dict):
         raise OperationError(f"{op.type}: payload_json must be a JSON object", code="Invalid")
     return fields
@@ -271,13 +304,18 @@ def _decode_payload(op: messages.Operation) -> dict[str, Any]:
 def _failure(
     op: messages.Operation, exc: OperationError, outcome: Outcome | None
 ) -> messages.OperationResult:
-    log.info("operation %s (%s) on %s failed: %s: %s", op.id, op.type, op.account, exc.code,
-             exc.message)
+    log.info(
+        "operation %s (%s) on %s failed: %s: %s", op.id, op.type, op.account, exc.code, exc.message
+    )
     result_json = ""
     if outcome is not None:
         outcome.say(f"{op.type} failed: {exc.message}")
-        result_json = json.dumps(outcome.to_json(), separators=(",", ":"))
+        result_json = _encode(outcome.to_json())
     return messages.OperationResult(
-        id=op.id, account=op.account, ok=False, result_json=result_json,
-        error_message=exc.message, error_code=exc.code,
+        id=op.id,
+        account=op.account,
+        ok=False,
+        result_json=result_json,
+        error_message=exc.message,
+        error_code=exc.code,
     )

@@ -43,6 +43,7 @@ ALIASES: dict[str, str] = {
     "cj": "cronjob",
     "crd": "customresourcedefinition",
 }
+MAX_CACHED_TOKENS = 4096
 # When a kind name is served by several groups, these win (in this order).
 PREFERRED_GROUPS: tuple[str, ...] = WELL_KNOWN_GROUPS
 
@@ -50,9 +51,7 @@ PREFERRED_GROUPS: tuple[str, ...] = WELL_KNOWN_GROUPS
 Resource = KindInfo
 
 
-def match_kind(
-    kinds: Sequence[KindInfo], token: str, *, api_version: str = ""
-) -> Resource | None:
+def match_kind(kinds: Sequence[KindInfo], token: str, *, api_version: str = "") -> Resource | None:
     """The resource for ``token`` (kind name, plural or alias, any case, optionally
     ``kind.group``), preferring ``api_version``'s group and version when given."""
     token = token.strip()
@@ -102,6 +101,10 @@ class KindResolver:
         self._kinds: tuple[KindInfo, ...] | None = None
         self._discovered_at = float("-inf")
         self._lock = trio.Lock()
+        # (token, api_version) -> its resource, for this discovery: a deploy resolves its
+        # kind on every run, and matching scans every kind of the cluster. Cleared with each
+        # discovery; bounded by the distinct tokens operations name (capped, cleared at it).
+        self._found: dict[tuple[str, str], Resource] = {}
 
     async def _discover(self) -> None:
         try:
@@ -111,6 +114,7 @@ class KindResolver:
         except (KubeError, WatchDecodeError) as exc:  # network, credentials, closed client
             raise AgentUnavailable(f"discovery failed: {exc}") from exc
         self._kinds = result.kinds
+        self._found = {}
         self._discovered_at = trio.current_time()
 
     def invalidate(self) -> None:
@@ -118,6 +122,11 @@ class KindResolver:
         self._discovered_at = float("-inf")
 
     async def resolve(self, token: str, *, api_version: str = "") -> Resource:
+        key = (token, api_version)
+        cached = self._found.get(key)
+        if cached is not None:
+            await trio.lowlevel.checkpoint()
+            return cached
         async with self._lock:
             if self._kinds is None:
                 await self._discover()
@@ -126,9 +135,12 @@ class KindResolver:
             if found is None and trio.current_time() - self._discovered_at >= self._min_rediscovery:
                 await self._discover()
                 found = match_kind(self._kinds, token, api_version=api_version)
-        if found is None:
-            where = f" (apiVersion {api_version})" if api_version else ""
-            raise UnsupportedOperation(
-                f"kind {token!r}{where} is not served by this cluster", code="Invalid"
-            )
-        return found
+        if found is not None:
+            if len(self._found) >= MAX_CACHED_TOKENS:
+                self._found.clear()
+            self._found[key] = found
+            return found
+        where = f" (apiVersion {api_version})" if api_version else ""
+        raise UnsupportedOperation(
+            f"kind {token!r}{where} is not served by this cluster", code="Invalid"
+        )

@@ -7,15 +7,15 @@ network or the peer broke it); reads of an absent object return None instead of 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+import msgspec
 
 from .._errors import (
     KubeClosedError,
     KubeConnectionError,
     KubeCredentialError,
-    KubeError,
     KubeStatusError,
 )
 from .._kube_client import KubeClient
@@ -30,6 +30,10 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 MAX_LIST_PAGES = 200  # 200 x 500 objects: a bound on how much one operation reads
+# msgspec rather than the json module: ~3x less CPU for the bodies an operation sends and
+# reads (measured with the deploy path, see the commit).
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder()
 
 
 class Cluster:
@@ -53,7 +57,7 @@ class Cluster:
         headers = {"Accept": "application/json"}
         content = None
         if body is not None:
-            content = json.dumps(body, separators=(",", ":")).encode()
+            content = _ENCODER.encode(body)
             headers["Content-Type"] = content_type
         try:
             reply: KubeReply = await self.client.request(
@@ -68,21 +72,19 @@ class Cluster:
                 reply.raise_for_status()
             except KubeStatusError as exc:
                 raise KubernetesRefusal.from_status(exc) from exc
+        if not reply.content:
+            return {}
         try:
-            return reply.json() if reply.content else {}
-        except KubeError as exc:
-            raise AgentUnavailable(str(exc)) from exc
+            return _DECODER.decode(reply.content)
+        except msgspec.DecodeError as exc:
+            raise AgentUnavailable(f"{method} {path}: the answer is not JSON: {exc}") from exc
 
     async def get(self, res: Resource, namespace: str, name: str) -> dict[str, Any] | None:
         found = await self._call("GET", res.object_path(namespace, name), missing_ok=True)
         return found if isinstance(found, dict) else None
 
-    async def create(
-        self, res: Resource, namespace: str, obj: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        created: dict[str, Any] = await self._call(
-            "POST", res.collection_path(namespace), body=obj
-        )
+    async def create(self, res: Resource, namespace: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = await self._call("POST", res.collection_path(namespace), body=obj)
         return created
 
     async def replace(

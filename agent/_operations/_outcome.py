@@ -22,15 +22,20 @@ from ._manifests import LAST_APPLIED
 __all__ = ["DeployResult", "Outcome", "scrubbed"]
 
 
-def scrubbed(obj: Mapping[str, Any], *, strip_managed_fields: bool = False) -> dict[str, Any]:
+def scrubbed(
+    obj: Mapping[str, Any], *, strip_managed_fields: bool = False, owned: bool = False
+) -> dict[str, Any]:
     """A copy fit to report: Secret ``data``/``stringData`` and the last-applied annotation
-    (which holds the same data) removed; ``metadata.managedFields`` too when asked."""
+    (which holds the same data) removed; ``metadata.managedFields`` too when asked.
+    ``owned``: ``obj`` is a dict nobody else holds (just decoded from an answer), so it is
+    scrubbed in place and returned instead of copied."""
     out = dict(obj)
     meta = out.get("metadata")
     if strip_managed_fields and isinstance(meta, dict) and "managedFields" in meta:
         # Dropped before the copy: it is often the bulk of a small object.
         out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    out = copy.deepcopy(out)
+    if not owned:
+        out = copy.deepcopy(out)
     if out.get("kind") == "Secret":
         out.pop("data", None)
         out.pop("stringData", None)
@@ -81,23 +86,27 @@ class Outcome:
     def say(self, status: str, *, phase: str | None = None) -> None:
         self.phases.append({"phase": phase or self.phase, "status": status})
 
-    def wrote(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Record an object the API server returned; gives back the scrubbed copy."""
-        clean = scrubbed(obj, strip_managed_fields=self.strip_managed_fields)
+    def wrote(self, obj: Mapping[str, Any], *, owned: bool = False) -> dict[str, Any]:
+        """Record an object the API server returned; gives back the scrubbed copy (``obj``
+        itself, scrubbed, when ``owned``: see :func:`scrubbed`)."""
+        clean = scrubbed(obj, strip_managed_fields=self.strip_managed_fields, owned=owned)
         self.objects.append(clean)
         return clean
 
     def removed(self, res: Resource, namespace: str, name: str) -> None:
-        self.deleted.append({
-            "apiVersion": res.api_version,
-            "kind": res.kind,
-            "namespace": namespace if res.namespaced else "",
-            "name": name,
-        })
+        self.deleted.append(
+            {
+                "apiVersion": res.api_version,
+                "kind": res.kind,
+                "namespace": namespace if res.namespaced else "",
+                "name": name,
+            }
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "result": self.result.to_json() if isinstance(self.result, DeployResult)
+            "result": self.result.to_json()
+            if isinstance(self.result, DeployResult)
             else self.result,
             "phases": self.phases,
             "objects": self.objects,
