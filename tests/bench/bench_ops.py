@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -95,12 +96,33 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+#: Process name -> a function giving its CPU seconds so far; filled by the setup.
+_CPU_SOURCES: dict[str, Any] = {}
+#: (phase, process) -> CPU seconds spent in that phase.
+_PHASE_CPU: dict[tuple[str, str], float] = {}
+
+
+def _cpu_now() -> dict[str, float]:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    now = {name: source() for name, source in _CPU_SOURCES.items()}
+    now["bench"] = own.ru_utime + own.ru_stime
+    return now
+
+
+def _note_phase(phase: str, before: dict[str, float]) -> None:
+    after = _cpu_now()
+    for name, spent in after.items():
+        _PHASE_CPU[phase, name] = spent - before.get(name, 0.0)
+
+
 async def _measure(
     http: httpx.AsyncClient, alone: int, concurrency: int, seconds: float, kind: str
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
     for _ in range(10):  # warm up every path
         await _deploy(http, kind, 0.001)
+    before = _cpu_now()
     solo = [await _deploy(http, kind, 0.005) for _ in range(alone)]
+    _note_phase("alone", before)
     together: list[tuple[float, float]] = []
     deadline = trio.current_time() + seconds
     # 50 clients polling every few ms would measure the polling, not the deploys (a GET costs
@@ -113,9 +135,11 @@ async def _measure(
             together.append(await _deploy(http, kind, poll))
 
     started = time.perf_counter()
+    before = _cpu_now()
     async with trio.open_nursery() as nursery:
         for _ in range(concurrency):
             nursery.start_soon(client)
+    _note_phase("concurrent", before)
     return solo, together, time.perf_counter() - started
 
 
@@ -189,6 +213,8 @@ async def _processes(
                         nursery,
                     ),
                 ]
+                for name, process in zip(("server", "agent"), processes, strict=True):
+                    _CPU_SOURCES[name] = partial(_cpu_seconds, process.pid)
                 try:
                     await _wait_http(client=http, path="/credentials/k1", deadline=60)
                     measured = await _measure(http, alone, concurrency, seconds, kind)
@@ -206,6 +232,13 @@ async def run(
     solo, together, elapsed = await measure(alone, concurrency, seconds, kind)
     client_solo = [c for c, _ in solo]
     client_many = [c for c, _ in together]
+    # CPU milliseconds per deploy of each process in each phase (the bench process holds
+    # kubesim and the REST clients; in-process runs have only "bench").
+    deploys = {"alone": len(solo), "concurrent": len(together)}
+    per_deploy = {
+        f"cpu_ms_per_deploy_{phase}_{name}": round(spent * 1000 / max(1, deploys[phase]), 2)
+        for (phase, name), spent in _PHASE_CPU.items()
+    }
     return {
         "kind": kind,
         "setup": "one process" if in_process else "server and agent as kubesvc processes",
@@ -222,6 +255,7 @@ async def run(
         "server_cpu_s": round(_CPU.get("server", math.nan), 2),
         "agent_cpu_s": round(_CPU.get("agent", math.nan), 2),
         "bench_process_cpu_s": round(resource.getrusage(resource.RUSAGE_SELF).ru_utime, 2),
+        **per_deploy,
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg()[0],
         "note": "2 cores shared by several engineers",
@@ -252,6 +286,13 @@ def main() -> None:
         f"  CPU seconds over the whole run: server {result['server_cpu_s']}, "
         f"agent {result['agent_cpu_s']}, this process (kubesim + client) "
         f"{result['bench_process_cpu_s']}\n"
+        f"  CPU ms per deploy, alone / concurrent: "
+        + ", ".join(
+            f"{name} {result.get(f'cpu_ms_per_deploy_alone_{name}', math.nan)} / "
+            f"{result.get(f'cpu_ms_per_deploy_concurrent_{name}', math.nan)}"
+            for name in ("server", "agent", "bench")
+        )
+        + "\n"
         f"  machine: {result['cpus']} CPUs, load average {result['load_average']:.1f}; "
         f"{result['note']}; {result['setup']}"
     )
