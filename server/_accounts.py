@@ -19,7 +19,7 @@ import trio
 
 from wire import EventRecord
 
-from ._errors import ServerError
+from ._errors import ServerError, StoreError
 from ._registry import Registry, RoleChange
 from .store import (
     AccountRecord,
@@ -29,6 +29,7 @@ from .store import (
     ObjectPage,
     OperationEvent,
     OperationRecord,
+    PreparedEvents,
     ResumePoint,
     Store,
     StoredObject,
@@ -198,6 +199,14 @@ class RegistryStore:
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._store.apply_events(records)
 
+    def prepare_events(self, records: Sequence[EventRecord]) -> PreparedEvents:
+        return self._store.prepare_events(records)
+
+    async def apply_prepared(
+        self, prepared: PreparedEvents, committing: Callable[[], None] | None = None
+    ) -> BatchOutcome:
+        return await self._store.apply_prepared(prepared, committing)
+
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._store.apply_operation_objects(records)
 
@@ -241,6 +250,13 @@ class RegistryStore:
 
     async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
         await self._store.record_operations(items)
+
+    async def record_operations_and_objects(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        objects: Sequence[Sequence[EventRecord]],
+    ) -> list[StoreError | None]:
+        return await self._store.record_operations_and_objects(items, objects)
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
         return await self._store.get_operation(operation_id)

@@ -1,5 +1,6 @@
 """The server's cache store: one interface (``Store``), SQLite behind it by default."""
 
+from ._prepared import PreparedEvents
 from ._protocol import Store
 from ._records import (
     AccountRecord,
@@ -29,6 +30,7 @@ __all__ = [
     "ObjectRef",
     "OperationEvent",
     "OperationRecord",
+    "PreparedEvents",
     "ResumePoint",
     "SqliteStore",
     "Store",

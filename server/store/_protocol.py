@@ -6,11 +6,13 @@ replicas can implement the same Protocol later without touching its callers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from wire import EventRecord
 
+from .._errors import StoreError
+from ._prepared import PreparedEvents
 from ._records import (
     AccountRecord,
     AgentRecord,
@@ -36,6 +38,19 @@ class Store(Protocol):
 
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
         """Like apply_batch for records of any accounts: one transaction for the whole batch."""
+        ...
+
+    def prepare_events(self, records: Sequence[EventRecord]) -> PreparedEvents:
+        """The part of apply_events that needs no database: every record checked (raises
+        InvalidRecord naming it) and its row built. Pure CPU, in the caller's thread, so the
+        next batch can be prepared while the store commits the previous one."""
+        ...
+
+    async def apply_prepared(
+        self, prepared: PreparedEvents, committing: Callable[[], None] | None = None
+    ) -> BatchOutcome:
+        """apply_events for a prepared batch. ``committing`` is called in the caller's trio
+        run (soon, not awaited) when the writes are done and the commit starts."""
         ...
 
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
@@ -93,6 +108,18 @@ class Store(Protocol):
 
     async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
         """Several ``(record, message)`` writes of record_operation in ONE transaction."""
+        ...
+
+    async def record_operations_and_objects(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        objects: Sequence[Sequence[EventRecord]],
+    ) -> list[StoreError | None]:
+        """``apply_operation_objects`` for each group of ``objects``, then
+        ``record_operations(items)``, in one call (for SQLite: one worker-thread hop instead
+        of one per call). The groups share one transaction unless it fails, then each is tried
+        alone, so one operation's bad objects cost no other its cache update. Returns each
+        group's error (None when applied); raises StoreError when the records failed."""
         ...
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None: ...

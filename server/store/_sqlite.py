@@ -10,7 +10,8 @@ import trio
 
 from wire import EventRecord
 
-from .._errors import StoreClosed
+from .._errors import StoreClosed, StoreError
+from ._prepared import PreparedEvents, prepare_events
 from ._records import (
     AccountRecord,
     AgentRecord,
@@ -55,6 +56,18 @@ class SqliteStore:
 
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._run(self._c.apply_events, records, None)
+
+    def prepare_events(self, records: Sequence[EventRecord]) -> PreparedEvents:
+        return prepare_events(records, None)
+
+    async def apply_prepared(
+        self, prepared: PreparedEvents, committing: Callable[[], None] | None = None
+    ) -> BatchOutcome:
+        signal = None
+        if committing is not None:
+            token, hook = trio.lowlevel.current_trio_token(), committing
+            signal = lambda: token.run_sync_soon(hook)  # noqa: E731 - from the worker thread
+        return await self._run(self._c.apply_prepared, prepared, signal)
 
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._run(self._c.apply_operation_objects, records)
@@ -121,6 +134,20 @@ class SqliteStore:
     async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
         await self._run(self._c.record_operations, items)
 
+    async def record_operations_and_objects(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        objects: Sequence[Sequence[EventRecord]],
+    ) -> list[StoreError | None]:
+        core = self._c
+
+        def both() -> list[StoreError | None]:
+            errors = _apply_groups(core, objects)
+            core.record_operations(items)
+            return errors
+
+        return await self._run(both)
+
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
         return await self._run(self._c.get_operation, operation_id)
 
@@ -138,6 +165,29 @@ class SqliteStore:
         if core is not None:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(core.close, limiter=self._limiter)
+
+
+def _apply_groups(
+    core: SqliteCore, groups: Sequence[Sequence[EventRecord]]
+) -> list[StoreError | None]:
+    """Every group in one transaction; if that fails, each group in its own (worker thread)."""
+    errors: list[StoreError | None] = [None] * len(groups)
+    filled = [i for i, group in enumerate(groups) if group]
+    if not filled:
+        return errors
+    try:
+        core.apply_operation_objects([r for i in filled for r in groups[i]])
+        return errors
+    except StoreError as exc:
+        if len(filled) == 1:
+            errors[filled[0]] = exc
+            return errors
+    for i in filled:
+        try:
+            core.apply_operation_objects(groups[i])
+        except StoreError as exc:
+            errors[i] = exc
+    return errors
 
 
 @asynccontextmanager

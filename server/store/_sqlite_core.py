@@ -23,8 +23,9 @@ import msgspec
 
 from wire import EventRecord, EventType
 
-from .._errors import InvalidQuery, InvalidRecord, StoreError
+from .._errors import InvalidQuery, StoreError
 from ._labels import selector_sql
+from ._prepared import PreparedEvents, object_parts, prepare_events
 from ._records import (
     BatchOutcome,
     ObjectPage,
@@ -34,7 +35,6 @@ from ._records import (
     group_of,
 )
 from ._schema import migrate
-from ._secrets import scrub_secret_body
 from ._sqlite_records import RecordTables, encode
 
 log = logging.getLogger("server.store")
@@ -69,24 +69,7 @@ _OBJECT_COLUMNS = (
 _MAX_QUERY_LIMIT = 10_000
 
 
-class _Meta(msgspec.Struct):
-    labels: dict[str, str] | None = None
-
-
-class _Head(msgspec.Struct):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
-
-
-# Decoding the whole body also proves it is JSON (a full parse costs what skipping to the
-# labels does: ~4-5 us for 4.4 KB, measured against a byte scan for the labels).
-_decode_head = msgspec.json.Decoder(_Head).decode
 _encode = encode
-
-
-def _scrub_secret(record: EventRecord) -> bytes:
-    """Defence in depth: the ingest paths scrub Secrets already (server/_grpc.py, server/ops);
-    the store never keeps data, stringData or the last-applied annotation even if one did not."""
-    return scrub_secret_body(record)
 
 
 def _token(key: Sequence[str]) -> str:
@@ -140,11 +123,14 @@ class SqliteCore(RecordTables):
 
     # -- transactions -------------------------------------------------------------------
 
-    def _write(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` in one write transaction; any failure rolls it back and reloads state."""
+    def _write(self, fn: Callable[[], Any], committing: Callable[[], None] | None = None) -> Any:
+        """Run ``fn`` in one write transaction; any failure rolls it back and reloads state.
+        ``committing``, if given, is called between ``fn`` and the COMMIT."""
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             result = fn()
+            if committing is not None:
+                committing()
             self._conn.execute("COMMIT")
             return result
         except BaseException as exc:
@@ -164,10 +150,17 @@ class SqliteCore(RecordTables):
     # -- events -------------------------------------------------------------------------
 
     def apply_events(self, records: Sequence[EventRecord], account: str | None) -> BatchOutcome:
-        return self._write(lambda: self._apply(records, account))  # type: ignore[no-any-return]
+        return self.apply_prepared(prepare_events(records, account))
 
-    def _apply(self, records: Sequence[EventRecord], account: str | None) -> BatchOutcome:
-        conn, now = self._conn, self._now_ms()
+    def apply_prepared(
+        self, prepared: PreparedEvents, committing: Callable[[], None] | None = None
+    ) -> BatchOutcome:
+        """Write a prepared batch in one transaction; ``committing`` is called (in this
+        thread) once the writes are done, just before the COMMIT."""
+        return self._write(lambda: self._apply(prepared), committing)  # type: ignore[no-any-return]
+
+    def _apply(self, prepared: PreparedEvents) -> BatchOutcome:
+        conn, now, epoch = self._conn, self._now_ms(), self._epoch
         pending: list[tuple[Any, ...]] = []
         pending_sql = _UPSERT
         rvs: dict[tuple[str, str, str, str], str] = {}
@@ -182,37 +175,48 @@ class SqliteCore(RecordTables):
                 conn.executemany(pending_sql, pending)
                 pending.clear()
 
-        for index, r in enumerate(records):
-            if account is not None and r.account != account:
-                raise InvalidRecord(f"record {index} is for account {r.account!r}, not {account!r}")
-            t, group = r.type, group_of(r.api_version)
-            kind_key = (r.account, group, r.kind.lower())
-            scope_key = (*kind_key, r.scope)
+        for r, group, parts in zip(prepared.records, prepared.groups, prepared.parts, strict=True):
+            t = r.type
             if t in (_ADDED, _MODIFIED, _DELETED):
-                if not (r.account and r.kind and r.name):
-                    raise InvalidRecord(f"record {index}: account, kind and name are required")
-                sql = _DELETE if t == _DELETED else _UPSERT
+                sql = _DELETE if parts is None else _UPSERT
                 if sql is not pending_sql:
                     flush()
                     pending_sql = sql
-                if t == _DELETED:
+                if parts is None:
                     pending.append((r.account, group, r.kind, r.namespace, r.name))
                     deleted += 1
                 else:
-                    pending.append(self._object_row(index, r, group, now))
+                    pending.append(
+                        (
+                            r.account,
+                            group,
+                            r.kind,
+                            r.namespace,
+                            r.name,
+                            r.api_version,
+                            r.uid,
+                            r.resource_version,
+                            epoch,
+                            now,
+                            parts.labels,
+                            parts.body,
+                        )
+                    )
                     upserted += 1
-                if scope_key not in syncing:
+                if not syncing or (r.account, group, r.kind.lower(), r.scope) not in syncing:
                     rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
-            elif t == _BOOKMARK:
+                continue
+            scope_key = (r.account, group, r.kind.lower(), r.scope)
+            if t == _BOOKMARK:
                 if scope_key not in syncing and r.resource_version:
                     rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
             elif t == _BEGIN:
                 flush()
-                self._epoch += 1
-                conn.execute("UPDATE meta SET value=? WHERE key='epoch'", (str(self._epoch),))
+                self._epoch = epoch = self._epoch + 1
+                conn.execute("UPDATE meta SET value=? WHERE key='epoch'", (str(epoch),))
                 conn.execute(
                     "INSERT OR REPLACE INTO sync_state VALUES (?,?,?,?,?,?)",
-                    (r.account, group, r.kind, r.scope, self._epoch, now),
+                    (r.account, group, r.kind, r.scope, epoch, now),
                 )
                 conn.execute(
                     "DELETE FROM resource_versions WHERE account=? AND api_version=? AND kind=?"
@@ -220,7 +224,7 @@ class SqliteCore(RecordTables):
                     (r.account, r.api_version, r.kind, r.scope),
                 )
                 rvs.pop((r.account, r.api_version, r.kind, r.scope), None)
-                self._open_syncs[scope_key] = self._epoch
+                self._open_syncs[scope_key] = epoch
                 syncing.add(scope_key)
             elif t == _END:
                 flush()
@@ -228,8 +232,6 @@ class SqliteCore(RecordTables):
                 syncing = set(self._open_syncs)
                 if r.resource_version:
                     rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
-            else:
-                raise InvalidRecord(f"record {index}: unknown event type {t}")
         flush()
         conn.executemany(
             "INSERT OR REPLACE INTO resource_versions VALUES (?,?,?,?,?,?)",
@@ -260,16 +262,7 @@ class SqliteCore(RecordTables):
         return self._write(write)  # type: ignore[no-any-return]
 
     def _object_row(self, index: int, r: EventRecord, group: str, now: int) -> tuple[Any, ...]:
-        body = r.object
-        if r.kind == "Secret" and group == "":
-            body = _scrub_secret(r)
-        try:
-            labels = _decode_head(body).metadata.labels
-        except msgspec.DecodeError as exc:
-            raise InvalidRecord(
-                f"record {index} ({r.kind} {r.namespace}/{r.name}): object is not valid "
-                f"Kubernetes JSON: {exc}"
-            ) from exc
+        parts = object_parts(index, r, group)
         return (
             r.account,
             group,
@@ -281,8 +274,8 @@ class SqliteCore(RecordTables):
             r.resource_version,
             self._epoch,
             now,
-            _encode(labels).decode() if labels else None,
-            body,
+            parts.labels,
+            parts.body,
         )
 
     def _end_sync(self, r: EventRecord, group: str) -> list[ObjectRef]:
