@@ -427,19 +427,32 @@ class _Session:
             self._seq += 1
             self._unacked[self._seq] = batch
             payload = wire.encode_events(records, limits)
-            await self.send(
-                messages.AgentMessage(
-                    event_batch=messages.EventBatch(seq=self._seq, records=payload,
-                                                    count=len(records))
-                )
-            )
+            # The envelope is encoded without betterproto objects (~0.1 ms each per batch).
+            async with self._send_lock:
+                await self._stream.send_event_batch(self._seq, payload, len(records))
             status.batches_sent += 1
             status.events_sent += len(records)
             status.bytes_sent += len(payload)
-            for record in records:
-                key = (record.kind, record.api_version)
-                count, size = status.events_by_kind.get(key, (0, 0))
-                status.events_by_kind[key] = (count + 1, size + len(record.object))
+            self._count_by_kind(records)
+
+    def _count_by_kind(self, records: Sequence[wire.EventRecord]) -> None:
+        """Add a batch to the per-kind counters: one dict update per run of one kind (a batch
+        is mostly one kind), not one per record."""
+        by_kind = self._link.status.events_by_kind
+        start = 0
+        while start < len(records):
+            kind, api_version = records[start].kind, records[start].api_version
+            end = start + 1
+            size = len(records[start].object)
+            while end < len(records):
+                record = records[end]
+                if record.kind != kind or record.api_version != api_version:
+                    break
+                size += len(record.object)
+                end += 1
+            count, total = by_kind.get((kind, api_version), (0, 0))
+            by_kind[(kind, api_version)] = (count + end - start, total + size)
+            start = end
 
     async def _linger(self, settings: LinkSettings, max_events: int, max_bytes: int) -> None:
         """Wait for a full batch: ``linger_seconds`` at a time while events keep coming, at
@@ -511,18 +524,17 @@ class _Session:
             while True:
                 if settings.heartbeat_seconds > 0:
                     deadline.deadline = trio.current_time() + quiet
-                message = await self._stream.receive()
-                await self._dispatch(message)
+                message = await self._stream.receive_ack_or_message()
+                if isinstance(message, int):  # an Ack, as its seq: one per batch
+                    self._acknowledged(message)
+                else:
+                    await self._dispatch(message)
         raise _SessionEnded(f"no message from the server for {quiet:.0f} s")
 
     async def _dispatch(self, message: messages.ServerMessage) -> None:
         name, body = betterproto.which_one_of(message, "message")
         if isinstance(body, messages.Ack):
-            batch = self._unacked.pop(body.seq, None)
-            if batch is None:
-                raise _SessionEnded(f"the server acknowledged unknown batch {body.seq}")
-            self._receive.acknowledge(batch)
-            self._in_flight.release()
+            self._acknowledged(body.seq)
         elif isinstance(body, messages.Assignment):
             self.assign(body.accounts)
         elif isinstance(body, messages.Operation):
@@ -532,6 +544,13 @@ class _Session:
             pass  # its arrival already moved the deadline
         else:
             raise _SessionEnded(f"unexpected {name or 'empty'} message from the server")
+
+    def _acknowledged(self, seq: int) -> None:
+        batch = self._unacked.pop(seq, None)
+        if batch is None:
+            raise _SessionEnded(f"the server acknowledged unknown batch {seq}")
+        self._receive.acknowledge(batch)
+        self._in_flight.release()
 
     async def send_results(self) -> None:
         """Send operation results, the one a previous session was sending first."""

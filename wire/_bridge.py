@@ -59,9 +59,11 @@ from grpclib.server import Server
 from grpclib.server import Stream as _GrpcServerStream
 
 from ._envelope import (
+    decode_ack,
     decode_agent_message,
     decode_server_message,
     encode_agent_message,
+    encode_event_batch,
     encode_server_message,
 )
 from ._errors import (
@@ -245,7 +247,18 @@ class ClientStream:
     async def send(self, message: AgentMessage) -> None:
         """Send one message. Raises MessageTooLarge (nothing sent, the stream stays usable),
         ConnectionLost, RemoteRefused, EndOfStream or StreamClosed."""
-        data = _checked(encode_agent_message(message), self._limit)
+        await self._send_encoded(_checked(encode_agent_message(message), self._limit))
+
+    async def send_event_batch(self, seq: int, records: bytes, count: int) -> None:
+        """Send ``AgentMessage{event_batch{seq, records, count}}``, as ``send`` would, without
+        building the betterproto objects (~0.1 ms each, once per batch). Raises what ``send``
+        raises, and ValueError for a seq or count out of its field's range."""
+        data = encode_event_batch(seq, records, count)
+        if data is None:
+            raise ValueError(f"EventBatch seq {seq} or count {count} is out of range")
+        await self._send_encoded(_checked(data, self._limit))
+
+    async def _send_encoded(self, data: bytes) -> None:
         async with self._send_lock:
             if self._ended and self._terminal is None:
                 raise StreamClosed("cannot send after end()")
@@ -257,6 +270,17 @@ class ClientStream:
         MessageTooLarge, ProtocolViolation or StreamClosed."""
         async with self._receive_lock:
             data = await self._op(self._aio_receive)
+        return _decode(data, decode_server_message, self._limit)
+
+    async def receive_ack_or_message(self) -> int | ServerMessage:
+        """``receive``, except that a plain Ack comes back as its seq (an int), with no
+        betterproto object built: one comes for every batch. Raises what ``receive`` raises."""
+        async with self._receive_lock:
+            data = await self._op(self._aio_receive)
+        if len(data) <= self._limit:
+            seq = decode_ack(data)
+            if seq is not None:
+                return seq
         return _decode(data, decode_server_message, self._limit)
 
     async def end(self) -> None:

@@ -482,3 +482,30 @@ async def test_using_the_bridge_outside_open_loop_says_what_is_missing() -> None
                 pass
         with pytest.raises(RuntimeError, match=r"wire\.serve needs"):
             await wire.serve(ack_handler, "127.0.0.1", 0)
+
+
+@in_loop
+async def test_event_batches_and_acks_on_the_fast_paths() -> None:
+    """send_event_batch is send(AgentMessage{event_batch}) on the wire; receive_ack_or_message
+    gives an Ack as its seq and any other message whole."""
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        for _ in range(3):
+            message = await stream.receive()
+            await stream.send(m.ServerMessage(ack=m.Ack(seq=message.event_batch.seq)))
+            assert message.event_batch.count == len(message.event_batch.records)
+        await stream.send(m.ServerMessage(heartbeat=m.Heartbeat(sent_at_ms=7)))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                for seq in (1, 2, 2**40):
+                    await stream.send_event_batch(seq, b"r" * (seq % 7), seq % 7)
+                    assert await stream.receive_ack_or_message() == seq
+                beat = await stream.receive_ack_or_message()
+                assert isinstance(beat, m.ServerMessage)
+                assert beat.heartbeat.sent_at_ms == 7
+                with pytest.raises(ValueError, match="out of range"):
+                    await stream.send_event_batch(-1, b"", 0)
+            nursery.cancel_scope.cancel()

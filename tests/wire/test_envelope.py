@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from wire import ProtocolViolation
 from wire import messages as m
-from wire._envelope import decode_agent_message, encode_agent_message
+from wire._envelope import decode_agent_message, encode_agent_message, encode_event_batch
 
 batches = st.builds(
     m.EventBatch,
@@ -24,6 +24,18 @@ batches = st.builds(
 def test_encoding_matches_betterproto(batch: m.EventBatch) -> None:
     message = m.AgentMessage(event_batch=batch)
     assert encode_agent_message(message) == bytes(message)
+
+
+@settings(deadline=None)  # a shared, loaded machine: timings mean nothing
+@given(batches)
+def test_the_objectless_encoding_matches_betterproto(batch: m.EventBatch) -> None:
+    encoded = encode_event_batch(batch.seq, batch.records, batch.count)
+    assert encoded == bytes(m.AgentMessage(event_batch=batch))
+
+
+def test_the_objectless_encoding_refuses_values_out_of_range() -> None:
+    assert encode_event_batch(-1, b"", 0) is None
+    assert encode_event_batch(0, b"", 2**32) is None
 
 
 @settings(deadline=None)  # a shared, loaded machine: timings mean nothing

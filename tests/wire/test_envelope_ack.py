@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from wire import ProtocolViolation
 from wire import messages as m
-from wire._envelope import decode_server_message, encode_server_message
+from wire._envelope import decode_ack, decode_server_message, encode_server_message
 
 seqs = st.integers(0, 2**64 - 1)
 
@@ -28,6 +28,18 @@ def test_ack_decoding_matches_betterproto(seq: int) -> None:
     name, decoded = betterproto.which_one_of(decode_server_message(data), "message")
     assert name == "ack"
     assert decoded == m.ServerMessage().parse(data).ack
+
+
+@settings(deadline=None)
+@given(seqs)
+def test_an_ack_decodes_to_its_seq_without_objects(seq: int) -> None:
+    assert decode_ack(bytes(m.ServerMessage(ack=m.Ack(seq=seq)))) == seq
+
+
+def test_anything_but_a_plain_ack_is_not_taken_for_one() -> None:
+    assert decode_ack(bytes(m.ServerMessage(heartbeat=m.Heartbeat(sent_at_ms=5)))) is None
+    assert decode_ack(b"\x12\x04\x08\x07\x10\x01") is None  # an unknown field
+    assert decode_ack(b"") is None
 
 
 def test_other_server_messages_go_through_betterproto() -> None:
