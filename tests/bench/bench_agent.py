@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import betterproto
+import msgspec
 import trio
 import yaml
 
@@ -60,6 +61,17 @@ BUDGET = "8Mi"
 
 
 # --- the receiving server ----------------------------------------------------------------
+
+
+class _RecordType(msgspec.Struct, array_like=True, gc=False):
+    """A record's type and nothing else: the rest of each record (the object's bytes, a
+    msgpack bin) is skipped by its length prefix, not copied. The receiver only counts, and it
+    shares a core with kubesim: a full decode_events copied every 4.4 KB object again."""
+
+    type: int
+
+
+_RECORD_TYPES = msgspec.msgpack.Decoder(list[_RecordType])
 
 
 @dataclass
@@ -95,7 +107,8 @@ class Counter:
             _, body = betterproto.which_one_of(message, "message")
             if isinstance(body, messages.EventBatch):
                 now = time.perf_counter()
-                records = wire.decode_events(body.records)
+                records = _RECORD_TYPES.decode(body.records)
+                assert len(records) == body.count
                 if not self.first_at:
                     self.first_at = now
                 self.last_at = now
