@@ -76,6 +76,12 @@ class StreamState:
     fast_unreturned: int = 0  # fast-path bytes taken by the consumer, credit not yet sent
     ended: bool = False
     error: Exception | None = None
+    # The server says it never processed the request (GOAWAY below it, REFUSED_STREAM): a
+    # request of any method may be sent again on another connection.
+    unprocessed: bool = False
+    # Watches take DATA frames past h2 (the module docstring); a request's answer goes
+    # through h2, which checks it against the answer's Content-Length.
+    fast_path: bool = True
     wakeup: trio.Event = field(default_factory=trio.Event)
 
     def wake(self) -> None:
@@ -364,6 +370,7 @@ class H2Connection:
                 or state.headers is None
                 or state.ended
                 or state.error is not None
+                or not state.fast_path
             ):
                 run = pos if run < 0 else run
             else:
@@ -475,6 +482,7 @@ class H2Connection:
                 state.error = KubeConnectionError(
                     f"the server reset the stream (HTTP/2 error {event.error_code!r})"
                 )
+                state.unprocessed = event.error_code == h2.errors.ErrorCodes.REFUSED_STREAM
                 state.wake()
         elif isinstance(event, h2.events.PingAckReceived):
             self._ping_answered.set()
@@ -484,6 +492,7 @@ class H2Connection:
             for stream_id, state in self._streams.items():
                 if stream_id > last and not state.ended:
                     state.error = KubeConnectionError("the server sent GOAWAY")
+                    state.unprocessed = True
                     state.wake()
 
     def begin(self, path: str, headers: Mapping[str, str]) -> StreamState:
@@ -504,6 +513,46 @@ class H2Connection:
             self.reserved -= 1
             raise
         state = StreamState(stream_id)
+        self._streams[stream_id] = state
+        return state
+
+    def begin_request(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes | None
+    ) -> StreamState | None:
+        """Queue a request with an optional body on a slot already reserved, like ``begin``
+        (the answer skips the watches' fast path). None when the body does not fit the peer's
+        flow-control windows right now (the slot is released, nothing was queued): the
+        caller sends it another way; a whole request queued at once keeps this client free
+        of waits for WINDOW_UPDATE. Operations' bodies are a few KB against windows of
+        64 KiB and more."""
+        if not body:
+            body = None
+        try:
+            if self.error is not None or self.closed:
+                raise KubeConnectionError(f"the HTTP/2 connection is gone: {self.error}")
+            if body is not None and (
+                len(body) > self._h2.outbound_flow_control_window
+                or len(body) > self._h2.remote_settings.initial_window_size
+            ):
+                self.reserved -= 1
+                return None
+            stream_id = self._h2.get_next_available_stream_id()
+            request_headers = [
+                (b":method", method.encode()),
+                (b":scheme", b"https"),
+                (b":authority", self._authority),
+                (b":path", path.encode()),
+            ] + [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+            self._h2.send_headers(stream_id, request_headers, end_stream=body is None)
+            if body is not None:
+                step = self._h2.max_outbound_frame_size
+                for start in range(0, len(body), step):
+                    end = start + step
+                    self._h2.send_data(stream_id, body[start:end], end_stream=end >= len(body))
+        except BaseException:
+            self.reserved -= 1
+            raise
+        state = StreamState(stream_id, fast_path=False)
         self._streams[stream_id] = state
         return state
 
