@@ -348,6 +348,14 @@ class H2Connection:
         (in order); keep an unfinished frame for the next read."""
         buf = self._inbound
         buf += data
+        # Payloads are copied out through a view, once (a bytearray slice and bytes() of it
+        # copied twice); the view goes before ``buf`` is trimmed (a live view pins its size).
+        with memoryview(buf) as view:
+            pos = self._split_frames(buf, view)
+        del buf[:pos]
+
+    def _split_frames(self, buf: bytearray, view: memoryview) -> int:
+        """``_receive_frames``' loop; returns how many leading bytes of ``buf`` it used."""
         size = len(buf)
         pos = 0
         run = -1  # start of a run of frames for h2
@@ -375,16 +383,16 @@ class H2Connection:
                 run = pos if run < 0 else run
             else:
                 if run >= 0:
-                    self._to_h2(buf[run:pos])
+                    self._to_h2(view[run:pos])
                     run = -1
-                self._fast_data(state, bytes(buf[pos + 9 : end]))
+                self._fast_data(state, view[pos + 9 : end].tobytes())
             pos = end
         if run >= 0:
-            self._to_h2(buf[run:pos])
-        del buf[:pos]
+            self._to_h2(view[run:pos])
+        return pos
 
-    def _to_h2(self, frames: bytearray) -> None:
-        for event in self._h2.receive_data(bytes(frames)):
+    def _to_h2(self, frames: memoryview) -> None:
+        for event in self._h2.receive_data(frames.tobytes()):
             self._dispatch(event)
 
     def _fast_data(self, state: StreamState, payload: bytes) -> None:
