@@ -4,19 +4,27 @@ Every store call costs a hop to the store's worker thread, which on a busy serve
 by the event loop) costs milliseconds, and the store runs one call at a time. Operations write
 several records each, so under load the hops, not SQLite, set the throughput. Writers queue
 ``(record, message)`` pairs here and wait; one flusher task takes everything queued (at most
-``max_batch``) and writes it with ``store.record_operations`` in one transaction, then wakes
-the writers. A write has returned only once it is committed, so "recorded before sent" holds.
-At most ``max_pending`` records wait; further writers wait for room (backpressure).
+``max_batch`` records) and writes it with ``store.record_operations`` in one transaction, then
+wakes the writers. A write has returned only once it is committed, so "recorded before sent"
+holds. At most ``max_pending`` writes wait; further writers wait for room (backpressure).
+
+A write may carry the objects an operation returned (``write_all``): the flusher then applies
+every queued write's objects and records in the same hop
+(``store.record_operations_and_objects``), so an operation's end costs its task no hop of its
+own for the cache either.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trio
 
-from .._errors import ServerError
+from wire import EventRecord
+
+from .._errors import ServerError, StoreError
 from ..store import OperationRecord, Store
 
 __all__ = ["OperationJournal"]
@@ -26,10 +34,11 @@ log = logging.getLogger("server.operations")
 
 @dataclass(slots=True)
 class _Write:
-    record: OperationRecord
-    message: str
+    items: Sequence[tuple[OperationRecord, str]]
+    groups: Sequence[Sequence[EventRecord]]
     done: trio.Event = field(default_factory=trio.Event)
     error: ServerError | None = None
+    group_errors: list[StoreError | None] = field(default_factory=list)
 
 
 class OperationJournal:
@@ -48,16 +57,30 @@ class OperationJournal:
         """Queue one write and wait for its commit. Raises StoreError when the transaction
         failed. Cancelled while waiting, the write still happens (it is already queued).
         Once the flusher stopped (shutdown), writes go to the store directly."""
+        await self.write_all([(record, message)])
+
+    async def write_all(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        groups: Sequence[Sequence[EventRecord]] = (),
+    ) -> list[StoreError | None]:
+        """``write`` for several records, after applying each group of objects to the cache
+        (as ``store.apply_operation_objects`` does; a group is one operation's objects).
+        Returns each group's error (None: applied; the records are written either way);
+        raises when the records failed."""
         if self._stopped:
-            await self._store.record_operations([(record, message)])
-            return
+            if not any(groups):
+                await self._store.record_operations(items)
+                return [None] * len(groups)
+            return await self._store.record_operations_and_objects(items, groups)
         await self._room.acquire()
-        write = _Write(record, message)
+        write = _Write(items, groups)
         self._queued.append(write)
         self._wake.set()
         await write.done.wait()
         if write.error is not None:
             raise write.error
+        return write.group_errors
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush until cancelled; what is queued at cancellation is written first (shielded)."""
@@ -76,19 +99,30 @@ class OperationJournal:
                 write.done.set()
 
     async def _flush(self) -> None:
-        batch, self._queued = self._queued[: self._max_batch], self._queued[self._max_batch :]
+        taken, records = 0, 0
+        while taken < len(self._queued) and (records < self._max_batch or not taken):
+            records += len(self._queued[taken].items)
+            taken += 1
+        batch, self._queued = self._queued[:taken], self._queued[taken:]
         if not self._queued:
             self._wake = trio.Event()
         if not batch:
             return
         error: ServerError | None = None
+        items = [item for w in batch for item in w.items]
+        groups = [g for w in batch for g in w.groups]
+        errors: list[StoreError | None] = [None] * len(groups)
         try:
-            await self._store.record_operations([(w.record, w.message) for w in batch])
+            if any(groups):
+                errors = await self._store.record_operations_and_objects(items, groups)
+            else:
+                await self._store.record_operations(items)
         except ServerError as exc:
-            log.error("could not record %d operation writes: %s", len(batch), exc)
+            log.error("could not record %d operation writes: %s", len(items), exc)
             error = exc
         self.flushes += 1
         for write in batch:
             write.error = error
+            write.group_errors, errors = errors[: len(write.groups)], errors[len(write.groups) :]
             write.done.set()
             self._room.release()

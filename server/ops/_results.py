@@ -7,10 +7,11 @@ returned, so the cache can show a deployed object before its watch event arrives
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 import wire
 
@@ -41,7 +42,7 @@ def parse_result(ok: bool, result_json: str, error_message: str, error_code: str
     problem = ""
     if result_json:
         try:
-            data = json.loads(result_json)
+            data = msgspec.json.decode(result_json)
         except ValueError as exc:
             problem = f"result_json is not JSON: {exc}"
     if not isinstance(data, Mapping):
@@ -99,7 +100,7 @@ def cache_records(
                 name=name,
                 uid=_str(meta.get("uid")),
                 resource_version=_str(meta.get("resourceVersion")),
-                object=json.dumps(_without_secret_data(obj, kind), separators=(",", ":")).encode(),
+                object=msgspec.json.encode(_without_secret_data(obj, kind)),
             )
         )
     for ref in deleted:

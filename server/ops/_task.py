@@ -14,7 +14,7 @@ keeps it, so tasks and clientRequestId de-duplication survive a restart).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["Task", "TaskState"]
@@ -58,6 +58,16 @@ class Task:
         task = cls(id, request_id, owner_id, now_ms, accounts=list(accounts or []))
         task.log(ORCHESTRATION, "Initializing Orchestration Task")
         return task
+
+    def copy(self) -> Task:
+        """An independent copy (to render an end before showing it)."""
+        return replace(
+            self,
+            history=list(self.history),
+            result_objects=list(self.result_objects),
+            operations=list(self.operations),
+            accounts=list(self.accounts),
+        )
 
     @property
     def ended(self) -> bool:
