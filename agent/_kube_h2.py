@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import h2.config
@@ -164,8 +164,22 @@ class _TlsStream(trio.abc.AsyncResource):
 
     async def receive_some(self, max_bytes: int) -> bytes:
         """Up to about ``max_bytes`` of plaintext (at least one byte), ``b""`` at EOF."""
+        chunks: list[bytes] = []
+        await self._receive(chunks.append, max_bytes)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def receive_into(self, buffer: bytearray, max_bytes: int) -> int:
+        """``receive_some``, appending to ``buffer`` (each record's plaintext is copied once,
+        not joined first); returns how many bytes it added, 0 at EOF."""
+        before = len(buffer)
+        await self._receive(buffer.extend, max_bytes)
+        return len(buffer) - before
+
+    async def _receive(self, sink: Callable[[bytes], object], max_bytes: int) -> None:
+        """Give ``sink`` the plaintext of every whole record received (up to about
+        ``max_bytes``, at least one byte), reading the network only when none is left; gives
+        nothing at EOF."""
         while True:
-            chunks: list[bytes] = []
             room = max_bytes
             ended = False
             try:
@@ -174,7 +188,7 @@ class _TlsStream(trio.abc.AsyncResource):
                     if not chunk:  # the server's close_notify
                         ended = True
                         break
-                    chunks.append(chunk)
+                    sink(chunk)
                     room -= len(chunk)
             except ssl.SSLWantReadError:
                 pass
@@ -184,10 +198,8 @@ class _TlsStream(trio.abc.AsyncResource):
                 raise trio.BrokenResourceError(f"TLS read failed: {exc}") from exc
             if self._outgoing.pending:
                 await self._send_pending()
-            if chunks:
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            if ended:
-                return b""
+            if room < max_bytes or ended:
+                return
             data = await self._tcp.receive_some(max_bytes)
             if not data:
                 self._incoming.write_eof()
@@ -328,11 +340,11 @@ class H2Connection:
     async def _read_frames(self) -> None:
         try:
             while True:
-                data = await self._socket.receive_some(READ_SIZE)
+                received = await self._socket.receive_into(self._inbound, READ_SIZE)
                 self._last_read = trio.current_time()
-                if not data:
+                if not received:
                     raise KubeConnectionError("the server closed the HTTP/2 connection")
-                self._receive_frames(data)
+                self._receive_frames()
                 await self._flush()
         except (
             trio.BrokenResourceError,
@@ -343,11 +355,10 @@ class H2Connection:
         ) as exc:
             self._fail(exc)
 
-    def _receive_frames(self, data: bytes | bytearray) -> None:
-        """Split whole frames off the bytes read: fast DATA to its stream, the rest to h2
-        (in order); keep an unfinished frame for the next read."""
+    def _receive_frames(self) -> None:
+        """Split whole frames off the bytes read (in ``_inbound``): fast DATA to its stream,
+        the rest to h2 (in order); keep an unfinished frame for the next read."""
         buf = self._inbound
-        buf += data
         # Payloads are copied out through a view, once (a bytearray slice and bytes() of it
         # copied twice); the view goes before ``buf`` is trimmed (a live view pins its size).
         with memoryview(buf) as view:

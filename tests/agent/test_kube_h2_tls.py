@@ -34,7 +34,10 @@ def _contexts(pki: Pki) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, client
 
 
-async def test_one_read_takes_every_record_received_and_eof_reads_empty(pki: Pki) -> None:
+@pytest.mark.parametrize("into", [False, True], ids=["receive_some", "receive_into"])
+async def test_one_read_takes_every_record_received_and_eof_reads_empty(
+    pki: Pki, into: bool
+) -> None:
     server_context, client_context = _contexts(pki)
     sent = trio.Event()
     heard: list[bytes] = []
@@ -57,10 +60,19 @@ async def test_one_read_takes_every_record_received_and_eof_reads_empty(pki: Pki
             await stream.send_all(b"hello")
             await sent.wait()
             await trio.sleep(0.1)  # loopback: the close_notify is in our socket buffer too
-            first = await stream.receive_some(256 * 1024)
-            rest = b""
-            while chunk := await stream.receive_some(256 * 1024):
-                rest += chunk
+            if into:  # appends to what the buffer held; 0 at EOF
+                buffer = bytearray(b"held")
+                assert await stream.receive_into(buffer, 256 * 1024) == len(buffer) - 4
+                first = bytes(buffer[4:])
+                while await stream.receive_into(buffer, 256 * 1024):
+                    pass
+                assert buffer.startswith(b"held" + first)
+                rest = bytes(buffer[4 + len(first) :])
+            else:
+                first = await stream.receive_some(256 * 1024)
+                rest = b""
+                while chunk := await stream.receive_some(256 * 1024):
+                    rest += chunk
             await stream.aclose()
             nursery.cancel_scope.cancel()
     assert heard == [b"hello"]
