@@ -13,10 +13,10 @@ three-way merge patch of ``_threeway.py``.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
+import msgspec
 import trio
 
 from ._context import OperationContext
@@ -27,6 +27,8 @@ from ._manifests import LAST_APPLIED, Strategy, annotations_of
 from ._threeway import three_way_merge_patch
 
 __all__ = ["apply_object", "uses_server_side_apply"]
+
+_DECODER = msgspec.json.Decoder()
 
 
 def uses_server_side_apply(ctx: OperationContext, res: Resource, strategy: Strategy) -> bool:
@@ -43,14 +45,19 @@ def uses_server_side_apply(ctx: OperationContext, res: Resource, strategy: Strat
 
 
 def _with_last_applied(obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` plus the last-applied annotation holding ``obj`` itself (without it)."""
-    out = copy.deepcopy(obj)  # one copy: the annotation is encoded before it is added
-    meta = out["metadata"]
+    """A new ``obj`` plus the last-applied annotation holding ``obj`` itself (without it).
+
+    The copy is the annotation decoded again (keys sorted, as the annotation has them): the
+    annotation must be encoded anyway, and decoding it costs a third of ``copy.deepcopy``."""
+    meta = obj["metadata"]
     notes = meta.get("annotations")
-    if isinstance(notes, dict):
-        notes.pop(LAST_APPLIED, None)
-    applied = json.dumps(out, sort_keys=True, separators=(",", ":"))
-    meta.setdefault("annotations", {})[LAST_APPLIED] = applied
+    clean = obj
+    if isinstance(notes, dict) and LAST_APPLIED in notes:
+        rest = {k: v for k, v in notes.items() if k != LAST_APPLIED}
+        clean = {**obj, "metadata": {**meta, "annotations": rest}}
+    applied = json.dumps(clean, sort_keys=True, separators=(",", ":"))
+    out: dict[str, Any] = _DECODER.decode(applied)
+    out["metadata"].setdefault("annotations", {})[LAST_APPLIED] = applied
     return out
 
 
