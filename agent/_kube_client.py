@@ -179,7 +179,10 @@ class KubeClient:
         self._base_path = parts.path.rstrip("/")
         if parts.scheme == "http" and self.proxy is None:
             self._http1 = Http1Pool(
-                parts.hostname or "", parts.port or 80, connect_timeout=CONNECT_TIMEOUT
+                parts.hostname or "",
+                parts.port or 80,
+                max_connections=max_connections,
+                connect_timeout=CONNECT_TIMEOUT,
             )
         if nursery is not None and http2 and parts.scheme == "https" and self.proxy is None:
             self._h2_pool = H2Pool(
@@ -490,7 +493,7 @@ class KubeClient:
             try:
                 head = pool.encode_head(method, target, merged, length)
                 status, reply_headers, body = await pool.request(
-                    method, target, head, content, max_bytes=max_bytes
+                    method, head, content, max_bytes=max_bytes
                 )
             except Http1Error as exc:
                 error = KubeTimeoutError if exc.timeout else KubeConnectionError

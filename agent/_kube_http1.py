@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import trio
 
-__all__ = ["MAX_HEAD_BYTES", "Http1Error", "Http1Pool", "ResponseReader"]
+__all__ = ["MAX_HEAD_BYTES", "BodyTooLarge", "Http1Error", "Http1Pool", "ResponseReader"]
 
 MAX_HEAD_BYTES = 64 * 1024  # an API server's response head is well under 1 KiB
 READ_SIZE = 256 * 1024
@@ -248,13 +248,21 @@ class Http1Pool:
     """
 
     def __init__(
-        self, host: str, port: int, *, max_idle: int = 64, connect_timeout: float = 30.0
+        self,
+        host: str,
+        port: int,
+        *,
+        max_connections: int = 1024,
+        max_idle: int = 64,
+        connect_timeout: float = 30.0,
     ) -> None:
         self._host = host
         self._port = port
         self._authority = (f"[{host}]" if ":" in host else host) + f":{port}"
         self._idle: list[_Connection] = []  # a stack: the warmest connection first
         self._max_idle = max_idle
+        # Requests in flight (each holds one connection); more wait for a free one.
+        self._slots = trio.Semaphore(max_connections)
         self._connect_timeout = connect_timeout
         self._closed = False
         self.connections_opened = 0
@@ -299,12 +307,24 @@ class Http1Pool:
         return _Connection(stream)
 
     async def request(
-        self, method: str, target: str, head: bytes, content: bytes | None, *, max_bytes: int
+        self, method: str, head: bytes, content: bytes | None, *, max_bytes: int
     ) -> tuple[int, Mapping[str, str], bytes]:
         """Send ``head`` (the request line and headers, from :meth:`encode_head`) and
-        ``content``; return the whole answer. Raises Http1Error, or BodyTooLarge (the
-        connection is closed) when the body is longer than ``max_bytes``."""
-        data = head + content if content else head
+        ``content``; return the whole answer. At most ``max_connections`` requests are in
+        flight; more wait here. Raises Http1Error, or BodyTooLarge (the connection is
+        closed) when the body is longer than ``max_bytes``."""
+        try:
+            self._slots.acquire_nowait()  # the usual case: no wait, no scheduler pass
+        except trio.WouldBlock:
+            await self._slots.acquire()
+        try:
+            return await self._request(method, head + content if content else head, max_bytes)
+        finally:
+            self._slots.release()
+
+    async def _request(
+        self, method: str, data: bytes, max_bytes: int
+    ) -> tuple[int, Mapping[str, str], bytes]:
         while True:
             connection = self._pop_idle()
             reused = connection is not None

@@ -149,13 +149,16 @@ async def _read_request(stream: trio.SocketStream) -> bytes:
     return head
 
 
-async def _with_server(handler: Handler, body: Callable[[KubeClient], Awaitable[None]]) -> None:
+async def _with_server(
+    handler: Handler, body: Callable[[KubeClient], Awaitable[None]], *, max_connections: int = 64
+) -> None:
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
             port = listeners[0].socket.getsockname()[1]
             access = ClusterAccess(server=f"http://127.0.0.1:{port}", token="t0k")
-            async with KubeClient(access, retries=NO_RETRIES) as client:
+            client = KubeClient(access, retries=NO_RETRIES, max_connections=max_connections)
+            async with client:
                 await body(client)
             nursery.cancel_scope.cancel()
 
@@ -244,3 +247,26 @@ async def test_a_garbled_answer_is_a_connection_error() -> None:
             await client.request("GET", "/a")
 
     await _with_server(garble, use)
+
+
+async def test_requests_past_max_connections_wait_for_a_free_one() -> None:
+    open_now = most = 0
+
+    async def slow(stream: trio.SocketStream) -> None:
+        nonlocal open_now, most
+        open_now += 1
+        most = max(most, open_now)
+        try:
+            while await _read_request(stream):
+                await trio.sleep(0.05)
+                await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        finally:
+            open_now -= 1
+
+    async def use(client: KubeClient) -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(6):
+                nursery.start_soon(client.request, "GET", "/a")
+
+    await _with_server(slow, use, max_connections=2)
+    assert most == 2
