@@ -1,9 +1,12 @@
 """The Kubernetes API client: HTTP/2 first, credentials applied, errors translated here.
 
-One :class:`KubeClient` per account. Short requests go through httpx (one HTTP/2 connection
-when the server offers h2); watches go through the agent's own HTTP/2 connections
+One :class:`KubeClient` per account. Watches go through the agent's own HTTP/2 connections
 (agent/_kube_h2.py), up to 250 per TCP connection, or HTTP/1.1 connections when h2 is not
-available -- see the class docstring for why httpx's HTTP/2 cannot carry watches.
+available -- see the class docstring for why httpx's HTTP/2 cannot carry watches. Short
+requests (``request()``) take the cheapest path the server allows: the same own HTTP/2
+connections over https with h2, the agent's own HTTP/1.1 keep-alive pool
+(agent/_kube_http1.py) over plain http, and httpx otherwise (a proxy, no h2 over TLS, no
+nursery, or a body larger than the HTTP/2 window open now).
 
 Two ways to talk:
 
@@ -110,14 +113,15 @@ class _Lane:
 class KubeClient:
     """An HTTP client for one API server, with auth, retries and error translation.
 
-    HTTP/2 and watches. Short requests (lists, discovery, operations) share one httpx HTTP/2
-    connection. Watches (``watch=1``) cannot go there: httpcore 1.0 reads an HTTP/2 connection
-    under one lock handed out first come first served, whose holder blocks in the socket read
-    until *any* frame arrives, so with quiet watches open a response that already arrived
-    waits until some other data comes (measured: a request behind 10 idle watches never
-    completed); it also parks the 101st stream of a connection. So watches use the agent's
-    own HTTP/2 connections (agent/_kube_h2.py: one reader task each, up to 250 watches per
-    TCP connection) when the client has a ``nursery`` for those reader tasks (as
+    HTTP/2 and watches. Short requests (lists, discovery, operations) go as the module
+    docstring says; through httpx they share one HTTP/2 connection. Watches (``watch=1``)
+    cannot go there: httpcore 1.0 reads an HTTP/2 connection under one lock handed out
+    first come first served, whose holder blocks in the socket read until *any* frame
+    arrives, so with quiet watches open a response that already arrived waits until some
+    other data comes (measured: a request behind 10 idle watches never completed); it also
+    parks the 101st stream of a connection. So watches use the agent's own HTTP/2
+    connections (agent/_kube_h2.py: one reader task each, up to 250 watches per TCP
+    connection) when the client has a ``nursery`` for those reader tasks (as
     ``open_kube_client`` gives it) and the server speaks h2 without a proxy in between;
     otherwise HTTP/1.1, one connection per watch. ``watch_http2=True`` forces watches onto
     httpx's HTTP/2 instead ("lanes" of ``streams_per_connection`` streams), for comparison.
