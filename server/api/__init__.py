@@ -1,4 +1,5 @@
-"""The server's REST API and live change feed (Hypercorn on trio, Starlette routing).
+"""The server's REST API and live change feed (Starlette routing on trio; HTTP/1.1 served by
+server/api/_http1.py, WebSocket upgrades handed to Hypercorn).
 
 Armory-plugin-compatible account/agent endpoints, Clouddriver-compatible reads
 (/credentials, /manifests), object queries, /health, /metrics, /openapi.json, and the

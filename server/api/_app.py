@@ -1,4 +1,4 @@
-"""The REST API application (Starlette) and its server (Hypercorn on trio).
+"""The REST API application (Starlette) and its server (server/api/_http1.py on trio).
 
 Every endpoint is declared once in `ENDPOINTS`: the router and the OpenAPI document at
 /openapi.json are both made from that list.
@@ -6,7 +6,9 @@ Every endpoint is declared once in `ENDPOINTS`: the router and the OpenAPI docum
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Literal
 
 import trio
 from hypercorn.config import Config
@@ -25,6 +27,7 @@ from ._context import ApiContext, ApiState
 from ._errors import EXCEPTION_HANDLERS
 from ._feed_ws import events_feed
 from ._hot import HotRoutes
+from ._http1 import serve_http1
 from ._metrics import ApiMetrics, MetricsMiddleware
 from ._routing import Endpoint, Param, openapi_document, routes_for
 
@@ -307,18 +310,25 @@ async def serve_api(
     port: int = DEFAULT_PORT,
     *,
     registry: CollectorRegistry | None = None,
+    http_server: Literal["kubesvc", "hypercorn"] = "kubesvc",
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the REST API until cancelled; `task_status.started(port)` with the bound port
-    (useful with port 0)."""
+    (useful with port 0). HTTP/1.1 requests are served by server/api/_http1.py (WebSocket
+    upgrades by Hypercorn through it); ``http_server="hypercorn"`` serves everything with
+    Hypercorn."""
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
     config.graceful_timeout = 1.0
     app = build_app(state, registry=registry)
     async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(_serve_forever, app, config)
-        task_status.started(int(binds[0].rsplit(":", 1)[1]))
+        if http_server == "hypercorn":
+            binds: list[str] = await nursery.start(_serve_forever, app, config)
+            task_status.started(int(binds[0].rsplit(":", 1)[1]))
+        else:
+            serve = functools.partial(serve_http1, max_body=MAX_BODY_BYTES, config=config)
+            task_status.started(await nursery.start(serve, app, host, port))
 
 
 async def _serve_forever(

@@ -99,7 +99,7 @@ async def open_api(
     registry: CollectorRegistry | None = None,
 ) -> AsyncIterator[Harness]:
     """The API over a fresh SQLite file; in-process (httpx ASGI transport) unless over_socket,
-    where Hypercorn serves it on 127.0.0.1 port 0."""
+    where serve_api serves it on 127.0.0.1 port 0."""
     async with open_state(tmp_path, standalone=standalone, feed=feed) as state:
         if not over_socket:
             transport = httpx.ASGITransport(app=build_app(state, registry=registry))

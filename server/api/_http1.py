@@ -1,0 +1,420 @@
+"""A lean HTTP/1.1 server for the REST API; WebSocket upgrades go to Hypercorn.
+
+Why. Under Orca-like load (issue 6, ``tests/bench/bench_ops.py``) Hypercorn cost ~1.5 ms of
+CPU per request on this machine (h11 state machines, a task per request and one per idle
+timer, a stream object, one socket write per ASGI message), more than everything the server
+does for a deploy besides. Here a request costs one parse of the head, one ASGI call and,
+for a response of one body message (every route but the feed), one socket write.
+
+Theory of operation. One trio task per connection reads a request head (at most
+``MAX_HEAD`` bytes, else 431), its body (Content-Length or chunked, at most ``max_body`` bytes,
+else 413 and close; ``Expect: 100-continue`` answered first), runs the ASGI app, then reads the
+next request (keep-alive; ``Connection: close`` or HTTP/1.0 ends it; an idle connection is
+closed after ``KEEP_ALIVE_SECONDS``). Requests on one connection are answered in order. The
+response head is held until the first body message, so head and body leave in one write; a
+response with more than one body message and no Content-Length is sent chunked. After its
+body the app's ``receive`` waits until the response is sent, then says ``http.disconnect``.
+An app that fails before answering gets a 500 with an empty body and the connection closes.
+A request that asks to upgrade to WebSocket is handed, with the bytes read so far, to
+Hypercorn's own connection handler, so the change feed keeps Hypercorn's WebSocket protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import trio
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.config import Config
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from starlette.types import ASGIApp, Message
+
+__all__ = ["serve_http1"]
+
+log = logging.getLogger("server.api")
+
+MAX_HEAD = 64 * 1024
+KEEP_ALIVE_SECONDS = 5.0
+_READ = 65536
+_NO_BODY = frozenset((204, 304))
+_REASONS = {
+    100: b"Continue",
+    200: b"OK",
+    201: b"Created",
+    202: b"Accepted",
+    204: b"No Content",
+    400: b"Bad Request",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    409: b"Conflict",
+    413: b"Content Too Large",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error",
+    502: b"Bad Gateway",
+    503: b"Service Unavailable",
+    504: b"Gateway Timeout",
+}
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Date:
+    """The Date header, formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def value(self) -> bytes:
+        now = trio.current_time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._value = formatdate(usegmt=True).encode()
+        return self._value
+
+
+class _Connection:
+    """One client connection (see the module docstring)."""
+
+    def __init__(
+        self,
+        stream: trio.SocketStream,
+        app: ASGIApp,
+        max_body: int,
+        date: _Date,
+        upgrade: Callable[[trio.SocketStream, bytes], Awaitable[None]],
+    ) -> None:
+        self.stream = stream
+        self.app = app
+        self.max_body = max_body
+        self.date = date
+        self.upgrade = upgrade
+        self.buffer = bytearray()
+        sock = stream.socket
+        self.client = _address(sock.getpeername())
+        self.server = _address(sock.getsockname())
+
+    async def _fill(self) -> bool:
+        data = await self.stream.receive_some(_READ)
+        if not data:
+            return False
+        self.buffer += data
+        return True
+
+    async def serve(self) -> None:
+        try:
+            while True:
+                with trio.move_on_after(KEEP_ALIVE_SECONDS):
+                    end = self.buffer.find(b"\r\n\r\n")
+                    while end < 0:
+                        if len(self.buffer) > MAX_HEAD or not await self._fill():
+                            break
+                        end = self.buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(self.buffer) > MAX_HEAD:
+                        await self._refuse(431, "request head too large")
+                    return
+                head = bytes(self.buffer[:end])
+                del self.buffer[: end + 4]
+                try:
+                    keep = await self._request(head)
+                except _BadRequest as exc:
+                    await self._refuse(exc.status, str(exc))
+                    return
+                if not keep:
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await self.stream.aclose()
+
+    async def _refuse(self, status: int, message: str) -> None:
+        body = message.encode()
+        await self.stream.send_all(
+            self._head(status, [(b"content-type", b"text/plain; charset=utf-8")], len(body), False)
+            + body
+        )
+
+    def _head(
+        self,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        length: int | None,
+        keep: bool,
+    ) -> bytes:
+        lines = [b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b"Unknown"))]
+        for name, value in headers:
+            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
+                raise RuntimeError(f"a response header carries a line break: {name!r}")
+            lines.append(name + b": " + value)
+        if status in _NO_BODY:
+            pass
+        elif length is not None:
+            lines.append(b"content-length: %d" % length)
+        else:
+            lines.append(b"transfer-encoding: chunked")
+        lines.append(b"date: " + self.date.value())
+        lines.append(b"server: kubesvc")
+        if not keep:
+            lines.append(b"connection: close")
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+    async def _request(self, head: bytes) -> bool:
+        """Answer one request; whether the connection stays open."""
+        lines = head.split(b"\r\n")
+        try:
+            method_b, target, version = lines[0].split(b" ")
+        except ValueError:
+            raise _BadRequest(400, "malformed request line") from None
+        if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+            raise _BadRequest(400, "unsupported HTTP version")
+        headers: list[tuple[bytes, bytes]] = []
+        length: int | None = None
+        chunked = upgrade = close = keep_alive = expect = False
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not name or name != name.strip():
+                raise _BadRequest(400, "malformed header line")
+            name, value = name.lower(), value.strip()
+            headers.append((name, value))
+            if name == b"content-length":
+                if not value.isdigit() or (length is not None and int(value) != length):
+                    raise _BadRequest(400, "bad content-length")
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = value.lower() == b"chunked"
+                if not chunked:
+                    raise _BadRequest(400, "unsupported transfer-encoding")
+            elif name == b"connection":
+                tokens = {t.strip() for t in value.lower().split(b",")}
+                close = close or b"close" in tokens
+                keep_alive = keep_alive or b"keep-alive" in tokens
+                upgrade = upgrade or b"upgrade" in tokens
+            elif name == b"expect":
+                expect = value.lower() == b"100-continue"
+        if upgrade and any(n == b"upgrade" and v.lower() == b"websocket" for n, v in headers):
+            rest, self.buffer = bytes(self.buffer), bytearray()
+            await self.upgrade(self.stream, head + b"\r\n\r\n" + rest)
+            return False
+        keep = not close if version == b"HTTP/1.1" else keep_alive and not close
+        if chunked and length is not None:
+            raise _BadRequest(400, "both content-length and chunked")
+        if (length or 0) > self.max_body:
+            raise _BadRequest(413, "Content Too Large")
+        if expect and (chunked or length):
+            await self.stream.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = await (self._chunked() if chunked else self._body(length or 0))
+        method = method_b.decode("ascii", "replace").upper()
+        path, _, query = target.partition(b"?")
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": version[5:].decode(),
+            "method": method,
+            "scheme": "http",
+            "path": _unquote(path),
+            "raw_path": path,
+            "query_string": query,
+            "root_path": "",
+            "headers": headers,
+            "client": self.client,
+            "server": self.server,
+            "state": {},
+            "extensions": {},
+        }
+        return await self._run_app(scope, body, keep, method == "HEAD")
+
+    async def _body(self, length: int) -> bytes:
+        while len(self.buffer) < length:
+            if not await self._fill():
+                raise trio.BrokenResourceError("the client closed mid-body")
+        body = bytes(self.buffer[:length])
+        del self.buffer[:length]
+        return body
+
+    async def _chunked(self) -> bytes:
+        parts: list[bytes] = []
+        size_total = 0
+        while True:
+            end = self.buffer.find(b"\r\n")
+            while end < 0:
+                if len(self.buffer) > MAX_HEAD or not await self._fill():
+                    raise _BadRequest(400, "malformed chunked body")
+                end = self.buffer.find(b"\r\n")
+            size_text = bytes(self.buffer[:end]).split(b";", 1)[0].strip()
+            del self.buffer[: end + 2]
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise _BadRequest(400, "malformed chunk size") from None
+            if size == 0:
+                # Trailers (ignored) up to the blank line.
+                while True:
+                    end = self.buffer.find(b"\r\n")
+                    while end < 0:
+                        if len(self.buffer) > MAX_HEAD or not await self._fill():
+                            raise _BadRequest(400, "malformed chunked body")
+                        end = self.buffer.find(b"\r\n")
+                    line = bytes(self.buffer[:end])
+                    del self.buffer[: end + 2]
+                    if not line:
+                        return b"".join(parts)
+            size_total += size
+            if size_total > self.max_body:
+                raise _BadRequest(413, "Content Too Large")
+            parts.append(await self._body(size))
+            await self._body(2)  # the CRLF after the chunk
+
+    async def _run_app(
+        self, scope: dict[str, Any], body: bytes, keep: bool, head_only: bool
+    ) -> bool:
+        sent = trio.Event()
+        delivered = False
+        start: Message | None = None
+        head_sent = chunked = finished = False
+
+        async def receive() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await sent.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            nonlocal start, head_sent, chunked, finished
+            kind = message["type"]
+            if kind == "http.response.start":
+                if start is not None:
+                    raise RuntimeError("http.response.start sent twice")
+                start = message
+                return
+            if kind != "http.response.body" or start is None or finished:
+                raise RuntimeError(f"unexpected ASGI message {kind!r}")
+            data = bytes(message.get("body", b""))
+            more = bool(message.get("more_body", False))
+            out = b""
+            if not head_sent:
+                head_sent = True
+                headers = [(bytes(n).lower(), bytes(v)) for n, v in start.get("headers", [])]
+                length: int | None = None
+                for name, value in headers:
+                    if name == b"content-length":
+                        length = int(value)
+                headers = [(n, v) for n, v in headers if n != b"content-length"]
+                if length is None and not more:
+                    length = len(data)
+                chunked = length is None
+                out = self._head(int(start["status"]), headers, length, keep)
+            if head_only or int(start["status"]) in _NO_BODY:
+                data = b""
+            if chunked and not head_only and int(start["status"]) not in _NO_BODY:
+                if data:
+                    out += b"%x\r\n" % len(data) + data + b"\r\n"
+                if not more:
+                    out += b"0\r\n\r\n"
+            else:
+                out += data
+            if not more:
+                finished = True
+            if out:
+                await self.stream.send_all(out)
+
+        try:
+            await self.app(scope, receive, send)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise  # the client went away: nothing to answer, nothing to log
+        except Exception:
+            log.exception("%s %s: the application failed", scope["method"], scope["path"])
+            if not head_sent:
+                await self.stream.send_all(self._head(500, [], 0, False))
+            return False
+        finally:
+            sent.set()
+        if not finished:
+            if start is None:
+                await self.stream.send_all(self._head(500, [], 0, False))
+            return False
+        return keep
+
+
+def _unquote(path: bytes) -> str:
+    if b"%" not in path:
+        return path.decode("latin-1")
+    return unquote_to_bytes(path).decode("utf-8", "replace")
+
+
+def _address(raw: Any) -> tuple[str, int] | None:
+    if isinstance(raw, tuple) and len(raw) >= 2:
+        return str(raw[0]), int(raw[1])
+    return None
+
+
+class _Prefixed(trio.abc.Stream):
+    """A socket stream whose first reads return bytes already read (for the handover)."""
+
+    def __init__(self, stream: trio.SocketStream, prefix: bytes) -> None:
+        self.transport = stream
+        self.socket = stream.socket
+        self._prefix = prefix
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            data, self._prefix = self._prefix, b""
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self.transport.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.transport.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.transport.send_eof()
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+
+async def serve_http1(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    max_body: int,
+    config: Config,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``host:port`` until cancelled; ``task_status.started(port)`` with the
+    bound port. WebSocket upgrades are served by Hypercorn with ``config``."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    date = _Date()
+    wrapped = ASGIWrapper(app)  # type: ignore[arg-type]
+    context = WorkerContext(None)
+
+    async def upgrade(stream: trio.SocketStream, prefix: bytes) -> None:
+        server = TCPServer(wrapped, config, context, ConnectionState({}), _Prefixed(stream, prefix))  # type: ignore[arg-type]
+        await server.run()
+
+    async def handle(stream: trio.SocketStream) -> None:
+        await _Connection(stream, app, max_body, date, upgrade).serve()
+
+    bound = listeners[0].socket.getsockname()[1]
+    log.info("REST API on http://%s:%d", host, bound)
+    async with trio.open_nursery() as nursery:
+        task_status.started(bound)
+        await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
