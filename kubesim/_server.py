@@ -44,6 +44,10 @@ def _hypercorn_config() -> HypercornConfig:
     # One agent runs one watch per kind over one HTTP/2 connection: allow many streams.
     config.h2_max_concurrent_streams = 1000
     config.h2_max_inbound_frame_size = 2**20
+    # A real API server (Go's HTTP/2 server) takes any number of requests on one connection;
+    # Hypercorn's default cap (1,000) sends GOAWAY naming the request that crossed it and then
+    # never answers that request, on a connection it leaves open.
+    config.keep_alive_max_requests = 2**62
     config.include_server_header = False
     return config
 

@@ -18,8 +18,9 @@ import h2.events
 import pytest
 import trio
 
+import kubesim
 from agent._kube_client import KubeClient
-from agent._kubeconfig import ClusterAccess
+from agent._kubeconfig import ClusterAccess, load_kubeconfig
 
 from ._kube_edge import Pki, Reply, Seen, make_pki, serve_api, status_body
 
@@ -142,3 +143,17 @@ async def test_requests_above_a_goaways_last_stream_are_sent_again(pki: Pki) -> 
                     requests.start_soon(post)
             nursery.cancel_scope.cancel()
     assert sorted(body for _, body in taken) == [b"0", b"1", b"2", b"3"]  # each once
+
+
+async def test_more_requests_than_hypercorns_default_cap_on_one_kubesim_connection(
+    tmp_path: Path,
+) -> None:
+    sim = kubesim.Cluster()
+    with trio.fail_after(60):
+        async with kubesim.open_server(sim, tls=True) as server:
+            access = load_kubeconfig(server.kubeconfig(tmp_path / "kubeconfig"))
+            async with _client(access) as client:
+                for _ in range(1005):
+                    reply = await client.request("GET", "/api/v1/namespaces/default")
+                    assert reply.status_code == 200
+                assert client.watch_connections == 1
