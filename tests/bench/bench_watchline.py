@@ -1,6 +1,6 @@
 """The agent's per-event CPU on the watch path, without the network: decode + scrub + entries.
 
-Feeds 64 KiB chunks of a watch body of ~4.4 KB pods (with managedFields, which are stripped)
+Feeds 64 KiB chunks of a watch body of kubesim's ~4.7 KB pods (with managedFields, stripped)
 through WatchDecoder and the reflector's record building, and prints microseconds per event.
 DESIGN section 3 budgets ~35 us per event for everything (HTTP read included).
 Run: .venv/bin/python -m tests.bench.bench_watchline [--json]
@@ -11,24 +11,24 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
+import kubesim
 from agent import KindInfo, ListCaps, Reflector, WatchTarget
 from agent._watchline import WatchDecoder
 from budget import ByteBudget, open_event_channel
 
 
-def _pod(i: int, *, managed: bool) -> dict[str, object]:
-    meta: dict[str, object] = {
-        "name": f"pod-{i}", "namespace": "default", "uid": f"uid-{i:08d}",
-        "resourceVersion": str(1000 + i), "labels": {"app": "web", "tier": "frontend"},
-    }
-    if managed:
-        meta["managedFields"] = [{"manager": "kubectl", "operation": "Update",
-                                  "fieldsV1": {"f:spec": {"f:containers": {}}}}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"containers": [{"name": "c", "image": "nginx", "env": [
-                {"name": f"VAR_{k}", "value": "x" * 60} for k in range(40)]}]},
-            "status": {"phase": "Running"}}
+def _pod(i: int, *, managed: bool) -> dict[str, Any]:
+    """kubesim's realistic pod (~4.7 KB with its two managedFields entries, as bench_agent
+    streams them), with uid and resourceVersion last as kubesim writes them."""
+    pod = kubesim.realistic_pod("default", i, now="2026-01-01T00:00:00Z")
+    meta = pod["metadata"]
+    if not managed:
+        del meta["managedFields"]
+    meta["uid"] = f"uid-{i:08d}"
+    meta["resourceVersion"] = str(1000 + i)
+    return pod
 
 
 def run(events: int = 20_000, managed: bool = True) -> dict[str, float]:
@@ -54,9 +54,15 @@ def run(events: int = 20_000, managed: bool = True) -> dict[str, float]:
             "us_per_event": elapsed / total * 1e6}
 
 
+def best(runs: int, *, managed: bool) -> dict[str, float]:
+    """The fastest of ``runs`` runs: the cores are shared, and the slower runs measure the
+    neighbours (the first also warms up)."""
+    return min((run(managed=managed) for _ in range(runs)), key=lambda r: r["us_per_event"])
+
+
 def main() -> None:
-    stripped = run(managed=True)
-    plain = run(managed=False)
+    stripped = best(5, managed=True)
+    plain = best(5, managed=False)
     result = {"us_per_event_stripping": round(stripped["us_per_event"], 2),
               "us_per_event_plain": round(plain["us_per_event"], 2),
               "bytes_per_event": round(plain["bytes_per_event"])}
