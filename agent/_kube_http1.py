@@ -233,11 +233,14 @@ class _Connection:
     def looks_alive(self) -> bool:
         """An idle connection has nothing to read; readable means the peer closed it (EOF)
         or sent something unasked for. Either way it must not carry a request."""
+        # poll, not select: select refuses descriptors past 1024 (an agent with many
+        # HTTP/1.1 watches open has that many), which would drop every kept connection.
+        poller = select.poll()
         try:
-            readable, _, _ = select.select([self.stream.socket.fileno()], [], [], 0)
+            poller.register(self.stream.socket.fileno(), select.POLLIN)
+            return not poller.poll(0)
         except (OSError, ValueError):
             return False
-        return not readable
 
 
 class Http1Pool:
