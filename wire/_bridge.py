@@ -25,7 +25,8 @@ Message size: the server reads the gRPC length prefix itself and refuses an over
 before reading its body. The client (facing its own server) lets grpclib read the message and
 checks the size after. Private grpclib seams used (grpclib is pinned < 0.5):
 ``Server._protocol_factory`` / ``Channel._protocol_factory`` and ``Connection._connection``
-(frame size, closing connections on shutdown), ``server.Stream._stream`` (the bounded read).
+(frame size, closing connections on shutdown), ``server.Stream._stream`` (the bounded read),
+and the client ``Stream``'s send state (``_send_framed``: a message goes out already framed).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -65,6 +67,7 @@ from ._envelope import (
     encode_agent_message,
     encode_event_batch,
     encode_server_message,
+    grpc_framed,
 )
 from ._errors import (
     ConnectionLost,
@@ -97,6 +100,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 2**20
 # HTTP/2 DATA frames we accept (announced in our SETTINGS). h2 costs ~0.1-0.5 ms per frame
 # here; with the default 16 KiB a 0.9 MB batch takes 55 frames, with 1 MiB it takes one.
 _MAX_FRAME_SIZE = 2**20
+_GRPC_PREFIX = 5  # bytes in front of every gRPC message: compressed flag, length
 # Cleanup after cancellation is shielded; this bounds how long it may take.
 _CLEANUP_SECONDS = 5.0
 _T = TypeVar("_T")
@@ -247,22 +251,25 @@ class ClientStream:
     async def send(self, message: AgentMessage) -> None:
         """Send one message. Raises MessageTooLarge (nothing sent, the stream stays usable),
         ConnectionLost, RemoteRefused, EndOfStream or StreamClosed."""
-        await self._send_encoded(_checked(encode_agent_message(message), self._limit))
+        data = _checked(encode_agent_message(message), self._limit)
+        await self._send_framed(grpc_framed(data))
 
     async def send_event_batch(self, seq: int, records: bytes, count: int) -> None:
         """Send ``AgentMessage{event_batch{seq, records, count}}``, as ``send`` would, without
         building the betterproto objects (~0.1 ms each, once per batch). Raises what ``send``
         raises, and ValueError for a seq or count out of its field's range."""
-        data = encode_event_batch(seq, records, count)
-        if data is None:
+        framed = encode_event_batch(seq, records, count, grpc_prefix=True)
+        if framed is None:
             raise ValueError(f"EventBatch seq {seq} or count {count} is out of range")
-        await self._send_encoded(_checked(data, self._limit))
+        if len(framed) - _GRPC_PREFIX > self._limit:
+            raise MessageTooLarge(len(framed) - _GRPC_PREFIX, self._limit, direction="outgoing")
+        await self._send_framed(framed)
 
-    async def _send_encoded(self, data: bytes) -> None:
+    async def _send_framed(self, framed: bytes) -> None:
         async with self._send_lock:
             if self._ended and self._terminal is None:
                 raise StreamClosed("cannot send after end()")
-            await self._op(self._aio_send, data)
+            await self._op(self._aio_send, framed)
 
     async def receive(self) -> ServerMessage:
         """Wait for the server's next message. Raises EndOfStream when the server ended the call
@@ -335,10 +342,13 @@ class ClientStream:
         except _BROKEN as exc:
             raise _lost(exc, f"cannot open a Connect call to {host}:{port}") from exc
 
-    async def _aio_send(self, data: bytes) -> None:
-        assert self._grpc is not None
+    async def _aio_send(self, framed: bytes) -> None:
+        """Send one message, its gRPC prefix included: grpclib's ``send_message`` would copy
+        a whole batch (~1 MiB) once more to put the prefix in front of it."""
+        grpc = self._grpc
+        assert grpc is not None
         try:
-            await self._grpc.send_message(data)
+            await _send_framed(grpc, framed)
         except _BROKEN as exc:
             await self._aio_finish(exc)
 
@@ -420,6 +430,23 @@ class ClientStream:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+
+
+async def _send_framed(grpc: _GrpcClientStream[bytes, bytes], framed: bytes) -> None:
+    """grpclib's ``Stream.send_message`` for a message already framed (its checks and its
+    counters: the keepalive reads ``last_message_sent``), minus its event dispatch, which
+    nothing here listens to."""
+    if not grpc._send_request_done:
+        await grpc.send_request()
+    if grpc._end_done:
+        raise _GrpcProtocolError("Stream is ended")
+    with grpc._wrapper:
+        await grpc._stream.send_data(framed)
+        grpc._send_message_done = True
+        grpc._messages_sent += 1
+        connection = grpc._stream.connection
+        connection.messages_sent += 1
+        connection.last_message_sent = time.monotonic()
 
 
 def _refused(exc: GRPCError) -> RemoteRefused:

@@ -57,10 +57,13 @@ def encode_agent_message(message: AgentMessage) -> bytes:
     return bytes(message) if encoded is None else encoded  # betterproto reports what is wrong
 
 
-def encode_event_batch(seq: int, records: bytes, count: int) -> bytes | None:
+def encode_event_batch(
+    seq: int, records: bytes, count: int, *, grpc_prefix: bool = False
+) -> bytes | None:
     """``AgentMessage{event_batch{seq, records, count}}`` as protobuf, with no betterproto
     object built (they cost ~0.1 ms each here, a batch's envelope and its Ack two each); None
-    when a value is out of its field's range."""
+    when a value is out of its field's range. ``grpc_prefix``: with gRPC's 5-byte message
+    prefix in front, made in the same copy of the records (grpc_framed)."""
     if not (0 <= seq < 2**64 and 0 <= count < 2**32) or not isinstance(records, bytes):
         return None
     head = bytearray()
@@ -70,7 +73,20 @@ def encode_event_batch(seq: int, records: bytes, count: int) -> bytes | None:
         head += b"\x12" + varint(len(records))
     tail = b"\x18" + varint(count) if count else b""
     inner_length = len(head) + len(records) + len(tail)
-    return b"".join((b"\x12", varint(inner_length), head, records, tail))
+    tag_length = b"\x12" + varint(inner_length)
+    if not grpc_prefix:
+        return b"".join((tag_length, head, records, tail))
+    size = len(tag_length) + inner_length
+    return b"".join((_grpc_prefix(size), tag_length, head, records, tail))
+
+
+def grpc_framed(message: bytes) -> bytes:
+    """``message`` as one gRPC message on the stream: uncompressed, its length in front."""
+    return b"".join((_grpc_prefix(len(message)), message))
+
+
+def _grpc_prefix(size: int) -> bytes:
+    return b"\x00" + size.to_bytes(4, "big")
 
 
 def decode_agent_message(data: bytes) -> AgentMessage:

@@ -9,7 +9,12 @@ from hypothesis import strategies as st
 
 from wire import ProtocolViolation
 from wire import messages as m
-from wire._envelope import decode_agent_message, encode_agent_message, encode_event_batch
+from wire._envelope import (
+    decode_agent_message,
+    encode_agent_message,
+    encode_event_batch,
+    grpc_framed,
+)
 
 batches = st.builds(
     m.EventBatch,
@@ -31,6 +36,15 @@ def test_encoding_matches_betterproto(batch: m.EventBatch) -> None:
 def test_the_objectless_encoding_matches_betterproto(batch: m.EventBatch) -> None:
     encoded = encode_event_batch(batch.seq, batch.records, batch.count)
     assert encoded == bytes(m.AgentMessage(event_batch=batch))
+
+
+@settings(deadline=None)
+@given(batches)
+def test_the_grpc_prefix_is_made_in_the_same_copy(batch: m.EventBatch) -> None:
+    plain = encode_event_batch(batch.seq, batch.records, batch.count)
+    assert plain is not None
+    framed = encode_event_batch(batch.seq, batch.records, batch.count, grpc_prefix=True)
+    assert framed == grpc_framed(plain) == b"\x00" + len(plain).to_bytes(4, "big") + plain
 
 
 def test_the_objectless_encoding_refuses_values_out_of_range() -> None:
