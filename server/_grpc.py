@@ -37,6 +37,7 @@ from .store import BatchOutcome, scrub_secret_records
 
 log = logging.getLogger("server.grpc")
 _CLEANUP_SECONDS = 10.0
+_SEND_SECONDS = 2.0
 
 
 def _refuse(status: wire.Status, message: str, peer: str) -> wire.Refuse:
@@ -194,7 +195,12 @@ class ConnectHandler:
 
     async def _send_loop(self, stream: wire.ServerStream, session: Session) -> None:
         async for message in session.outbox:
-            await stream.send(message)
+            # Each message goes out whole: a send cut by the cancellation that ends a refused
+            # call resets the stream, and the agent would get a reset instead of the status
+            # saying what it did wrong. Bounded, for a peer that stopped reading.
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + _SEND_SECONDS
+                await stream.send(message)
 
     async def _heartbeat_loop(self, session: Session) -> None:
         period = self._state.config.sessions.heartbeat_seconds
@@ -213,6 +219,22 @@ class ConnectHandler:
         session.end("its bearer token expired; reconnect with a fresh one")
 
     async def _receive_loop(
+        self,
+        stream: wire.ServerStream,
+        session: Session,
+        principal: Principal,
+        peer: str,
+        ingest: Ingest,
+    ) -> None:
+        try:
+            await self._receive_messages(stream, session, principal, peer, ingest)
+        except wire.Refuse:
+            # The batches before a violation were valid: they land (and are acknowledged)
+            # first, as they did when each batch was applied before the next was read.
+            await ingest.drain()
+            raise
+
+    async def _receive_messages(
         self,
         stream: wire.ServerStream,
         session: Session,
