@@ -8,7 +8,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import trio
 
@@ -32,7 +32,13 @@ class ServeApi(Protocol):
     """The REST API's entry point: serve until cancelled, ``task_status.started(port)``."""
 
     async def __call__(
-        self, state: ServerState, host: str, port: int, *, task_status: trio.TaskStatus[int]
+        self,
+        state: ServerState,
+        host: str,
+        port: int,
+        *,
+        http_server: Literal["kubesvc", "hypercorn"],
+        task_status: trio.TaskStatus[int],
     ) -> None: ...
 
 
@@ -134,7 +140,13 @@ async def run_server(
         grpc_port: int = await nursery.start(serve)
         api_port: int | None = None
         if serve_api is not None:
-            api = functools.partial(serve_api, state, config.api.host, config.api.port)
+            api = functools.partial(
+                serve_api,
+                state,
+                config.api.host,
+                config.api.port,
+                http_server="hypercorn" if config.api.http_server == "hypercorn" else "kubesvc",
+            )
             api_port = await nursery.start(api)
         log.info(
             "server %s: gRPC on %s:%d, REST on %s",

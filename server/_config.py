@@ -13,7 +13,7 @@ File paths inside the config are resolved relative to the config file's folder.
                           publicKeyFiles: [], audience, issuer, leewaySeconds: 30,
                           accountsClaim: accounts},
                     x509: {subjectFilters: [regex, ...]}}}
-    api:    {host: 0.0.0.0, port: 7002}
+    api:    {host: 0.0.0.0, port: 7002, httpServer: kubesvc|hypercorn}
     store:  {type: sqlite, path: kubesvc.db}            # path ":memory:" for no file
     accounts: {orphanGraceSeconds: 600, maxResumableResourceAgeMs: 300000}
     sessions: {helloTimeoutSeconds: 30, maxBatchEvents: 10000, maxAccountsPerAgent: 1000,
@@ -50,6 +50,9 @@ class GrpcConfig:
 class ApiConfig:
     host: str = "0.0.0.0"
     port: int = 7002
+    # Who speaks HTTP/1.1 for the REST API: our lean server (server/api/_http1.py; WebSocket
+    # upgrades still go to Hypercorn) or Hypercorn for everything, the fallback.
+    http_server: str = "kubesvc"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,15 @@ class _Section:
                 )
         return values
 
+    def one_of(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        """A text that must be one of ``choices`` exactly (case matters)."""
+        value = self.text(key, default)
+        if value not in choices:
+            raise ConfigError(
+                self.file, self._where(key), f"expected one of {', '.join(choices)}, got {value!r}"
+            )
+        return value
+
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
         value = self.text(key, default)
         if value.upper() not in choices:
@@ -209,7 +221,11 @@ def parse_server_config(
     server_id = root.text("serverId")
     grpc = _grpc(root.section("grpc"))
     api_s = root.section("api")
-    api = ApiConfig(api_s.text("host", "0.0.0.0"), api_s.integer("port", 7002, high=65535))
+    api = ApiConfig(
+        api_s.text("host", "0.0.0.0"),
+        api_s.integer("port", 7002, high=65535),
+        api_s.one_of("httpServer", ("kubesvc", "hypercorn"), "kubesvc"),
+    )
     api_s.done()
     store_s = root.section("store")
     store = StoreConfig(

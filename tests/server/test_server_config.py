@@ -24,6 +24,12 @@ def test_empty_file_gives_the_defaults(tmp_path: Path) -> None:
     assert config.accounts.orphan_grace_seconds == 600
     assert config.accounts.max_resumable_resource_age_ms == 300_000
     assert config.store.path == str(tmp_path / "kubesvc.db")
+    assert config.api.http_server == "kubesvc"
+
+
+def test_the_rest_api_can_fall_back_to_hypercorn(tmp_path: Path) -> None:
+    config = load_server_config(write(tmp_path, "api: {httpServer: hypercorn}"))
+    assert config.api.http_server == "hypercorn"
 
 
 def test_full_config(tmp_path: Path) -> None:
@@ -79,6 +85,7 @@ operations: {waitMs: 1000}
         ("accounts: {orphanGraceSeconds: -1}", "accounts.orphanGraceSeconds", ">= 0"),
         ("sessions: {outboundQueue: true}", "sessions.outboundQueue", "an integer"),
         ("store: {type: postgres}", "store.type", "SQLITE"),
+        ("api: {httpServer: nginx}", "api.httpServer", "kubesvc, hypercorn"),
         ("- a list", "", "expected a mapping"),
         ("grpc: [1", "line 1", "invalid YAML"),
     ],
