@@ -259,7 +259,12 @@ async def _sample_rest(client: httpx.AsyncClient, seen: _Visibility, per_second:
 
 
 async def measure_visibility(
-    rate: float, seconds: float, objects: int, work: Path, rest_samples: float = 20.0
+    rate: float,
+    seconds: float,
+    objects: int,
+    work: Path,
+    rest_samples: float = 20.0,
+    http_server: str = "kubesvc",
 ) -> _Visibility:
     """kubesim here; the server and the agent as ``kubesvc`` processes (one core each at most):
     change ConfigMaps at ``rate``/s and time how long until REST (sampled) and the feed show
@@ -274,7 +279,7 @@ async def measure_visibility(
         yaml.safe_dump(
             {
                 "grpc": {"host": "127.0.0.1", "port": grpc_port},
-                "api": {"host": "127.0.0.1", "port": api_port},
+                "api": {"host": "127.0.0.1", "port": api_port, "httpServer": http_server},
                 "store": {"path": str(work / "server.db")},
             }
         )
@@ -361,7 +366,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     print(f"ingest: {args.events} events of ~4.4 KB, batches of {args.batch}: {rate:,.0f} events/s")
     with tempfile.TemporaryDirectory() as tmp:
         seen = await measure_visibility(
-            args.rate, args.seconds, args.objects, Path(tmp), args.rest_samples
+            args.rate, args.seconds, args.objects, Path(tmp), args.rest_samples, args.http_server
         )
     unseen = sum(len(p) for p in seen.pending.values())
     rest_p99 = _percentile(seen.rest_ms, 0.99)
@@ -392,6 +397,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         "unseen_changes": unseen,
         "feed_resyncs": seen.feed_resyncs,
         "processes": "separate",
+        "http_server": args.http_server,
     }
 
 
@@ -407,6 +413,12 @@ def main() -> None:
         type=float,
         default=20.0,
         help="changes per second timed through REST GET polls (0: feed only)",
+    )
+    parser.add_argument(
+        "--http-server",
+        choices=("kubesvc", "hypercorn"),
+        default="kubesvc",
+        help="the server's api.httpServer (who speaks HTTP/1.1 for the REST API and the feed)",
     )
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
     args = parser.parse_args()
