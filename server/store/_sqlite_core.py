@@ -25,7 +25,7 @@ from wire import EventRecord, EventType
 
 from .._errors import InvalidQuery, StoreError
 from ._labels import selector_sql
-from ._prepared import PreparedEvents, object_parts, prepare_events
+from ._prepared import ObjectParts, PreparedEvents, object_parts, prepare_events
 from ._records import (
     BatchOutcome,
     ObjectPage,
@@ -186,22 +186,7 @@ class SqliteCore(RecordTables):
                     pending.append((r.account, group, r.kind, r.namespace, r.name))
                     deleted += 1
                 else:
-                    pending.append(
-                        (
-                            r.account,
-                            group,
-                            r.kind,
-                            r.namespace,
-                            r.name,
-                            r.api_version,
-                            r.uid,
-                            r.resource_version,
-                            epoch,
-                            now,
-                            parts.labels,
-                            parts.body,
-                        )
-                    )
+                    pending.append(_row(r, group, epoch, now, parts))
                     upserted += 1
                 if not syncing or (r.account, group, r.kind.lower(), r.scope) not in syncing:
                     rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
@@ -262,21 +247,7 @@ class SqliteCore(RecordTables):
         return self._write(write)  # type: ignore[no-any-return]
 
     def _object_row(self, index: int, r: EventRecord, group: str, now: int) -> tuple[Any, ...]:
-        parts = object_parts(index, r, group)
-        return (
-            r.account,
-            group,
-            r.kind,
-            r.namespace,
-            r.name,
-            r.api_version,
-            r.uid,
-            r.resource_version,
-            self._epoch,
-            now,
-            parts.labels,
-            parts.body,
-        )
+        return _row(r, group, self._epoch, now, object_parts(index, r, group))
 
     def _end_sync(self, r: EventRecord, group: str) -> list[ObjectRef]:
         key = (r.account, group, r.kind.lower(), r.scope)
@@ -379,6 +350,24 @@ class SqliteCore(RecordTables):
             (account,),
         )
         return [ResumePoint(*row) for row in rows]
+
+
+def _row(r: EventRecord, group: str, epoch: int, now: int, parts: ObjectParts) -> tuple[Any, ...]:
+    """The parameters of _UPSERT for one object."""
+    return (
+        r.account,
+        group,
+        r.kind,
+        r.namespace,
+        r.name,
+        r.api_version,
+        r.uid,
+        r.resource_version,
+        epoch,
+        now,
+        parts.labels,
+        parts.body,
+    )
 
 
 def wall_clock_ms() -> int:
