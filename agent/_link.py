@@ -55,6 +55,8 @@ ResumeKey = tuple[str, str, str]  # (api_version, kind, scope)
 
 #: Operation results waiting for a session to carry them; past this, operations wait.
 MAX_PENDING_RESULTS = 256
+#: Operation results sent in one write at most (those ready together).
+MAX_RESULTS_PER_WRITE = 32
 #: Operations running at once; past this the agent answers Unavailable at once.
 MAX_OPERATIONS_IN_FLIGHT = 512
 #: Marks an object that was too large to send: only its metadata reached the server.
@@ -157,11 +159,12 @@ class Link:
         self.status = LinkStatus()
         # Operations outlive sessions: one that is running when the stream drops finishes, and
         # its result waits here (bounded; a full outbox holds the next operation back) for the
-        # next session. ``_unsent`` is the one result a dying session was sending.
+        # next session. ``_unsent`` holds the results a dying session was sending (at most
+        # MAX_RESULTS_PER_WRITE).
         self._results_in, self._results_out = trio.open_memory_channel[messages.OperationResult](
             MAX_PENDING_RESULTS
         )
-        self._unsent: messages.OperationResult | None = None
+        self._unsent: list[messages.OperationResult] = []
         self._operations_nursery: trio.Nursery | None = None
         self._operations_in_flight = 0
         # Account changes waiting for a session to announce them: name -> the account's info,
@@ -553,13 +556,24 @@ class _Session:
         self._in_flight.release()
 
     async def send_results(self) -> None:
-        """Send operation results, the one a previous session was sending first."""
+        """Send operation results, those a previous session was sending first.
+
+        The results ready together leave in one write (MAX_RESULTS_PER_WRITE at most): under
+        load several finish within one pass of the scheduler, and each write costs a crossing
+        into asyncio that costs more than encoding a small result."""
         link = self._link
+        results = link._results_out
         while True:
-            if link._unsent is None:
-                link._unsent = await link._results_out.receive()
-            await self.send(messages.AgentMessage(operation_result=link._unsent))
-            link._unsent = None
+            if not link._unsent:
+                link._unsent.append(await results.receive())
+            while len(link._unsent) < MAX_RESULTS_PER_WRITE:
+                try:
+                    link._unsent.append(results.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            async with self._send_lock:
+                await self._stream.send_operation_results(link._unsent)
+            link._unsent = []
 
     async def heartbeats(self) -> None:
         period = self._link._settings.heartbeat_seconds

@@ -36,7 +36,7 @@ import socket
 import ssl
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
@@ -66,6 +66,7 @@ from ._envelope import (
     decode_server_message,
     encode_agent_message,
     encode_event_batch,
+    encode_operation_result,
     encode_server_message,
     grpc_framed,
 )
@@ -82,7 +83,7 @@ from ._errors import (
     WireError,
 )
 from ._malloc import tune_malloc
-from .messages import CONNECT_METHOD, AgentMessage, ServerMessage
+from .messages import CONNECT_METHOD, AgentMessage, OperationResult, ServerMessage
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
@@ -264,6 +265,18 @@ class ClientStream:
         if len(framed) - _GRPC_PREFIX > self._limit:
             raise MessageTooLarge(len(framed) - _GRPC_PREFIX, self._limit, direction="outgoing")
         await self._send_framed(framed)
+
+    async def send_operation_results(self, results: Sequence[OperationResult]) -> None:
+        """Send ``AgentMessage{operation_result}`` for each of ``results``, in order, as
+        ``send`` would, in one write: one crossing into asyncio for all of them (a crossing
+        costs more than a small message), with no envelope object built. Raises what ``send``
+        raises; MessageTooLarge when any of them is too large (then none is sent)."""
+        framed = b"".join(
+            grpc_framed(_checked(encode_operation_result(result), self._limit))
+            for result in results
+        )
+        if framed:
+            await self._send_framed(framed)
 
     async def _send_framed(self, framed: bytes) -> None:
         async with self._send_lock:

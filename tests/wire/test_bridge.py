@@ -510,3 +510,34 @@ async def test_event_batches_and_acks_on_the_fast_paths() -> None:
                 with pytest.raises(ValueError, match="out of range"):
                     await stream.send_event_batch(-1, b"", 0)
             nursery.cancel_scope.cancel()
+
+
+@in_loop
+async def test_operation_results_sent_in_one_write_arrive_one_message_each() -> None:
+    received: list[m.AgentMessage] = []
+    results = [
+        m.OperationResult(id=f"op-{n}", account="k", ok=n % 2 == 0, result_json="{}" * n)
+        for n in range(5)
+    ]
+
+    async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        for _ in range(len(results)):
+            received.append(await stream.receive())
+        await stream.send(m.ServerMessage(ack=m.Ack(seq=1)))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(
+                functools.partial(wire.serve, handler, "127.0.0.1", 0, max_message_size=1024)
+            )
+            async with wire.open_connection("127.0.0.1", port, max_message_size=1024) as stream:
+                # One too large: none of them is sent, and the stream stays usable.
+                too_large = m.OperationResult(id="big", result_json="x" * 2048)
+                with pytest.raises(wire.MessageTooLarge):
+                    await stream.send_operation_results([results[0], too_large])
+                await stream.send_operation_results([])
+                await stream.send_operation_results(results[:3])
+                await stream.send_operation_results(results[3:])
+                assert (await stream.receive()).ack.seq == 1
+            nursery.cancel_scope.cancel()
+    assert [message.operation_result for message in received] == results

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import betterproto
 import pytest
 from hypothesis import given, settings
@@ -9,9 +11,11 @@ from hypothesis import strategies as st
 
 from wire import messages as m
 from wire._envelope import (
+    construct,
     decode_agent_message,
     decode_server_message,
     encode_agent_message,
+    encode_operation_result,
     encode_server_message,
 )
 
@@ -76,3 +80,37 @@ def test_unusual_encodings_are_left_to_betterproto() -> None:
 def test_malformed_operations_are_refused(data: bytes) -> None:
     with pytest.raises(Exception):  # noqa: B017 - betterproto raises assorted errors
         decode_server_message(data)
+
+
+@settings(deadline=None)
+@given(operations, results)
+def test_decoded_messages_are_the_constructors_objects(
+    operation: m.Operation, result: m.OperationResult
+) -> None:
+    # The decoders build these objects without betterproto's constructor (construct()):
+    # attribute for attribute, they must be what the constructor makes.
+    down = decode_server_message(bytes(m.ServerMessage(operation=operation)))
+    assert down.__dict__ == m.ServerMessage(operation=m.Operation(**_fields(operation))).__dict__
+    assert down.operation.__dict__ == m.Operation(**_fields(operation)).__dict__
+    up = decode_agent_message(bytes(m.AgentMessage(operation_result=result)))
+    assert (
+        up.__dict__
+        == m.AgentMessage(operation_result=m.OperationResult(**_fields(result))).__dict__
+    )
+    assert up.operation_result.__dict__ == m.OperationResult(**_fields(result)).__dict__
+    assert encode_operation_result(result) == bytes(m.AgentMessage(operation_result=result))
+
+
+def test_construct_is_the_constructor() -> None:
+    assert construct(m.Operation, {}).__dict__ == m.Operation().__dict__
+    values = {"id": "a", "ok": True}
+    assert construct(m.OperationResult, values).__dict__ == m.OperationResult(**values).__dict__
+    heartbeat = m.Heartbeat(sent_at_ms=5)
+    assert (
+        construct(m.AgentMessage, {"heartbeat": heartbeat}).__dict__
+        == m.AgentMessage(heartbeat=heartbeat).__dict__
+    )
+
+
+def _fields(message: m.Operation | m.OperationResult) -> dict[str, object]:
+    return {field.name: getattr(message, field.name) for field in dataclasses.fields(message)}
