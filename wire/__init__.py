@@ -18,6 +18,7 @@ from ._bridge import (
     open_loop,
     serve,
 )
+from ._envelope import construct
 from ._errors import (
     ConnectionLost,
     EndOfStream,
@@ -64,6 +65,7 @@ __all__ = [
     "Status",
     "StreamClosed",
     "WireError",
+    "construct",
     "decode_events",
     "encode_events",
     "messages",

@@ -50,7 +50,9 @@ def encode_agent_message(message: AgentMessage) -> bytes:
     """Serialize ``message`` as protobuf (what ``bytes(message)`` gives, faster for batches)."""
     name, batch = betterproto.which_one_of(message, "message")
     if name == "operation_result" and isinstance(batch, OperationResult):
-        return _framed(_RESULT_TAG, encode_flat(_RESULT_FIELDS, batch)) or bytes(message)
+        return _framed(
+            _RESULT_TAG, encode_flat(_RESULT_FIELDS, batch.__dict__, betterproto.PLACEHOLDER)
+        ) or bytes(message)
     if name != "event_batch" or not isinstance(batch, EventBatch):
         return bytes(message)
     encoded = encode_event_batch(batch.seq, batch.records, batch.count)
@@ -59,7 +61,9 @@ def encode_agent_message(message: AgentMessage) -> bytes:
 
 def encode_operation_result(result: OperationResult) -> bytes:
     """``AgentMessage{operation_result}`` as protobuf, with no envelope object built."""
-    encoded = _framed(_RESULT_TAG, encode_flat(_RESULT_FIELDS, result))
+    encoded = _framed(
+        _RESULT_TAG, encode_flat(_RESULT_FIELDS, result.__dict__, betterproto.PLACEHOLDER)
+    )
     return encoded if encoded is not None else bytes(AgentMessage(operation_result=result))
 
 
@@ -122,7 +126,9 @@ def encode_server_message(message: ServerMessage) -> bytes:
     one per batch, where betterproto spends ~100 us)."""
     name, ack = betterproto.which_one_of(message, "message")
     if name == "operation" and isinstance(ack, Operation):
-        return _framed(_OPERATION_TAG, encode_flat(_OPERATION_FIELDS, ack)) or bytes(message)
+        return _framed(
+            _OPERATION_TAG, encode_flat(_OPERATION_FIELDS, ack.__dict__, betterproto.PLACEHOLDER)
+        ) or bytes(message)
     if name != "ack" or not isinstance(ack, Ack) or not 0 <= ack.seq < 2**64:
         return bytes(message)
     inner = b"\x08" + varint(ack.seq) if ack.seq else b""

@@ -12,7 +12,7 @@ None so the caller falls back to betterproto, which decides what it means. Sans-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 __all__ = ["FlatField", "decode_flat", "encode_flat", "read_varint", "varint"]
@@ -24,6 +24,7 @@ FlatField = tuple[int, str, Kind]
 _LENGTH_DELIMITED = 2
 _VARINT = 0
 _U64 = 2**64
+_MISSING = object()  # never a field's value: isinstance refuses it below
 
 
 def varint(value: int) -> bytes:
@@ -51,12 +52,18 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def encode_flat(fields: Sequence[FlatField], message: Any) -> bytes | None:
-    """The protobuf body of ``message`` (its attributes per ``fields``), or None when a value
-    is not what the field's kind takes (betterproto then reports it)."""
+def encode_flat(
+    fields: Sequence[FlatField], values: Mapping[str, Any], unset: object = None
+) -> bytes | None:
+    """The protobuf body of a message whose attributes are ``values`` (per ``fields``; a
+    value that is ``unset`` is the field's default), or None when a value is missing or not
+    what the field's kind takes (betterproto then reports it). The envelopes pass a
+    betterproto message's ``__dict__``: its ``__getattribute__`` costs ~1-2 us per read."""
     out = bytearray()
     for number, name, kind in fields:
-        value = getattr(message, name)
+        value = values.get(name, _MISSING)
+        if value is unset:
+            continue  # proto3 leaves a default out
         if kind == "string":
             if not isinstance(value, str):
                 return None
@@ -91,8 +98,7 @@ def decode_flat(fields: Sequence[FlatField], data: bytes, start: int) -> dict[st
         wire_type = _LENGTH_DELIMITED if kind == "string" else _VARINT
         by_tag[number << 3 | wire_type] = (name, kind)
     values: dict[str, Any] = {
-        name: "" if kind == "string" else False if kind == "bool" else 0
-        for _, name, kind in fields
+        name: "" if kind == "string" else False if kind == "bool" else 0 for _, name, kind in fields
     }
     seen: set[int] = set()
     pos, end = start, len(data)

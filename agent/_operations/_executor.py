@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 import trio
 
+import wire
 from wire import messages
 
 from .._kube_client import KubeClient
@@ -265,12 +266,21 @@ class OperationExecutor:
                 outcome,
             )
         else:
-            result = messages.OperationResult(
-                id=op.id,
-                account=op.account,
-                ok=True,
-                result_json=_encode(outcome.to_json()),
+            # wire.construct: betterproto's constructor costs ~80 us per result.
+            result = wire.construct(
+                messages.OperationResult,
+                {
+                    "id": op.id,
+                    "account": op.account,
+                    "ok": True,
+                    "result_json": _encode(outcome.to_json()),
+                },
             )
+            if record is not None:
+                record.ok = True
+                record.error = ""
+                record.finished_at = time.time()
+            return result
         if record is not None:
             record.ok = result.ok
             record.error = result.error_message

@@ -101,6 +101,13 @@ def test_decoded_messages_are_the_constructors_objects(
     assert encode_operation_result(result) == bytes(m.AgentMessage(operation_result=result))
 
 
+def test_fields_left_unset_encode_as_betterproto_does() -> None:
+    for result in (m.OperationResult(), m.OperationResult(id="a"), m.OperationResult(ok=True)):
+        assert encode_operation_result(result) == bytes(m.AgentMessage(operation_result=result))
+    operation = m.ServerMessage(operation=m.Operation(type="t", deadline_ms=-1))
+    assert encode_server_message(operation) == bytes(operation)
+
+
 def test_construct_is_the_constructor() -> None:
     assert construct(m.Operation, {}).__dict__ == m.Operation().__dict__
     values = {"id": "a", "ok": True}
