@@ -80,7 +80,7 @@ class HotRoutes:
             if task is None:
                 await fallback(scope, receive, send)
                 return
-            await _respond(send, 200, _encode(task.to_json()))
+            await _respond(send, 200, task.encoded())
             self._metrics.note("GET", "/task/{id}", 200, time.monotonic() - started)
             return
         await self._submit(service, scope, receive, send, fallback, started)

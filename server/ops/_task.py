@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import msgspec
+
 __all__ = ["Task", "TaskState"]
 
 ORCHESTRATION = "ORCHESTRATION"
@@ -44,6 +46,9 @@ class Task:
     operations: list[str] = field(default_factory=list)  # operation ids, in order
     accounts: list[str] = field(default_factory=list)
     end_time_ms: int | None = None
+    # ``to_json`` encoded, kept until the task next changes: Orca polls a running task every
+    # 100 ms or so and it changes a few times in its life (see ``encoded``).
+    _encoded: bytes | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def create(
@@ -77,16 +82,25 @@ class Task:
     def failed(self) -> bool:
         return self.state == TaskState.FAILED
 
+    def encoded(self) -> bytes:
+        """``to_json`` as JSON bytes, encoded once per change of the task (every mutation goes
+        through the methods below, which drop it)."""
+        if self._encoded is None:
+            self._encoded = msgspec.json.encode(self.to_json())
+        return self._encoded
+
     def log(self, phase: str, status: str) -> None:
         """Append a history line (dropped once the bound is reached, but never the last one)."""
         if self.ended:
             return
+        self._encoded = None
         if len(self.history) >= _MAX_HISTORY:
             self.history[-1] = {"phase": phase, "status": status[:_MAX_MESSAGE]}
             return
         self.history.append({"phase": phase, "status": status[:_MAX_MESSAGE]})
 
     def begin_operation(self, operation_id: str, class_name: str) -> None:
+        self._encoded = None
         self.operations.append(operation_id)
         self.log(ORCHESTRATION, f"Processing op: {class_name}")
 
@@ -102,6 +116,7 @@ class Task:
         if self.ended or result is None:
             return
         if isinstance(result, dict):
+            self._encoded = None
             self.result_objects.append(result)
 
     def complete(self, now_ms: int) -> None:
@@ -110,6 +125,7 @@ class Task:
         self.log(ORCHESTRATION, "Orchestration completed.")
         self.state = TaskState.SUCCEEDED
         self.end_time_ms = now_ms
+        self._encoded = None
 
     def fail(self, operation: str, error: str, message: str, now_ms: int) -> None:
         """End the task failed: the history line and the EXCEPTION object Orca/Deck read."""
@@ -128,6 +144,7 @@ class Task:
         )
         self.state = TaskState.FAILED
         self.end_time_ms = now_ms
+        self._encoded = None
 
     def status(self) -> dict[str, Any]:
         last = self.history[-1] if self.history else {"phase": ORCHESTRATION, "status": ""}
@@ -182,4 +199,5 @@ class Task:
             raise ValueError(f"not a stored task: {exc!r}") from exc
         if status.get("completed"):
             task.state = TaskState.FAILED if status.get("failed") else TaskState.SUCCEEDED
+            task._encoded = None
         return task

@@ -190,3 +190,32 @@ async def test_the_api_answers_alike_through_either_server(tmp_path: Path) -> No
                     )
             assert answers[0] == answers[1]
             nursery.cancel_scope.cancel()
+
+
+async def test_an_idle_connection_is_closed_and_a_timely_request_is_served(
+    monkeypatch: Any,
+) -> None:
+    """The keep-alive limit (the server's reaper): a connection that sends nothing is closed
+    after KEEP_ALIVE_SECONDS, and so is a head left half sent; requests that come in time are
+    answered, however long the connection lives."""
+    monkeypatch.setattr("server.api._http1.KEEP_ALIVE_SECONDS", 0.4)
+    monkeypatch.setattr("server.api._http1._REAP_SECONDS", 0.05)
+    with trio.fail_after(10):
+        async with serving() as port:
+            for opening in (b"", b"GET /half HTTP/1.1\r\nhost: x\r\n"):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                async with stream:
+                    if opening:
+                        await stream.send_all(opening)
+                    started = trio.current_time()
+                    assert await stream.receive_some(100) == b""  # closed by the server
+                    assert 0.35 <= trio.current_time() - started < 2
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                for n in range(4):  # 4 x 0.25 s: longer than the limit, never idle that long
+                    await trio.sleep(0.25)
+                    await stream.send_all(b"GET /r%d HTTP/1.1\r\nhost: x\r\n\r\n" % n)
+                    answer = b""
+                    while not answer.endswith(b"GET /r%d  " % n):
+                        answer += await stream.receive_some(65536)
+                    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")

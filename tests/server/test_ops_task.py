@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from server.ops import Task, TaskState
 
 
@@ -96,3 +98,24 @@ def test_history_is_bounded() -> None:
     task.complete(1)
     assert len(task.history) == 1000
     assert task.history[-1]["status"] == "Orchestration completed."
+
+
+def test_encoded_follows_every_change() -> None:
+    """``encoded`` (GET /task's body, kept between changes) is ``to_json`` after each change."""
+    import msgspec
+
+    task = Task.create("t", request_id="r", owner_id="o", now_ms=1)
+    steps: list[Callable[[], None]] = [
+        lambda: task.begin_operation("t-0", "DeployManifest"),
+        lambda: task.add_phases([{"phase": "DEPLOY", "status": "applied"}], "DEPLOY"),
+        lambda: task.add_result({"manifestNamesByNamespace": {}}),
+        lambda: task.fail("DeployManifest", "E", "no", 5),
+    ]
+    for step in steps:
+        assert task.encoded() == msgspec.json.encode(task.to_json())
+        step()
+        assert task.encoded() == msgspec.json.encode(task.to_json())
+    copy = task.copy()
+    assert copy.encoded() == task.encoded()
+    stored = Task.from_json(msgspec.json.decode(task.encoded()))
+    assert stored.encoded() == task.encoded()
