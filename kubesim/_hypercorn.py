@@ -19,12 +19,15 @@ from functools import partial
 from typing import Any
 
 import h2.exceptions
+import h11
 import trio
+from hypercorn.events import RawData
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import BUFFER_LOW_WATER, H2Protocol, StreamBuffer
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import TCPServer
-from hypercorn.typing import ConnectionState
+from hypercorn.typing import ConnectionState, H11SendableEvent
 from hypercorn.utils import parse_socket_addr
 
 __all__ = ["ConnectionServer"]
@@ -73,9 +76,57 @@ class _BatchingH2Protocol(H2Protocol):
             self.priority.remove_stream(stream_id)
 
 
+class _CoalescingH11Protocol(H11Protocol):
+    """Hypercorn's HTTP/1.1, with a sized response's head sent in one write with its body.
+
+    Hypercorn writes a response as three socket writes: the head at ``http.response.start``,
+    the body, and the end of the message (nothing at all with a Content-Length). A small
+    answer (most of kubesim's: a GET, a create, an error) thus cost two sends, each through
+    a lock, a shielded cancel scope and a trio checkpoint, and reached the client as two
+    segments. The head of a response with a Content-Length is held until the next event
+    (its body, or the end of a body-less answer), which the app sends at once; a streamed
+    (chunked) response, a watch, still gets its head at once. Empty writes are skipped."""
+
+    _held = b""
+
+    async def _send_h11_event(self, event: H11SendableEvent) -> None:
+        try:
+            data = self.connection.send(event)
+        except h11.LocalProtocolError:
+            if self.connection.their_state != h11.ERROR:
+                raise
+            data = self._held
+            self._held = b""
+        else:
+            if type(event) is h11.Response and _sized(event):
+                self._held += data
+                return
+            if self._held:
+                data = self._held + data
+                self._held = b""
+        if data:
+            await self.send(RawData(data=data))
+
+
+def _sized(response: h11.Response) -> bool:
+    return any(name == b"content-length" for name, _ in response.headers)
+
+
 class _ProtocolWrapper(ProtocolWrapper):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if type(self.protocol) is H11Protocol:
+            self.protocol = _CoalescingH11Protocol(
+                self.app,
+                self.config,
+                self.context,
+                self.task_group,
+                self.state,
+                self.ssl,
+                self.client,
+                self.server,
+                self.send,
+            )
         if type(self.protocol) is H2Protocol:
             self.protocol = _BatchingH2Protocol(
                 self.app,
