@@ -7,6 +7,12 @@ through trio's scheduler. A watch streaming 4 KB pods spent most of its CPU ther
 sends every frame the flow-control window allows (up to ``_MAX_BATCH`` bytes) and flushes
 once. Frames, windows and priorities are unchanged: only how many go out per turn.
 
+A stream's buffer is also bounded here (:func:`_push`): Hypercorn's ``StreamBuffer.push`` lets
+a writer go on whenever any pop was short, whatever is still held, so a watch whose client
+reads slower than kubesim writes piled up tens of MB per stream (84 MB seen in bench_agent),
+and every append then moved that whole bytearray (~2 ms per 256 KB chunk, ~19% of the bench
+process's CPU).
+
 This leans on Hypercorn internals (``TCPServer.run``, ``ProtocolWrapper``, ``H2Protocol``,
 ``StreamBuffer``'s bytearray and events);
 pyproject pins Hypercorn below 0.20, and the HTTP/2 tests exercise this path.
@@ -21,10 +27,19 @@ from typing import Any
 
 import h2.exceptions
 import h11
+import priority
 import trio
 from hypercorn.events import Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
-from hypercorn.protocol.h2 import BUFFER_LOW_WATER, H2Protocol, StreamBuffer
+from hypercorn.protocol.events import Body, Data
+from hypercorn.protocol.events import Event as StreamEvent
+from hypercorn.protocol.h2 import (
+    BUFFER_HIGH_WATER,
+    BUFFER_LOW_WATER,
+    BufferCompleteError,
+    H2Protocol,
+    StreamBuffer,
+)
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import TCPServer
@@ -41,27 +56,62 @@ async def _pop_as_frames(
 ) -> int:
     """``StreamBuffer.pop(budget)`` cut into frames: each frame's bytes are copied out of the
     buffer once (``pop`` copied them twice, and cutting its result into frames a third time);
-    the buffer's events are set as ``pop`` sets them. Returns how many bytes were taken."""
+    the writer is let go once what is left is below the low-water mark (:func:`_push`).
+    Returns how many bytes were taken."""
     held = buffer.buffer
     length = min(len(held), budget)
     for offset in range(0, length, frame_size):
         send(held[offset : min(offset + frame_size, length)])
     del held[:length]
-    if length < BUFFER_LOW_WATER:
+    if len(held) < BUFFER_LOW_WATER:
         await buffer._paused.set()
     if not held:
         await buffer._is_empty.set()
     return length
 
 
+async def _push(buffer: StreamBuffer, data: bytes) -> None:
+    """``StreamBuffer.push`` with a bound: the writer waits until the sender has taken the
+    buffer below the low-water mark, so a stream holds less than ``BUFFER_HIGH_WATER`` plus
+    one write (a watch writes up to 256 KB at a time). ``close`` empties the buffer and sets
+    the event, so a writer waiting on a reset stream goes on (and its next push fails)."""
+    if buffer._complete:
+        raise BufferCompleteError()
+    buffer.buffer.extend(data)
+    await buffer._is_empty.clear()
+    while len(buffer.buffer) >= BUFFER_HIGH_WATER:
+        await buffer._paused.clear()
+        await buffer._paused.wait()
+
+
 class _BatchingH2Protocol(H2Protocol):
+    async def stream_send(self, event: StreamEvent) -> None:
+        if not isinstance(event, (Body, Data)):
+            await super().stream_send(event)
+            return
+        try:  # as H2Protocol.stream_send, with the bounded push
+            self.priority.unblock(event.stream_id)
+            await self.has_data.set()
+            await _push(self.stream_buffers[event.stream_id], event.data)
+        except (
+            BufferCompleteError,
+            KeyError,
+            priority.MissingStreamError,  # type: ignore[attr-defined]  # untyped re-export
+            h2.exceptions.ProtocolError,
+        ):
+            return  # the connection closed while this stream was blocked on flow control
+
     async def _send_data(self, stream_id: int) -> None:
         try:
             window = self.connection.local_flow_control_window(stream_id)
             frame_size = self.connection.max_outbound_frame_size
             budget = max(0, min(window, _MAX_BATCH))
-            if await _pop_as_frames(self.stream_buffers[stream_id], budget, frame_size,
-                                    partial(self.connection.send_data, stream_id)):
+            if await _pop_as_frames(
+                self.stream_buffers[stream_id],
+                budget,
+                frame_size,
+                partial(self.connection.send_data, stream_id),
+            ):
                 await self._flush()
             else:
                 self.priority.block(stream_id)

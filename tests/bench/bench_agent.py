@@ -308,7 +308,9 @@ async def _phases(args: argparse.Namespace, sim: kubesim.Cluster, tmp_path: Path
         agent_cpu = cpu_seconds(agent.pid) - agent_cpu
         results["watch_agent_cpu_us_per_event"] = agent_cpu / args.burst * 1e6
         results["watch_agent_cpu_share"] = agent_cpu / wall
-        results["watch_bench_cpu_share"] = (time.process_time() - own_cpu) / wall
+        own_cpu = time.process_time() - own_cpu
+        results["watch_bench_cpu_share"] = own_cpu / wall
+        results["watch_bench_cpu_us_per_event"] = own_cpu / args.burst * 1e6
         results["watch_events"] = counter.objects
         results["watch_events_per_s"] = (counter.objects - 1) / (
             counter.last_at - counter.first_at)
@@ -345,7 +347,8 @@ def report(results: dict[str, Any], as_json: bool) -> None:
           f"{mark(ok)}; load {results['load_average_watch']}; CPU share agent "
           f"{results['watch_agent_cpu_share']:.2f} "
           f"({results['watch_agent_cpu_us_per_event']:.0f} us/event), kubesim+receiver "
-          f"{results['watch_bench_cpu_share']:.2f})")
+          f"{results['watch_bench_cpu_share']:.2f} "
+          f"({results['watch_bench_cpu_us_per_event']:.0f} us/event))")
     print(f"peer (kubernetes_asyncio watch.Watch): {results['peer_events']} events "
           f"{results['peer_events_per_s']:,.0f} events/s; ratio {results['ratio']:.1f}x "
           f"(target {TARGET_RATIO:.0f}x: {mark(results['ratio'] >= TARGET_RATIO)}; "
