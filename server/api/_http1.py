@@ -300,7 +300,10 @@ class _Connection:
             raise _BadRequest(413, "Content Too Large")
         if expect and (chunked or length):
             await self._send(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await (self._chunked() if chunked else self._body(length or 0))
+        if chunked:
+            body = await self._chunked()
+        else:
+            body = await self._body(length) if length else b""
         method = method_b.decode("ascii", "replace").upper()
         path, _, query = target.partition(b"?")
         scope: dict[str, Any] = {
@@ -390,22 +393,25 @@ class _Connection:
                 raise RuntimeError(f"unexpected ASGI message {kind!r}")
             data = bytes(message.get("body", b""))
             more = bool(message.get("more_body", False))
+            status = int(start["status"])
             out = b""
             if not head_sent:
                 head_sent = True
-                headers = [(bytes(n).lower(), bytes(v)) for n, v in start.get("headers", [])]
+                headers: list[tuple[bytes, bytes]] = []
                 length: int | None = None
-                for name, value in headers:
+                for n, v in start.get("headers", ()):
+                    name = bytes(n).lower()
                     if name == b"content-length":
-                        length = int(value)
-                headers = [(n, v) for n, v in headers if n != b"content-length"]
+                        length = int(v)
+                    else:
+                        headers.append((name, bytes(v)))
                 if length is None and not more:
                     length = len(data)
                 chunked = length is None
-                out = self._head(int(start["status"]), headers, length, keep)
-            if head_only or int(start["status"]) in _NO_BODY:
+                out = self._head(status, headers, length, keep)
+            if head_only or status in _NO_BODY:
                 data = b""
-            if chunked and not head_only and int(start["status"]) not in _NO_BODY:
+            if chunked and not head_only and status not in _NO_BODY:
                 if data:
                     out += b"%x\r\n" % len(data) + data + b"\r\n"
                 if not more:
