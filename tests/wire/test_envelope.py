@@ -61,6 +61,23 @@ def test_decoding_matches_betterproto(batch: m.EventBatch) -> None:
     assert decoded == m.AgentMessage().parse(data).event_batch
 
 
+@settings(deadline=None)
+@given(batches)
+def test_a_decoded_batch_is_the_constructors_object(batch: m.EventBatch) -> None:
+    """The fast path builds its objects with construct(): the same attributes as the
+    betterproto constructor gives (what it returned before), envelope and batch."""
+    data = bytes(m.AgentMessage(event_batch=batch))
+    decoded = decode_agent_message(data)
+    expected = m.AgentMessage(
+        event_batch=m.EventBatch(seq=batch.seq, records=batch.records, count=batch.count)
+    )
+    assert decoded.__dict__.keys() == expected.__dict__.keys()
+    for name, value in expected.__dict__.items():
+        if name != "event_batch":
+            assert decoded.__dict__[name] == value, name
+    assert decoded.event_batch.__dict__ == expected.event_batch.__dict__
+
+
 def test_other_messages_go_through_betterproto() -> None:
     hello = m.AgentMessage(hello=m.Hello(protocol_version=1, agent_id="a"))
     assert encode_agent_message(hello) == bytes(hello)
