@@ -327,7 +327,13 @@ async def serve_api(
             binds: list[str] = await nursery.start(_serve_forever, app, config)
             task_status.started(int(binds[0].rsplit(":", 1)[1]))
         else:
-            serve = functools.partial(serve_http1, max_body=MAX_BODY_BYTES, config=config)
+            hot = getattr(app, "hot", None)
+            serve = functools.partial(
+                serve_http1,
+                max_body=MAX_BODY_BYTES,
+                config=config,
+                poll=hot.poll if isinstance(hot, HotRoutes) else None,
+            )
             task_status.started(await nursery.start(serve, app, host, port))
 
 

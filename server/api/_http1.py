@@ -97,8 +97,10 @@ class _Connection:
         max_body: int,
         date: _Date,
         upgrade: Callable[[trio.SocketStream, bytes], Awaitable[None]],
+        poll: Callable[[bytes], bytes | None] | None = None,
     ) -> None:
         self.stream = stream
+        self.poll = poll
         self.app = app
         self.max_body = max_body
         self.date = date
@@ -304,6 +306,14 @@ class _Connection:
             body = await self._chunked()
         else:
             body = await self._body(length) if length else b""
+        if method_b == b"GET" and self.poll is not None:
+            answer = self.poll(target)
+            if answer is not None:
+                await self._send(
+                    self._head(200, [(b"content-type", b"application/json")], len(answer), keep)
+                    + answer
+                )
+                return keep
         method = method_b.decode("ascii", "replace").upper()
         path, _, query = target.partition(b"?")
         scope: dict[str, Any] = {
@@ -497,10 +507,17 @@ async def serve_http1(
     *,
     max_body: int,
     config: Config,
+    poll: Callable[[bytes], bytes | None] | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` until cancelled; ``task_status.started(port)`` with the
-    bound port. WebSocket upgrades are served by Hypercorn with ``config``."""
+    bound port. WebSocket upgrades are served by Hypercorn with ``config``.
+
+    ``poll(target)``, when given, may answer a GET without the app: the JSON body of a 200
+    (sent with the headers the app's JSON answers carry), or None to let the app answer. It is
+    for a poll answered from memory thousands of times a second (GET /task/{id}, see
+    server/api/_hot.py); building the ASGI scope and the app's calls cost more than the
+    answer."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     date = _Date()
     wrapped = ASGIWrapper(app)  # type: ignore[arg-type]
@@ -513,7 +530,7 @@ async def serve_http1(
     connections: set[_Connection] = set()
 
     async def handle(stream: trio.SocketStream) -> None:
-        connection = _Connection(stream, app, max_body, date, upgrade)
+        connection = _Connection(stream, app, max_body, date, upgrade, poll)
         connections.add(connection)
         try:
             await connection.serve()

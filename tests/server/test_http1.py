@@ -219,3 +219,30 @@ async def test_an_idle_connection_is_closed_and_a_timely_request_is_served(
                     while not answer.endswith(b"GET /r%d  " % n):
                         answer += await stream.receive_some(65536)
                     assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_poll_answers_a_get_without_the_app() -> None:
+    """``poll``: a GET it answers gets its body as a JSON 200 on the kept connection; what it
+    declines (None), and every other method, goes to the app."""
+    polled: list[bytes] = []
+
+    def poll(target: bytes) -> bytes | None:
+        polled.append(target)
+        return b'{"ok":true}' if target.startswith(b"/fast") else None
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            serve = functools.partial(serve_http1, max_body=1000, config=Config(), poll=poll)
+            port: int = await nursery.start(serve, app, "127.0.0.1", 0)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                fast = await http.get("/fast?x=1")
+                slow = await http.get("/slow")
+                posted = await http.post("/fast", content=b"b")
+            nursery.cancel_scope.cancel()
+    assert fast.status_code == 200
+    assert fast.json() == {"ok": True}
+    assert fast.headers["content-type"] == "application/json"
+    assert fast.headers["content-length"] == "11"
+    assert slow.text == "GET /slow  "
+    assert posted.text == "POST /fast  b"
+    assert polled == [b"/fast?x=1", b"/slow"]
