@@ -42,6 +42,7 @@ log = logging.getLogger("server.api")
 
 MAX_HEAD = 64 * 1024
 KEEP_ALIVE_SECONDS = 5.0
+BODY_SECONDS = 30.0
 _REAP_SECONDS = 0.5  # how often idle connections are looked for
 _READ = 65536
 _NO_BODY = frozenset((204, 304))
@@ -55,6 +56,7 @@ _REASONS = {
     400: b"Bad Request",
     404: b"Not Found",
     405: b"Method Not Allowed",
+    408: b"Request Timeout",
     409: b"Conflict",
     413: b"Content Too Large",
     431: b"Request Header Fields Too Large",
@@ -108,7 +110,9 @@ class _Connection:
         self.buffer = bytearray()
         sock = stream.socket
         self.fd = sock.fileno() if _RAW_IO else -1
-        self.idle_since: float | None = None  # waiting for a head since (trio clock)
+        # The trio time at which the read in progress gives up (a head after KEEP_ALIVE_SECONDS
+        # idle, a body after BODY_SECONDS), None while no read waits on the client.
+        self.read_deadline: float | None = None
         self.expired = False
         self.client = _address(sock.getpeername())
         self.server = _address(sock.getsockname())
@@ -200,7 +204,7 @@ class _Connection:
             return -1
         # The idle limit without a cancel scope per request (entering and leaving one was
         # ~10% of a request's cost): the server's _Reaper wakes a read that waited too long.
-        self.idle_since = trio.current_time()
+        self.read_deadline = trio.current_time() + KEEP_ALIVE_SECONDS
         self.expired = False
         try:
             return await self._read_head()
@@ -209,7 +213,7 @@ class _Connection:
                 return -1
             raise
         finally:
-            self.idle_since = None
+            self.read_deadline = None
 
     async def _read_head(self) -> int:
         end = -1
@@ -220,10 +224,11 @@ class _Connection:
         return end
 
     def expire(self, now: float) -> None:
-        """The reaper's call: end the wait for a head that began KEEP_ALIVE_SECONDS ago. A
-        read already woken by its bytes is not affected (notify_closing wakes only a waiting
-        one), so a request that arrived in time is always served."""
-        if self.idle_since is not None and now - self.idle_since >= KEEP_ALIVE_SECONDS:
+        """The reaper's call: end a read past its deadline (a head awaited KEEP_ALIVE_SECONDS,
+        a body still incomplete BODY_SECONDS after its head). A read already woken by its
+        bytes is not affected (notify_closing wakes only a waiting one), so a request that
+        arrived in time is always served."""
+        if self.read_deadline is not None and now >= self.read_deadline:
             self.expired = True
             trio.lowlevel.notify_closing(self.fd)
 
@@ -302,10 +307,10 @@ class _Connection:
             raise _BadRequest(413, "Content Too Large")
         if expect and (chunked or length):
             await self._send(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if chunked:
-            body = await self._chunked()
+        if chunked or length:
+            body = await self._read_body(length)
         else:
-            body = await self._body(length) if length else b""
+            body = b""
         if method_b == b"GET" and self.poll is not None:
             answer = self.poll(target)
             if answer is not None:
@@ -333,6 +338,24 @@ class _Connection:
             "extensions": {},
         }
         return await self._run_app(scope, body, keep, method == "HEAD")
+
+    async def _read_body(self, length: int | None) -> bytes:
+        """The request body (chunked when ``length`` is None); a client that does not send
+        it within BODY_SECONDS gets 408 (a slow sender must not hold a connection forever)."""
+        if self.fd < 0:
+            with trio.move_on_after(BODY_SECONDS):
+                return await (self._chunked() if length is None else self._body(length))
+            raise _BadRequest(408, "the request body did not arrive in time")
+        self.read_deadline = trio.current_time() + BODY_SECONDS
+        self.expired = False
+        try:
+            return await (self._chunked() if length is None else self._body(length))
+        except trio.ClosedResourceError:
+            if self.expired:
+                raise _BadRequest(408, "the request body did not arrive in time") from None
+            raise
+        finally:
+            self.read_deadline = None
 
     async def _body(self, length: int) -> bytes:
         while len(self.buffer) < length:
@@ -492,7 +515,7 @@ class _Prefixed(trio.abc.Stream):
 
 
 async def _reap(connections: set[_Connection]) -> None:
-    """Close the connections idle for KEEP_ALIVE_SECONDS (to within _REAP_SECONDS)."""
+    """End the reads past their deadline (to within _REAP_SECONDS): see _Connection.expire."""
     while True:
         await trio.sleep(_REAP_SECONDS)
         now = trio.current_time()

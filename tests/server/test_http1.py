@@ -221,6 +221,31 @@ async def test_an_idle_connection_is_closed_and_a_timely_request_is_served(
                     assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
 
 
+async def test_a_body_that_does_not_arrive_in_time_gets_408(monkeypatch: Any) -> None:
+    """A client that announces a body and stalls cannot hold its connection forever."""
+    monkeypatch.setattr("server.api._http1.BODY_SECONDS", 0.3)
+    monkeypatch.setattr("server.api._http1._REAP_SECONDS", 0.05)
+    with trio.fail_after(10):
+        async with serving() as port:
+            for raw in (
+                b"POST /slow HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc",
+                b"POST /slow HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab",
+            ):
+                started = trio.current_time()
+                answer = await exchange(port, raw)
+                assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+                assert b"did not arrive in time" in answer
+                assert trio.current_time() - started < 1.5
+            # and a body that comes in time is read whole
+            answer = await exchange(
+                port,
+                b"POST /ok HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n"
+                b"connection: close\r\n\r\nxyz",
+            )
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert answer.endswith(b"POST /ok  xyz")
+
+
 async def test_poll_answers_a_get_without_the_app() -> None:
     """``poll``: a GET it answers gets its body as a JSON 200 on the kept connection; what it
     declines (None), and every other method, goes to the app."""
