@@ -109,7 +109,9 @@ class AccountSet:
         """Apply a reloaded config: start, stop and restart accounts, then tell the server."""
         diff = diff_config(self._config, config)
         if (config.clouddriver, config.budget, config.tasks) != (
-            self._config.clouddriver, self._config.budget, self._config.tasks
+            self._config.clouddriver,
+            self._config.budget,
+            self._config.tasks,
         ):
             log.warning("clouddriver.*, budget.* and tasks.* changes apply at the next restart")
         self._config = config
@@ -147,9 +149,12 @@ class AccountSet:
                         state.identity = await client.identity()
                         state.error = ""
                         backoff.reset()
-                        log.info("account %s: cluster %s (%s)", state.config.name,
-                                 state.identity.host,
-                                 state.identity.version.get("gitVersion", "unknown version"))
+                        log.info(
+                            "account %s: cluster %s (%s)",
+                            state.config.name,
+                            state.identity.host,
+                            state.identity.version.get("gitVersion", "unknown version"),
+                        )
                         if self.on_change is not None:
                             await self.on_change([self.account_info(state)], [])
                         await trio.sleep_forever()
@@ -158,8 +163,9 @@ class AccountSet:
                     state.identity = None
                     state.error = str(exc)
                     delay = backoff.next_delay()
-                    log.warning("account %s: %s (retrying in %.0f s)", state.config.name, exc,
-                                delay)
+                    log.warning(
+                        "account %s: %s (retrying in %.0f s)", state.config.name, exc, delay
+                    )
                     await trio.sleep(delay)
 
     # -- what the link needs ----------------------------------------------------------------
@@ -177,7 +183,8 @@ class AccountSet:
         if any(a.name == account.name for a in self._config.kubernetes.accounts):
             raise ConfigError(
                 f"account {account.name!r} is defined in the config file; a dynamic account "
-                "cannot replace it", path="name",
+                "cannot replace it",
+                path="name",
             )
         action = "restarted" if account.name in self.accounts else "started"
         self._stop(account.name)
@@ -246,8 +253,15 @@ class AccountSet:
 
 # What the server may know of an account: never credentials (no kubeconfig, no token).
 _SHARED_FIELDS = (
-    "kinds", "omit_kinds", "namespaces", "omit_namespaces", "only_namespaced_resources",
-    "permissions", "max_resumable_resource_age_ms", "metrics", "only_spinnaker_managed",
+    "kinds",
+    "omit_kinds",
+    "namespaces",
+    "omit_namespaces",
+    "only_namespaced_resources",
+    "permissions",
+    "max_resumable_resource_age_ms",
+    "metrics",
+    "only_spinnaker_managed",
 )
 
 
@@ -276,12 +290,15 @@ def _refuse_local_credentials(account: AccountConfig) -> None:
     try:
         kubeconfig = yaml.safe_load(account.kubeconfig_contents)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"kubeconfigContents is not YAML: {exc}",
-                          path="kubeconfigContents") from exc
+        raise ConfigError(
+            f"kubeconfigContents is not YAML: {exc}", path="kubeconfigContents"
+        ) from exc
     if not isinstance(kubeconfig, dict):
         raise ConfigError("kubeconfigContents is not a kubeconfig", path="kubeconfigContents")
-    for section, inner, forbidden in (("users", "user", _FORBIDDEN_USER_KEYS),
-                                      ("clusters", "cluster", _FORBIDDEN_CLUSTER_KEYS)):
+    for section, inner, forbidden in (
+        ("users", "user", _FORBIDDEN_USER_KEYS),
+        ("clusters", "cluster", _FORBIDDEN_CLUSTER_KEYS),
+    ):
         for index, item in enumerate(kubeconfig.get(section) or []):
             body = item.get(inner) if isinstance(item, dict) else None
             for key in forbidden:

@@ -153,13 +153,19 @@ async def _run_operation(
         done = await accounts.add_dynamic(definition)
     except (ValueError, ConfigError) as exc:
         return messages.OperationResult(
-            id=operation.id, account=operation.account, ok=False, error_code="Invalid",
+            id=operation.id,
+            account=operation.account,
+            ok=False,
+            error_code="Invalid",
             error_message=f"dynamic account: {exc}",
         )
     return messages.OperationResult(
-        id=operation.id, account=operation.account, ok=True,
-        result_json=json.dumps({"result": {"message": done}, "phases": [], "objects": [],
-                                "deleted": []}),
+        id=operation.id,
+        account=operation.account,
+        ok=True,
+        result_json=json.dumps(
+            {"result": {"message": done}, "phases": [], "objects": [], "deleted": []}
+        ),
     )
 
 
@@ -189,7 +195,10 @@ async def run_agent(
     async with trio.open_nursery() as nursery:
         agent.health_port = await nursery.start(
             functools.partial(
-                serve_http, health_app(agent.status), config.server.host, config.server.port,
+                serve_http,
+                health_app(agent.status),
+                config.server.host,
+                config.server.port,
                 ssl=config.server.ssl,
             )
         )
@@ -202,7 +211,10 @@ async def run_agent(
         await nursery.start(agent.link.run)
         await nursery.start(
             lambda task_status: watch_config(
-                config_path, reload, on_error=report, poll_interval=reload_poll_seconds,
+                config_path,
+                reload,
+                on_error=report,
+                poll_interval=reload_poll_seconds,
                 task_status=task_status,
             )
         )

@@ -236,8 +236,13 @@ def parse_aggregated(body: bytes, *, where: str = "aggregated discovery") -> lis
                 if not kind:
                     continue
                 kinds.append(
-                    KindInfo(group_name, version.version, kind, resource.resource,
-                             resource.scope == "Namespaced")
+                    KindInfo(
+                        group_name,
+                        version.version,
+                        kind,
+                        resource.resource,
+                        resource.scope == "Namespaced",
+                    )
                 )
             per_version.append(kinds)
         found.extend(_prefer(per_version))

@@ -225,11 +225,7 @@ class _TlsStream(trio.abc.AsyncResource):
 
 def _window_update(stream_id: int, increment: int) -> bytes:
     """A WINDOW_UPDATE frame (RFC 9113 section 6.9)."""
-    return (
-        b"\x00\x00\x04\x08\x00"
-        + stream_id.to_bytes(4, "big")
-        + increment.to_bytes(4, "big")
-    )
+    return b"\x00\x00\x04\x08\x00" + stream_id.to_bytes(4, "big") + increment.to_bytes(4, "big")
 
 
 class H2Connection:

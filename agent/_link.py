@@ -190,8 +190,9 @@ class Link:
                 if self.status.connected:
                     self.status.disconnections += 1
                 self.status.last_error = reason
-                log.warning("link to %s:%d lost: %s", self._settings.host, self._settings.port,
-                            reason)
+                log.warning(
+                    "link to %s:%d lost: %s", self._settings.host, self._settings.port, reason
+                )
             finally:
                 self.status.connected = False
                 self.status.roles.clear()
@@ -226,12 +227,16 @@ class Link:
     async def _run_operation(self, operation: messages.Operation) -> None:
         handler = self._operations
         if self._operations_in_flight >= MAX_OPERATIONS_IN_FLIGHT:
-            await self._results_in.send(messages.OperationResult(
-                id=operation.id, account=operation.account, ok=False,
-                error_code="Unavailable",
-                error_message=f"the agent is already running {MAX_OPERATIONS_IN_FLIGHT} "
-                "operations; try again later",
-            ))
+            await self._results_in.send(
+                messages.OperationResult(
+                    id=operation.id,
+                    account=operation.account,
+                    ok=False,
+                    error_code="Unavailable",
+                    error_message=f"the agent is already running {MAX_OPERATIONS_IN_FLIGHT} "
+                    "operations; try again later",
+                )
+            )
             return
         self._operations_in_flight += 1
         try:
@@ -246,7 +251,9 @@ class Link:
     ) -> messages.OperationResult:
         if handler is None:
             return messages.OperationResult(
-                id=operation.id, account=operation.account, ok=False,
+                id=operation.id,
+                account=operation.account,
+                ok=False,
                 error_code="Unsupported",
                 error_message=f"this agent does not run {operation.type!r} operations",
             )
@@ -294,8 +301,7 @@ class Link:
             self.status.sessions += 1
             self.status.server_id = welcome.server_id
             backoff.reset()
-            log.info("connected to server %s with %d account(s)", welcome.server_id,
-                     len(accounts))
+            log.info("connected to server %s with %d account(s)", welcome.server_id, len(accounts))
             send, receive = open_event_channel(self._budget)
             with send, receive:
                 async with trio.open_nursery() as nursery:
@@ -367,8 +373,11 @@ class _Session:
                 self._start_account(assignment)
             else:
                 if role == messages.Role.REJECTED:
-                    log.error("account %s rejected by the server: %s", assignment.name,
-                              assignment.reason or "no reason given")
+                    log.error(
+                        "account %s rejected by the server: %s",
+                        assignment.name,
+                        assignment.reason or "no reason given",
+                    )
                 self.stop_account(assignment.name)
 
     def _start_account(self, assignment: messages.AccountAssignment) -> None:
@@ -492,9 +501,14 @@ class _Session:
                 self._link.status.oversize_dropped += 1
                 log.error(
                     "%s %s/%s in account %s is %d bytes, more than a message may carry (%d): "
-                    "sending its metadata only, marked %s", record.kind,
-                    record.namespace or "-", record.name, record.account, len(record.object),
-                    room, OVERSIZE_ANNOTATION,
+                    "sending its metadata only, marked %s",
+                    record.kind,
+                    record.namespace or "-",
+                    record.name,
+                    record.account,
+                    len(record.object),
+                    room,
+                    OVERSIZE_ANNOTATION,
                 )
                 record = oversize_stand_in(record, room)
             records.append(record)
@@ -637,6 +651,12 @@ def oversize_stand_in(record: wire.EventRecord, room: int) -> wire.EventRecord:
 
 
 _OVERSIZE_KEPT = (
-    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "labels", "ownerReferences",
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "labels",
+    "ownerReferences",
 )

@@ -145,9 +145,7 @@ async def list_pages(
         if continue_token:
             query["continue"] = continue_token
         try:
-            body = await _read_page(
-                transport, path, query, headers, max_page_bytes, page_deadline
-            )
+            body = await _read_page(transport, path, query, headers, max_page_bytes, page_deadline)
         except BodyTooLarge:
             if limit == 1:
                 raise

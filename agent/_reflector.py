@@ -455,8 +455,16 @@ class Reflector:
                 data = self._scrubber.secret(event.object) if self._is_secret else event.object
                 received += len(data)
                 record = EventRecord(
-                    kinds[0], account, api_version, kind, event.namespace, event.name,
-                    event.uid, event.resource_version, data, scope,
+                    kinds[0],
+                    account,
+                    api_version,
+                    kind,
+                    event.namespace,
+                    event.name,
+                    event.uid,
+                    event.resource_version,
+                    data,
+                    scope,
                 )
                 size = fixed + len(data) + len(event.name) + len(event.namespace)
                 key = (account, api_version, kind, event.namespace, event.name)
@@ -477,16 +485,32 @@ class Reflector:
     def _marker(self, event_type: EventType, resource_version: str) -> Entry:
         scope = self.target.scope
         record = EventRecord(
-            event_type, self.account, self._api_version, self._kind, "", "", "",
-            resource_version, b"", scope,
+            event_type,
+            self.account,
+            self._api_version,
+            self._kind,
+            "",
+            "",
+            "",
+            resource_version,
+            b"",
+            scope,
         )
         return Entry(None, EntryKind.BARRIER, self._fixed_size + len(scope), record)
 
     def _bookmark(self, resource_version: str) -> Entry:
         scope = self.target.scope
         record = EventRecord(
-            EventType.BOOKMARK, self.account, self._api_version, self._kind, "", "", "",
-            resource_version, b"", scope,
+            EventType.BOOKMARK,
+            self.account,
+            self._api_version,
+            self._kind,
+            "",
+            "",
+            "",
+            resource_version,
+            b"",
+            scope,
         )
         return Entry(self._bookmark_key, EntryKind.BOOKMARK, self._fixed_size + len(scope), record)
 

@@ -93,7 +93,10 @@ async def _run_bounded(argv: list[str]) -> tuple[int, bytes]:
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
             functools.partial(
-                trio.run_process, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                trio.run_process,
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
                 check=False,
             )
         )

@@ -128,9 +128,15 @@ def issue_ca(*, days: int, now: datetime.datetime, common_name: str = "kubesvc C
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -184,9 +190,15 @@ def issue_leaf(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                crl_sign=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -230,12 +242,21 @@ def issue_bundle(
         raise CertError(f"agent names repeat: {list(agents)}")
     ca = ca or issue_ca(days=min(days * CA_DAYS_FACTOR, _MAX_DAYS), now=now)
     server = issue_leaf(
-        ca, common_name=sans[0] if sans else "kubesvc-server", organization="kubesvc",
-        days=days, now=now, sans=sans, server=True,
+        ca,
+        common_name=sans[0] if sans else "kubesvc-server",
+        organization="kubesvc",
+        days=days,
+        now=now,
+        sans=sans,
+        server=True,
     )
     issued = {
         name: issue_leaf(
-            ca, common_name=name, organization=AGENT_ORGANIZATION, days=days, now=now,
+            ca,
+            common_name=name,
+            organization=AGENT_ORGANIZATION,
+            days=days,
+            now=now,
             server=False,
         )
         for name in agents

@@ -22,7 +22,9 @@ def register(subparsers: Any) -> None:
         description="Run the agent. The config file is reloaded live when it changes.",
     )
     parser.add_argument(
-        "-c", "--config", default=None,
+        "-c",
+        "--config",
+        default=None,
         help="the agent's config file (default: $KUBESVC_CONFIG, else kubesvc.yaml)",
     )
     parser.set_defaults(func=_main)

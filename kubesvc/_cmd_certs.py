@@ -1,6 +1,6 @@
 """``kubesvc certs init DIR``: a CA, a server certificate and agent client certificates for mTLS.
 
-    kubesvc certs init certs/ --san kubesvc.spinnaker.svc --san localhost --agents prod-1 prod-2
+kubesvc certs init certs/ --san kubesvc.spinnaker.svc --san localhost --agents prod-1 prod-2
 """
 
 from __future__ import annotations
@@ -29,16 +29,24 @@ def register(subparsers: Any) -> None:
     )
     init.add_argument("dir", metavar="DIR", help="the folder to write into (created if missing)")
     init.add_argument(
-        "--san", action="append", default=None, metavar="NAME",
+        "--san",
+        action="append",
+        default=None,
+        metavar="NAME",
         help="a DNS name or IP address of the server; repeat it "
         f"(default: {', '.join(DEFAULT_SANS)})",
     )
     init.add_argument(
-        "--agents", nargs="+", default=["agent"], metavar="NAME",
+        "--agents",
+        nargs="+",
+        default=["agent"],
+        metavar="NAME",
         help="agent names to issue client certificates for (CN=NAME; default: agent)",
     )
     init.add_argument(
-        "--days", type=int, default=DEFAULT_LEAF_DAYS,
+        "--days",
+        type=int,
+        default=DEFAULT_LEAF_DAYS,
         help="how long the server and agent certificates are valid (default: %(default)s; "
         "a new CA lives 5 times as long)",
     )
@@ -52,8 +60,9 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
-    written = write_bundle(args.dir, sans=args.san or DEFAULT_SANS, agents=args.agents,
-                           days=args.days)
+    written = write_bundle(
+        args.dir, sans=args.san or DEFAULT_SANS, agents=args.agents, days=args.days
+    )
     for path in written:
         print(path)
     return 0

@@ -1,7 +1,7 @@
 """``kubesvc demo``: see kubesvc work in one command, with no cluster and no Docker.
 
-    kubesvc demo                      # until Ctrl-C
-    kubesvc demo --duration 20        # unattended: ends with a summary, exit code 0
+kubesvc demo                      # until Ctrl-C
+kubesvc demo --duration 20        # unattended: ends with a summary, exit code 0
 """
 
 from __future__ import annotations
@@ -30,22 +30,46 @@ def register(subparsers: Any) -> None:
             "POST /kubernetes/ops. Ctrl-C stops it."
         ),
     )
-    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
-                        help="stop after this many seconds and print a summary")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="keep the certificates, configs and SQLite file here "
-                        "(default: a temporary folder, removed at the end)")
-    parser.add_argument("--api-port", type=int, default=7002,
-                        help="REST API port (default: %(default)s; a free one if taken)")
-    parser.add_argument("--grpc-port", type=int, default=9091,
-                        help="gRPC port (default: %(default)s; a free one if taken)")
-    parser.add_argument("--pods", type=int, default=1000,
-                        help="bulk pods to load (default: %(default)s)")
-    parser.add_argument("--churn", type=float, default=20.0,
-                        help="changes per second made in the cluster (default: %(default)s)")
-    parser.add_argument("--log-level", default="ERROR",
-                        help="log level of the parts (default: %(default)s, to keep the "
-                        "status line readable)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this many seconds and print a summary",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="keep the certificates, configs and SQLite file here "
+        "(default: a temporary folder, removed at the end)",
+    )
+    parser.add_argument(
+        "--api-port",
+        type=int,
+        default=7002,
+        help="REST API port (default: %(default)s; a free one if taken)",
+    )
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=9091,
+        help="gRPC port (default: %(default)s; a free one if taken)",
+    )
+    parser.add_argument(
+        "--pods", type=int, default=1000, help="bulk pods to load (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--churn",
+        type=float,
+        default=20.0,
+        help="changes per second made in the cluster (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="ERROR",
+        help="log level of the parts (default: %(default)s, to keep the status line readable)",
+    )
     parser.set_defaults(func=_main)
 
 
@@ -62,8 +86,12 @@ def _main(args: argparse.Namespace) -> int:
     threshold = logging.getLevelName(level)
     logging.getLogger("hypercorn.error").addFilter(lambda record: record.levelno >= threshold)
     options = DemoOptions(
-        duration=args.duration, data_dir=args.data_dir, api_port=args.api_port,
-        grpc_port=args.grpc_port, pods=args.pods, churn_rate=args.churn,
+        duration=args.duration,
+        data_dir=args.data_dir,
+        api_port=args.api_port,
+        grpc_port=args.grpc_port,
+        pods=args.pods,
+        churn_rate=args.churn,
     )
     display = Display(sys.stdout, tty=sys.stdout.isatty())
     summary = trio.run(run_demo, options, display)

@@ -20,17 +20,16 @@ def register(subparsers: Any) -> None:
         help="run the server: accept agents, cache their clusters, answer Clouddriver's API",
         description="Run the server (gRPC for agents, REST for Spinnaker and operators).",
     )
-    parser.add_argument("-c", "--config", default=None,
-                        help="the server's config file (default: built-in defaults)")
+    parser.add_argument(
+        "-c", "--config", default=None, help="the server's config file (default: built-in defaults)"
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     parser.add_argument("--log-format", default="text", choices=("text", "json"))
     parser.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    config = (
-        server.load_server_config(args.config) if args.config else server.ServerConfig()
-    )
+    config = server.load_server_config(args.config) if args.config else server.ServerConfig()
     configure_logging(level=args.log_level, format=args.log_format)
 
     async def main() -> None:

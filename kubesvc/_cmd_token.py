@@ -26,7 +26,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--agent-id", required=True, help="the agent's id (the token's sub)")
     parser.add_argument(
-        "--accounts", default=None,
+        "--accounts",
+        default=None,
         help="comma-separated account names the agent may register (default: no accounts "
         "claim, so any name)",
     )
@@ -38,7 +39,9 @@ def register(subparsers: Any) -> None:
     key.add_argument("--secret-file", help="a file holding the HS256 shared secret")
     key.add_argument("--private-key", help="a PEM private key file for RS256 or ES256")
     parser.add_argument(
-        "--algorithm", choices=ALGORITHMS, default=None,
+        "--algorithm",
+        choices=ALGORITHMS,
+        default=None,
         help="HS256 with a secret (the default); RS256 or ES256 with --private-key",
     )
     parser.add_argument("--audience", default=None, help="the aud claim (grpc.auth.jwt.audience)")

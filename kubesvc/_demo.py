@@ -93,13 +93,16 @@ async def run_demo(options: DemoOptions, display: Display) -> Summary:
     async with _folder(options.data_dir) as folder:
         api_port = free_port_or_any(HOST, options.api_port)
         grpc_port = free_port_or_any(HOST, options.grpc_port)
-        files = write_files(folder, account=options.account, api_port=api_port,
-                            grpc_port=grpc_port, host=HOST)
+        files = write_files(
+            folder, account=options.account, api_port=api_port, grpc_port=grpc_port, host=HOST
+        )
         sim = kubesim.Cluster()
         workload = load_workload(sim, pods=options.pods)
         display.line(f"kubesvc demo: data in {folder}")
-        for name, wanted, got in (("REST", options.api_port, api_port),
-                                  ("gRPC", options.grpc_port, grpc_port)):
+        for name, wanted, got in (
+            ("REST", options.api_port, api_port),
+            ("gRPC", options.grpc_port, grpc_port),
+        ):
             if wanted and got != wanted:
                 display.line(f"  port {wanted} ({name}) is taken: using a free one instead")
         display.line(
@@ -150,21 +153,23 @@ async def _stop_on_sigint(stop: trio.CancelScope) -> None:
 
 def _print_endpoints(display: Display, files: DemoFiles, run: _Run, kube_url: str) -> None:
     api = f"http://{HOST}:{run.running.api_port}"
-    display.lines([
-        f"  server:  REST {api}  gRPC {HOST}:{run.running.grpc_port} (mTLS, client cert "
-        "required, JWT)  SQLite " + str(Path(run.running.state.config.store.path)),
-        f"  agent:   {AGENT_ID}, health http://{HOST}:{run.agent.health_port}/ready, "
-        f"config {files.agent_config}",
-        f"  kubesim: {kube_url} (kubeconfig {files.kubeconfig})",
-        "",
-        "try (in another terminal):",
-        f"  curl -s {api}/credentials",
-        f"  curl -s {api}/armory/agents",
-        f"  curl -s '{api}/v1/objects?kind=Pod&limit=5'",
-        f"  curl -s {api}/manifests/{run.account}/shop/deployment%20storefront",
-        f"  curl -s {api}/openapi.json",
-        "",
-    ])
+    display.lines(
+        [
+            f"  server:  REST {api}  gRPC {HOST}:{run.running.grpc_port} (mTLS, client cert "
+            "required, JWT)  SQLite " + str(Path(run.running.state.config.store.path)),
+            f"  agent:   {AGENT_ID}, health http://{HOST}:{run.agent.health_port}/ready, "
+            f"config {files.agent_config}",
+            f"  kubesim: {kube_url} (kubeconfig {files.kubeconfig})",
+            "",
+            "try (in another terminal):",
+            f"  curl -s {api}/credentials",
+            f"  curl -s {api}/armory/agents",
+            f"  curl -s '{api}/v1/objects?kind=Pod&limit=5'",
+            f"  curl -s {api}/manifests/{run.account}/shop/deployment%20storefront",
+            f"  curl -s {api}/openapi.json",
+            "",
+        ]
+    )
 
 
 async def _cluster_snapshot(run: _Run, rate: float) -> Snapshot:
@@ -194,7 +199,9 @@ def _agent_synced(run: _Run) -> bool:
     watch = state.watch if state is not None else None
     # Synced and nothing waiting for an ack: everything listed has reached the server.
     return (
-        watch is not None and watch.synced and run.agent.link.status.connected
+        watch is not None
+        and watch.synced
+        and run.agent.link.status.connected
         and run.agent.budget.statistics().in_use == 0
     )
 
@@ -236,8 +243,9 @@ async def _initial_sync(display: Display, run: _Run) -> float | None:
             done = _agent_synced(run)
             stored = await run.running.state.store.count_objects(account=run.account)
             elapsed = time.monotonic() - started
-            display.status(progress_line(stored, total_objects(run.sim), elapsed, done=done),
-                           force=done)
+            display.status(
+                progress_line(stored, total_objects(run.sim), elapsed, done=done), force=done
+            )
             if done:
                 display.end_status()
                 return elapsed
@@ -314,6 +322,7 @@ async def _deploy(api: str, run: _Run) -> DeployOutcome:
         return DeployOutcome(
             "unavailable",
             f"operations are not available in this agent yet (it answered: {message})",
-            task_id, history,
+            task_id,
+            history,
         )
     return DeployOutcome("failed", message, task_id, history)

@@ -65,50 +65,70 @@ def write_files(
     secret_file = certs / "jwt.secret"
     secret_file.write_text(secret + "\n", encoding="utf-8")
     secret_file.chmod(0o600)
-    token = mint_token(agent_id=AGENT_ID, accounts=[account], expires_in=86400,
-                       secret=secret, audience=AUDIENCE)
+    token = mint_token(
+        agent_id=AGENT_ID, accounts=[account], expires_in=86400, secret=secret, audience=AUDIENCE
+    )
     server_config = folder / "server.yaml"
-    _dump(server_config, {
-        "serverId": "kubesvc-demo",
-        "grpc": {
-            "host": host,
-            "port": grpc_port,
-            "tls": {"enabled": True, "certFile": "certs/server.crt", "keyFile": "certs/server.key",
-                    "caFile": "certs/ca.crt", "clientAuth": "REQUIRE"},
-            "auth": {
-                "jwt": {"enabled": True, "algorithms": ["HS256"], "secretFile": "certs/jwt.secret",
-                        "audience": AUDIENCE},
-                "x509": {"subjectFilters": [f"O={AGENT_ORGANIZATION}"]},
+    _dump(
+        server_config,
+        {
+            "serverId": "kubesvc-demo",
+            "grpc": {
+                "host": host,
+                "port": grpc_port,
+                "tls": {
+                    "enabled": True,
+                    "certFile": "certs/server.crt",
+                    "keyFile": "certs/server.key",
+                    "caFile": "certs/ca.crt",
+                    "clientAuth": "REQUIRE",
+                },
+                "auth": {
+                    "jwt": {
+                        "enabled": True,
+                        "algorithms": ["HS256"],
+                        "secretFile": "certs/jwt.secret",
+                        "audience": AUDIENCE,
+                    },
+                    "x509": {"subjectFilters": [f"O={AGENT_ORGANIZATION}"]},
+                },
             },
+            "api": {"host": host, "port": api_port},
+            "store": {"path": "kubesvc.db"},
+            # The demo's deploy should answer within the run, not after Clouddriver's 30 s.
+            "operations": {"waitMs": 15000},
         },
-        "api": {"host": host, "port": api_port},
-        "store": {"path": "kubesvc.db"},
-        # The demo's deploy should answer within the run, not after Clouddriver's 30 s.
-        "operations": {"waitMs": 15000},
-    })
-    return DemoFiles(folder, certs, server_config, folder / "kubesvc.yaml",
-                     folder / "kubeconfig", token)
+    )
+    return DemoFiles(
+        folder, certs, server_config, folder / "kubesvc.yaml", folder / "kubeconfig", token
+    )
 
 
-def write_agent_config(files: DemoFiles, *, account: str, grpc_port: int,
-                       host: str = "127.0.0.1") -> None:
+def write_agent_config(
+    files: DemoFiles, *, account: str, grpc_port: int, host: str = "127.0.0.1"
+) -> None:
     """kubesvc.yaml: mTLS + the token towards the server, one account on kubesim."""
-    _dump(files.agent_config, {
-        "clouddriver": {
-            "grpc": f"{host}:{grpc_port}",
-            "insecure": False,
-            "tls": {
-                "serverName": "localhost",
-                "cacertFile": str(files.certs / "ca.crt"),
-                "clientCertFile": str(files.certs / f"agent-{AGENT_ID}.crt"),
-                "clientKeyFile": str(files.certs / f"agent-{AGENT_ID}.key"),
+    _dump(
+        files.agent_config,
+        {
+            "clouddriver": {
+                "grpc": f"{host}:{grpc_port}",
+                "insecure": False,
+                "tls": {
+                    "serverName": "localhost",
+                    "cacertFile": str(files.certs / "ca.crt"),
+                    "clientCertFile": str(files.certs / f"agent-{AGENT_ID}.crt"),
+                    "clientKeyFile": str(files.certs / f"agent-{AGENT_ID}.key"),
+                },
+                "auth": {"token": files.token},
+                "keepAliveHeartbeatSeconds": 5,
+                "backoff": {"baseDelay": "200ms", "maxDelay": "2s"},
             },
-            "auth": {"token": files.token},
-            "keepAliveHeartbeatSeconds": 5,
-            "backoff": {"baseDelay": "200ms", "maxDelay": "2s"},
+            "kubernetes": {
+                "accounts": [{"name": account, "kubeConfigFile": str(files.kubeconfig)}]
+            },
+            "budget": {"bytes": "16Mi"},
+            "server": {"host": host, "port": 0},
+            "logging": {"level": "WARNING"},
         },
-        "kubernetes": {"accounts": [{"name": account, "kubeConfigFile": str(files.kubeconfig)}]},
-        "budget": {"bytes": "16Mi"},
-        "server": {"host": host, "port": 0},
-        "logging": {"level": "WARNING"},
-    })
+    )

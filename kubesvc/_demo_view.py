@@ -102,7 +102,8 @@ def status_line(s: Snapshot) -> str:
     accounts = ", ".join(f"{name} {state}" for name, state in sorted(s.accounts.items()))
     budget = (
         f"{format_bytes(s.budget_in_use)}/{format_bytes(s.budget_capacity)}"
-        if s.budget_capacity else "n/a"
+        if s.budget_capacity
+        else "n/a"
     )
     return (
         f"[{s.elapsed:5.0f}s] accounts: {accounts or 'none'} | objects {s.stored:,} "
@@ -113,8 +114,7 @@ def status_line(s: Snapshot) -> str:
 
 def summary_lines(s: Summary) -> list[str]:
     sync = (
-        f"in {s.sync_seconds:.1f}s" if s.synced and s.sync_seconds is not None
-        else "NOT finished"
+        f"in {s.sync_seconds:.1f}s" if s.synced and s.sync_seconds is not None else "NOT finished"
     )
     lines = [
         "summary",

@@ -50,18 +50,27 @@ def _deployment(namespace: str, app: str, replicas: int) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": app, "namespace": namespace, "labels": _labels(app),
-                     "annotations": {"moniker.spinnaker.io/application": app}},
+        "metadata": {
+            "name": app,
+            "namespace": namespace,
+            "labels": _labels(app),
+            "annotations": {"moniker.spinnaker.io/application": app},
+        },
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": app}},
             "template": {
                 "metadata": {"labels": {"app": app}},
-                "spec": {"containers": [{
-                    "name": app, "image": f"registry.example.com/{app}:1.4.2",
-                    "ports": [{"containerPort": 8080}],
-                    "envFrom": [{"configMapRef": {"name": f"{app}-config"}}],
-                }]},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": app,
+                            "image": f"registry.example.com/{app}:1.4.2",
+                            "ports": [{"containerPort": 8080}],
+                            "envFrom": [{"configMapRef": {"name": f"{app}-config"}}],
+                        }
+                    ]
+                },
             },
         },
     }
@@ -69,16 +78,20 @@ def _deployment(namespace: str, app: str, replicas: int) -> dict[str, Any]:
 
 def _service(namespace: str, app: str) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Service",
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": {"name": app, "namespace": namespace, "labels": _labels(app)},
-        "spec": {"selector": {"app": app},
-                 "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+        "spec": {
+            "selector": {"app": app},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+        },
     }
 
 
 def _configmap(namespace: str, app: str) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
         "metadata": {"name": f"{app}-config", "namespace": namespace, "labels": _labels(app)},
         "data": {"LOG_LEVEL": "info", "FEATURE_FLAGS": "fast-checkout,new-search"},
     }
@@ -86,7 +99,9 @@ def _configmap(namespace: str, app: str) -> dict[str, Any]:
 
 def _secret(namespace: str, app: str) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
         "metadata": {"name": f"{app}-credentials", "namespace": namespace, "labels": _labels(app)},
         # base64 of "not-a-real-password": the agent strips Secret data before sending anyway
         "data": {"password": "bm90LWEtcmVhbC1wYXNzd29yZA=="},
@@ -101,20 +116,33 @@ def _crd() -> dict[str, Any]:
         "spec": {
             "group": CRD_GROUP,
             "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": CRD_KIND,
-                      "listKind": f"{CRD_KIND}List"},
-            "versions": [{
-                "name": "v1", "served": True, "storage": True,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-            }],
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": CRD_KIND,
+                "listKind": f"{CRD_KIND}List",
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
         },
     }
 
 
 def _widget(namespace: str, index: int) -> dict[str, Any]:
     return {
-        "apiVersion": f"{CRD_GROUP}/v1", "kind": CRD_KIND,
+        "apiVersion": f"{CRD_GROUP}/v1",
+        "kind": CRD_KIND,
         "metadata": {"name": f"widget-{index}", "namespace": namespace},
         "spec": {"size": index % 5 + 1, "color": ("red", "green", "blue")[index % 3]},
     }
@@ -128,8 +156,12 @@ def load_workload(sim: kubesim.Cluster, *, pods: int = 1000, widgets: int = 24) 
     deployments = 0
     for namespace, apps in APPS.items():
         for app in apps:
-            for obj in (_configmap(namespace, app), _secret(namespace, app),
-                        _service(namespace, app), _deployment(namespace, app, replicas=2)):
+            for obj in (
+                _configmap(namespace, app),
+                _secret(namespace, app),
+                _service(namespace, app),
+                _deployment(namespace, app, replicas=2),
+            ):
                 sim.create(obj)
             deployments += 1
     sim.reconcile()  # the lite controllers make the ReplicaSets and pods of the Deployments
@@ -157,16 +189,18 @@ def deploy_request(account: str) -> list[dict[str, Any]]:
     manifest = _deployment(DEPLOY_NAMESPACE, DEPLOY_NAME, replicas=2)
     manifest["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:1.27"
     del manifest["spec"]["template"]["spec"]["containers"][0]["envFrom"]
-    return [{
-        "deployManifest": {
-            "cloudProvider": "kubernetes",
-            "account": account,
-            "credentials": account,
-            "source": "text",
-            "manifests": [manifest],
-            "moniker": {"app": DEPLOY_NAME},
-            "namespaceOverride": DEPLOY_NAMESPACE,
-            "enableTraffic": True,
-            "skipExpressionEvaluation": True,
+    return [
+        {
+            "deployManifest": {
+                "cloudProvider": "kubernetes",
+                "account": account,
+                "credentials": account,
+                "source": "text",
+                "manifests": [manifest],
+                "moniker": {"app": DEPLOY_NAME},
+                "namespaceOverride": DEPLOY_NAMESPACE,
+                "enableTraffic": True,
+                "skipExpressionEvaluation": True,
+            }
         }
-    }]
+    ]

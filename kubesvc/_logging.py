@@ -44,9 +44,7 @@ def configure_logging(
     if format == "json":
         handler.setFormatter(_JsonFormatter(fields or {}))
     else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-        )
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

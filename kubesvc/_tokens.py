@@ -101,8 +101,12 @@ def mint_token(
             raise TokenError(f"--accounts must be a comma-separated list of names, got {accounts}")
     key = _signing_key(algorithm, secret, private_key_pem)
     issued = int(now if now is not None else time.time())
-    claims: dict[str, Any] = {"sub": agent_id, "iat": issued, "nbf": issued,
-                              "exp": issued + expires_in}
+    claims: dict[str, Any] = {
+        "sub": agent_id,
+        "iat": issued,
+        "nbf": issued,
+        "exp": issued + expires_in,
+    }
     if accounts is not None:
         claims["accounts"] = list(accounts)
     if audience:

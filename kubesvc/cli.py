@@ -17,7 +17,12 @@ from kubesvc import __version__
 
 # The subcommand modules, in the order ``--help`` lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "_cmd_demo", "_cmd_agent", "_cmd_server", "_cmd_sim", "_cmd_certs", "_cmd_token"
+    "_cmd_demo",
+    "_cmd_agent",
+    "_cmd_server",
+    "_cmd_sim",
+    "_cmd_certs",
+    "_cmd_token",
 )
 
 

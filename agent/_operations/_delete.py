@@ -90,8 +90,9 @@ async def delete_manifest(ctx: OperationContext) -> None:
         kinds = d.texts("kinds") or ([d.text("kind")] if d.text("kind") else [])
         if not kinds:
             raise InvalidOperation("deleteManifest: give manifestName, or kinds + labelSelectors")
-        selector = label_selector(d.fields.get("labelSelectors"),
-                                  where="deleteManifest.labelSelectors")
+        selector = label_selector(
+            d.fields.get("labelSelectors"), where="deleteManifest.labelSelectors"
+        )
         if not selector:
             raise InvalidOperation(
                 "deleteManifest.labelSelectors: required when deleting by kinds (without it "

@@ -27,8 +27,12 @@ async def pod_logs(ctx: OperationContext) -> None:
     if pod is None:
         raise KubernetesRefusal(f'pods "{name}" not found', status_code=404, reason="NotFound")
     spec = pod.get("spec") or {}
-    known = [str(c.get("name")) for key in ("initContainers", "containers")
-             for c in spec.get(key) or () if isinstance(c, dict)]
+    known = [
+        str(c.get("name"))
+        for key in ("initContainers", "containers")
+        for c in spec.get(key) or ()
+        if isinstance(c, dict)
+    ]
     wanted = d.text("container")
     if wanted and wanted not in known:
         raise InvalidOperation(

@@ -52,11 +52,30 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 VERSIONED_BY_DEFAULT = frozenset({"replicaset", "configmap", "secret", "pod"})
 _FIRST = ("namespace", "customresourcedefinition")
-_CONFIG = ("configmap", "secret", "serviceaccount", "role", "clusterrole", "rolebinding",
-           "clusterrolebinding", "persistentvolumeclaim", "persistentvolume", "storageclass")
+_CONFIG = (
+    "configmap",
+    "secret",
+    "serviceaccount",
+    "role",
+    "clusterrole",
+    "rolebinding",
+    "clusterrolebinding",
+    "persistentvolumeclaim",
+    "persistentvolume",
+    "storageclass",
+)
 _SERVICES = ("service", "ingress", "networkpolicy")
-_WORKLOADS = ("pod", "replicaset", "deployment", "statefulset", "daemonset", "job", "cronjob",
-              "horizontalpodautoscaler", "poddisruptionbudget")
+_WORKLOADS = (
+    "pod",
+    "replicaset",
+    "deployment",
+    "statefulset",
+    "daemonset",
+    "job",
+    "cronjob",
+    "horizontalpodautoscaler",
+    "poddisruptionbudget",
+)
 _VERSION_RE = re.compile(r"^(?P<base>.+)-v(?P<n>\d{3,})$")
 _TEMPLATE_KINDS = frozenset({"deployment", "replicaset", "statefulset", "daemonset", "job"})
 
@@ -154,7 +173,7 @@ class Strategy:
             if not isinstance(parsed, list) or not all(isinstance(x, str) for x in parsed):
                 raise InvalidOperation(
                     f"{obj.get('kind')} {name}: annotation {LOAD_BALANCERS} must be a JSON list "
-                    f"of \"service name\" strings, got {raw!r}"
+                    f'of "service name" strings, got {raw!r}'
                 )
             balancers = tuple(parsed)
         ssa = notes.get(SERVER_SIDE_APPLY) or notes.get(ARMORY_SSA) or ""

@@ -36,6 +36,7 @@ SCALABLE = frozenset({"Deployment", "ReplicaSet", "StatefulSet"})
 ROLLABLE = frozenset({"Deployment", "StatefulSet", "DaemonSet"})
 PATCH_TYPES = {"strategic": STRATEGIC_PATCH, "merge": MERGE_PATCH, "json": JSON_PATCH}
 
+
 async def _target(
     ctx: OperationContext, operation: str, kinds: frozenset[str] | None
 ) -> tuple[Resource, str, str, dict[str, Any]]:
@@ -68,8 +69,9 @@ async def scale_manifest(ctx: OperationContext) -> None:
         raise InvalidOperation(f"scaleManifest.replicas: must be >= 0, got {replicas}")
     res, namespace, name, _ = await _target(ctx, "scaleManifest", SCALABLE)
     ctx.outcome.say(f"Scaling {res.spinnaker_kind} {name} in {namespace} to {replicas} replicas")
-    await ctx.cluster.patch(res, namespace, name, {"spec": {"replicas": replicas}}, MERGE_PATCH,
-                            subresource="scale")
+    await ctx.cluster.patch(
+        res, namespace, name, {"spec": {"replicas": replicas}}, MERGE_PATCH, subresource="scale"
+    )
     fresh = await ctx.cluster.get(res, namespace, name)
     if fresh is not None:
         ctx.outcome.wrote(fresh)
@@ -95,8 +97,11 @@ async def patch_manifest(ctx: OperationContext) -> None:
     result = DeployResult()
     ctx.outcome.result = result
     if isinstance(body, dict):
-        artifacts = [a for a in d.items("allArtifacts") or d.items("requiredArtifacts")
-                     if isinstance(a, dict)]
+        artifacts = [
+            a
+            for a in d.items("allArtifacts") or d.items("requiredArtifacts")
+            if isinstance(a, dict)
+        ]
         shaped = {**copy.deepcopy(body), "kind": res.kind}
         result.bound_artifacts.extend(bind_artifacts(shaped, artifacts))
         shaped.pop("kind")
@@ -169,7 +174,10 @@ async def undo_rollout(ctx: OperationContext) -> None:
         ctx.outcome.wrote(live)
         return
     patched = await ctx.cluster.patch(
-        res, namespace, name, [{"op": "replace", "path": "/spec/template", "value": template}],
+        res,
+        namespace,
+        name,
+        [{"op": "replace", "path": "/spec/template", "value": template}],
         JSON_PATCH,
     )
     ctx.outcome.wrote(patched)
@@ -180,13 +188,13 @@ async def _set_paused(ctx: OperationContext, operation: str, paused: bool) -> No
     res, namespace, name, _ = await _target(ctx, operation, ROLLABLE)
     if res.kind != "Deployment":
         raise UnsupportedOperation(
-            f"{operation} is not supported for kind {res.kind} (only a Deployment has "
-            "spec.paused)"
+            f"{operation} is not supported for kind {res.kind} (only a Deployment has spec.paused)"
         )
     verb = "Pausing" if paused else "Resuming"
     ctx.outcome.say(f"{verb} rollout of deployment {name} in {namespace}")
-    patched = await ctx.cluster.patch(res, namespace, name, {"spec": {"paused": paused}},
-                                      MERGE_PATCH)
+    patched = await ctx.cluster.patch(
+        res, namespace, name, {"spec": {"paused": paused}}, MERGE_PATCH
+    )
     ctx.outcome.wrote(patched)
 
 

@@ -42,10 +42,13 @@ class OpsBench:
     executor: OperationExecutor
     account: str = "k1"
 
-    async def run(self, type: str, payload: dict[str, Any], *, op_id: str = "",
-                  deadline_ms: int = 0) -> Ran:
+    async def run(
+        self, type: str, payload: dict[str, Any], *, op_id: str = "", deadline_ms: int = 0
+    ) -> Ran:
         op = messages.Operation(
-            id=op_id or f"op-{next(_ids)}", account=self.account, type=type,
+            id=op_id or f"op-{next(_ids)}",
+            account=self.account,
+            type=type,
             payload_json=json.dumps({"account": self.account, **payload}),
             deadline_ms=deadline_ms,
         )
@@ -56,7 +59,10 @@ class OpsBench:
 
 @asynccontextmanager
 async def open_ops_bench(
-    tmp_path: Path, *, user: str = "admin", sim: kubesim.Cluster | None = None,
+    tmp_path: Path,
+    *,
+    user: str = "admin",
+    sim: kubesim.Cluster | None = None,
     **executor_options: Any,
 ) -> AsyncIterator[OpsBench]:
     sim = sim or kubesim.Cluster()
@@ -66,8 +72,9 @@ async def open_ops_bench(
         path = server.kubeconfig(tmp_path / "kubeconfig", user=user)
         account = AccountConfig("k1", kube_config_file=str(path))
         async with open_kube_client(account, environ={}) as client:
-            executor = OperationExecutor(lambda name: client if name == "k1" else None,
-                                         **executor_options)
+            executor = OperationExecutor(
+                lambda name: client if name == "k1" else None, **executor_options
+            )
             yield OpsBench(sim, server, client, executor)
 
 

@@ -21,31 +21,77 @@ from agent._watch_errors import WatchDecodeError
 LW = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 
-def resource(plural: str, kind: str, group: str, version: str, *, namespaced: bool = True,
-             verbs: list[str] = LW) -> dict[str, object]:
-    return {"resource": plural, "responseKind": {"group": group, "version": version, "kind": kind},
-            "scope": "Namespaced" if namespaced else "Cluster", "verbs": verbs,
-            "subresources": [{"subresource": "status", "verbs": ["get"]}]}
+def resource(
+    plural: str,
+    kind: str,
+    group: str,
+    version: str,
+    *,
+    namespaced: bool = True,
+    verbs: list[str] = LW,
+) -> dict[str, object]:
+    return {
+        "resource": plural,
+        "responseKind": {"group": group, "version": version, "kind": kind},
+        "scope": "Namespaced" if namespaced else "Cluster",
+        "verbs": verbs,
+        "subresources": [{"subresource": "status", "verbs": ["get"]}],
+    }
 
 
-AGGREGATED = json.dumps({
-    "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
-    "items": [
-        {"metadata": {"name": "apps"}, "versions": [
-            {"version": "v1", "resources": [resource("deployments", "Deployment", "apps", "v1")]},
-            {"version": "v1beta1", "resources": [
-                resource("deployments", "Deployment", "apps", "v1beta1"),
-                resource("oldthings", "OldThing", "apps", "v1beta1")]},
-        ]},
-        {"metadata": {"name": "metrics.k8s.io"}, "versions": [
-            {"version": "v1beta1", "freshness": "Stale",
-             "resources": [resource("pods", "PodMetrics", "metrics.k8s.io", "v1beta1")]}]},
-        {"metadata": {"name": "authorization.k8s.io"}, "versions": [
-            {"version": "v1", "resources": [resource(
-                "selfsubjectaccessreviews", "SelfSubjectAccessReview", "authorization.k8s.io",
-                "v1", namespaced=False, verbs=["create"])]}]},
-    ],
-}).encode()
+AGGREGATED = json.dumps(
+    {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": [
+            {
+                "metadata": {"name": "apps"},
+                "versions": [
+                    {
+                        "version": "v1",
+                        "resources": [resource("deployments", "Deployment", "apps", "v1")],
+                    },
+                    {
+                        "version": "v1beta1",
+                        "resources": [
+                            resource("deployments", "Deployment", "apps", "v1beta1"),
+                            resource("oldthings", "OldThing", "apps", "v1beta1"),
+                        ],
+                    },
+                ],
+            },
+            {
+                "metadata": {"name": "metrics.k8s.io"},
+                "versions": [
+                    {
+                        "version": "v1beta1",
+                        "freshness": "Stale",
+                        "resources": [resource("pods", "PodMetrics", "metrics.k8s.io", "v1beta1")],
+                    }
+                ],
+            },
+            {
+                "metadata": {"name": "authorization.k8s.io"},
+                "versions": [
+                    {
+                        "version": "v1",
+                        "resources": [
+                            resource(
+                                "selfsubjectaccessreviews",
+                                "SelfSubjectAccessReview",
+                                "authorization.k8s.io",
+                                "v1",
+                                namespaced=False,
+                                verbs=["create"],
+                            )
+                        ],
+                    }
+                ],
+            },
+        ],
+    }
+).encode()
 
 
 def test_aggregated_keeps_watchable_resources_from_the_preferred_version() -> None:
@@ -59,12 +105,18 @@ def test_aggregated_keeps_watchable_resources_from_the_preferred_version() -> No
 
 
 def test_legacy_resource_list_skips_subresources_and_unwatchable() -> None:
-    body = json.dumps({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-        {"name": "pods", "namespaced": True, "kind": "Pod", "verbs": LW},
-        {"name": "pods/log", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
-        {"name": "bindings", "namespaced": True, "kind": "Binding", "verbs": ["create"]},
-        {"name": "nodes", "namespaced": False, "kind": "Node", "verbs": LW},
-    ]}).encode()
+    body = json.dumps(
+        {
+            "kind": "APIResourceList",
+            "groupVersion": "v1",
+            "resources": [
+                {"name": "pods", "namespaced": True, "kind": "Pod", "verbs": LW},
+                {"name": "pods/log", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
+                {"name": "bindings", "namespaced": True, "kind": "Binding", "verbs": ["create"]},
+                {"name": "nodes", "namespaced": False, "kind": "Node", "verbs": LW},
+            ],
+        }
+    ).encode()
     kinds = parse_resource_list(body, group="", version="v1")
     assert [(k.kind, k.namespaced) for k in kinds] == [("Pod", True), ("Node", False)]
     assert kinds[1].collection_path() == "/api/v1/nodes"
@@ -111,11 +163,13 @@ def test_omit_namespaces_ride_along_cluster_wide_watches() -> None:
 
 def test_only_namespaced_resources_drops_cluster_kinds_but_not_declared_crds() -> None:
     crd = CustomResourceDefinition(kind="Gadget.example.com", scope="Cluster")
-    got = targets(only_namespaced_resources=True, kinds=("pod",),
-                  custom_resource_definitions=(crd,))
+    got = targets(
+        only_namespaced_resources=True, kinds=("pod",), custom_resource_definitions=(crd,)
+    )
     assert [t.kind for t in got] == [POD, GADGET]
-    got = targets(only_namespaced_resources=True, custom_resource_definitions=(crd,),
-                  omit_kinds=("gadget",))
+    got = targets(
+        only_namespaced_resources=True, custom_resource_definitions=(crd,), omit_kinds=("gadget",)
+    )
     assert [t.kind for t in got] == [POD, DEPLOY, WIDGET]
 
 

@@ -18,19 +18,31 @@ async def test_a_versioned_replicaset_deployed_twice_is_v000_then_v001(tmp_path:
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
             moniker = {"app": "shop", "cluster": "replicaSet web"}
-            first = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [replica_set()], "moniker": moniker})
-            second = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [replica_set(image="nginx:2")],
-                "moniker": moniker})
+            first = await bench.run(
+                "deployManifest",
+                {"namespace": "default", "manifests": [replica_set()], "moniker": moniker},
+            )
+            second = await bench.run(
+                "deployManifest",
+                {
+                    "namespace": "default",
+                    "manifests": [replica_set(image="nginx:2")],
+                    "moniker": moniker,
+                },
+            )
             live = bench.sim.get("apps", "v1", "replicasets", "default", "web-v001")
     assert_ok(first, second)
     assert first.result["manifestNamesByNamespace"] == {"default": ["replicaSet web-v000"]}
     assert second.result["manifestNamesByNamespace"] == {"default": ["replicaSet web-v001"]}
     artifact = second.result["createdArtifacts"][0]
     assert artifact == {
-        "type": "kubernetes/replicaSet", "customKind": False, "name": "web", "version": "v001",
-        "location": "default", "reference": "web-v001", "metadata": {"account": "k1"},
+        "type": "kubernetes/replicaSet",
+        "customKind": False,
+        "name": "web",
+        "version": "v001",
+        "location": "default",
+        "reference": "web-v001",
+        "metadata": {"account": "k1"},
     }
     notes = live["metadata"]["annotations"]
     assert notes["moniker.spinnaker.io/application"] == "shop"
@@ -54,33 +66,46 @@ async def test_cleanup_artifacts_keeps_max_version_history(tmp_path: Path) -> No
         async with open_ops_bench(tmp_path) as bench:
             for image in ("nginx:1", "nginx:2"):
                 rs["spec"]["template"]["spec"]["containers"][0]["image"] = image
-                deployed = await bench.run("deployManifest", {
-                    "namespace": "default", "manifests": [rs], "moniker": {"app": "shop"}})
+                deployed = await bench.run(
+                    "deployManifest",
+                    {"namespace": "default", "manifests": [rs], "moniker": {"app": "shop"}},
+                )
                 assert deployed.ok, deployed.answer
-            cleaned = await bench.run("cleanupArtifacts", {
-                "manifests": deployed.result["manifests"]})
+            cleaned = await bench.run(
+                "cleanupArtifacts", {"manifests": deployed.result["manifests"]}
+            )
             left = _names(bench.sim, "apps", "replicasets")
     assert cleaned.ok, cleaned.answer
     assert left == {"web-v001"}
     assert cleaned.result["manifestNamesByNamespace"] == {"default": ["replicaSet web-v000"]}
     assert "manifests" not in cleaned.result
-    assert cleaned.body["deleted"] == [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                        "namespace": "default", "name": "web-v000"}]
+    assert cleaned.body["deleted"] == [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "namespace": "default", "name": "web-v000"}
+    ]
 
 
 async def test_an_unversioned_deployment_is_applied_in_place(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
-            first = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [deployment()], "moniker": {"app": "api"}})
+            first = await bench.run(
+                "deployManifest",
+                {"namespace": "default", "manifests": [deployment()], "moniker": {"app": "api"}},
+            )
             changed = deployment(image="nginx:2")
             changed["metadata"]["labels"] = {"team": "a"}
-            second = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [changed], "moniker": {"app": "api"}})
+            second = await bench.run(
+                "deployManifest",
+                {"namespace": "default", "manifests": [changed], "moniker": {"app": "api"}},
+            )
             # Drop the label from the manifest: client-side apply removes what it had applied.
-            third = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [deployment(image="nginx:3")],
-                "moniker": {"app": "api"}})
+            third = await bench.run(
+                "deployManifest",
+                {
+                    "namespace": "default",
+                    "manifests": [deployment(image="nginx:3")],
+                    "moniker": {"app": "api"},
+                },
+            )
             live = bench.sim.get("apps", "v1", "deployments", "default", "api")
     assert_ok(first, second, third)
     assert third.result["manifestNamesByNamespace"] == {"default": ["deployment api"]}
@@ -90,21 +115,35 @@ async def test_an_unversioned_deployment_is_applied_in_place(tmp_path: Path) -> 
 
 
 async def test_order_namespace_override_and_artifact_binding(tmp_path: Path) -> None:
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
-              "data": {"a": "1"}}
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cfg"},
+        "data": {"a": "1"},
+    }
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
-    image = {"type": "docker/image", "name": "registry.io/api",
-             "reference": "registry.io/api:2.0"}
+    image = {"type": "docker/image", "name": "registry.io/api", "reference": "registry.io/api:2.0"}
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
-            ran = await bench.run("deployManifest", {
-                "namespace": "default", "namespaceOverride": "team",
-                "manifests": [deployment(image="registry.io/api"), config, namespace],
-                "requiredArtifacts": [image], "moniker": {"app": "api"}})
+            ran = await bench.run(
+                "deployManifest",
+                {
+                    "namespace": "default",
+                    "namespaceOverride": "team",
+                    "manifests": [deployment(image="registry.io/api"), config, namespace],
+                    "requiredArtifacts": [image],
+                    "moniker": {"app": "api"},
+                },
+            )
             live = bench.sim.get("apps", "v1", "deployments", "team", "api")
-            bad = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [deployment(name="x", image="other")],
-                "requiredArtifacts": [image]})
+            bad = await bench.run(
+                "deployManifest",
+                {
+                    "namespace": "default",
+                    "manifests": [deployment(name="x", image="other")],
+                    "requiredArtifacts": [image],
+                },
+            )
     assert ran.ok, ran.answer
     kinds = [m["kind"] for m in ran.result["manifests"]]
     assert kinds == ["Namespace", "ConfigMap", "Deployment"]
@@ -122,23 +161,27 @@ async def test_replace_recreate_and_server_side_apply(tmp_path: Path) -> None:
         async with open_ops_bench(tmp_path) as bench:
             recreate = deployment(name="re")
             recreate["metadata"]["annotations"] = {"strategy.spinnaker.io/recreate": "true"}
-            first = await bench.run("deployManifest", {"namespace": "default",
-                                                       "manifests": [recreate]})
+            first = await bench.run(
+                "deployManifest", {"namespace": "default", "manifests": [recreate]}
+            )
             uid = bench.sim.get("apps", "v1", "deployments", "default", "re")["metadata"]["uid"]
-            again = await bench.run("deployManifest", {"namespace": "default",
-                                                       "manifests": [recreate]})
+            again = await bench.run(
+                "deployManifest", {"namespace": "default", "manifests": [recreate]}
+            )
             new_uid = bench.sim.get("apps", "v1", "deployments", "default", "re")["metadata"]["uid"]
             ssa = deployment(name="ssa")
             ssa["metadata"]["annotations"] = {"strategy.spinnaker.io/server-side-apply": "true"}
-            applied = await bench.run("deployManifest", {"namespace": "default",
-                                                         "manifests": [ssa]})
+            applied = await bench.run(
+                "deployManifest", {"namespace": "default", "manifests": [ssa]}
+            )
             live = bench.sim.get("apps", "v1", "deployments", "default", "ssa")
             replace = deployment(name="rp")
             replace["metadata"]["annotations"] = {"strategy.spinnaker.io/replace": "true"}
             await bench.run("deployManifest", {"namespace": "default", "manifests": [replace]})
             replace["spec"]["replicas"] = 3
-            replaced = await bench.run("deployManifest", {"namespace": "default",
-                                                          "manifests": [replace]})
+            replaced = await bench.run(
+                "deployManifest", {"namespace": "default", "manifests": [replace]}
+            )
             rp = bench.sim.get("apps", "v1", "deployments", "default", "rp")
     assert_ok(first, again, applied, replaced)
     assert uid != new_uid
@@ -153,8 +196,7 @@ async def test_invalid_manifest_fails_with_the_api_server_message(tmp_path: Path
     broken["spec"]["selector"] = {"matchLabels": {"app": "other"}}
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
-            ran = await bench.run("deployManifest", {"namespace": "default",
-                                                     "manifests": [broken]})
+            ran = await bench.run("deployManifest", {"namespace": "default", "manifests": [broken]})
     assert not ran.ok
     assert ran.answer.error_code == "KubernetesError 422"
     assert "selector" in ran.answer.error_message
@@ -165,10 +207,18 @@ async def test_invalid_manifest_fails_with_the_api_server_message(tmp_path: Path
 async def test_a_forbidden_kind_fails_with_the_403_message(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path, user="viewer") as bench:
-            ran = await bench.run("deployManifest", {"namespace": "default",
-                                                     "manifests": [deployment()]})
-            allowed = await bench.run("deployManifest", {"namespace": "default", "manifests": [
-                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ok"}}]})
+            ran = await bench.run(
+                "deployManifest", {"namespace": "default", "manifests": [deployment()]}
+            )
+            allowed = await bench.run(
+                "deployManifest",
+                {
+                    "namespace": "default",
+                    "manifests": [
+                        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ok"}}
+                    ],
+                },
+            )
     assert not ran.ok
     assert ran.answer.error_code == "KubernetesError 403"
     assert "forbidden" in ran.answer.error_message.lower()
@@ -179,18 +229,29 @@ async def test_a_forbidden_kind_fails_with_the_403_message(tmp_path: Path) -> No
 async def test_run_job_creates_a_new_job_each_time_and_refuses_other_kinds(
     tmp_path: Path,
 ) -> None:
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
-           "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                          "containers": [{"name": "m", "image": "busybox"}]}}}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "migrate"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "m", "image": "busybox"}],
+                }
+            }
+        },
+    }
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
-            one = await bench.run("runJob", {"namespace": "default", "manifest": job,
-                                             "application": "shop"})
-            two = await bench.run("runJob", {"namespace": "default", "manifest": job,
-                                             "application": "shop"})
+            one = await bench.run(
+                "runJob", {"namespace": "default", "manifest": job, "application": "shop"}
+            )
+            two = await bench.run(
+                "runJob", {"namespace": "default", "manifest": job, "application": "shop"}
+            )
             jobs = _names(bench.sim, "batch", "jobs")
-            refused = await bench.run("runJob", {"namespace": "default",
-                                                 "manifest": deployment()})
+            refused = await bench.run("runJob", {"namespace": "default", "manifest": deployment()})
     assert_ok(one, two)
     assert len(jobs) == 2
     assert all(name.startswith("migrate-") for name in jobs)
@@ -203,35 +264,77 @@ async def test_run_job_creates_a_new_job_each_time_and_refuses_other_kinds(
 async def test_source_capacity_traffic_secrets_and_a_crd_with_its_resources(
     tmp_path: Path,
 ) -> None:
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "front"},
-               "spec": {"selector": {"lb": "front"}, "ports": [{"port": 80}]}}
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
-              "stringData": {"password": "hunter2"}}
-    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-           "metadata": {"name": "widgets.example.com"},
-           "spec": {"group": "example.com", "scope": "Namespaced",
-                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                    "versions": [{"name": "v1", "served": True, "storage": True,
-                                  "schema": {"openAPIV3Schema": {"type": "object",
-                                             "x-kubernetes-preserve-unknown-fields": True}}}]}}
-    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
-              "spec": {"size": 3}}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "front"},
+        "spec": {"selector": {"lb": "front"}, "ports": [{"port": 80}]},
+    }
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds"},
+        "stringData": {"password": "hunter2"},
+    }
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    widget = {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"size": 3},
+    }
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
-            first = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [service, replica_set()]})
-            bench.sim.patch("apps", "v1", "replicasets", "default", "web-v000",
-                            {"spec": {"replicas": 4}},
-                            content_type="application/merge-patch+json")
-            sized = replica_set(**{"strategy.spinnaker.io/use-source-capacity": "true",
-                                   "traffic.spinnaker.io/load-balancers": '["service front"]'})
-            second = await bench.run("deployManifest", {"namespace": "default",
-                                                        "manifests": [sized]})
+            first = await bench.run(
+                "deployManifest", {"namespace": "default", "manifests": [service, replica_set()]}
+            )
+            bench.sim.patch(
+                "apps",
+                "v1",
+                "replicasets",
+                "default",
+                "web-v000",
+                {"spec": {"replicas": 4}},
+                content_type="application/merge-patch+json",
+            )
+            sized = replica_set(
+                **{
+                    "strategy.spinnaker.io/use-source-capacity": "true",
+                    "traffic.spinnaker.io/load-balancers": '["service front"]',
+                }
+            )
+            second = await bench.run(
+                "deployManifest", {"namespace": "default", "manifests": [sized]}
+            )
             v001 = bench.sim.get("apps", "v1", "replicasets", "default", "web-v001")
-            secrets = await bench.run("deployManifest", {"namespace": "default",
-                                                         "manifests": [secret]})
-            custom = await bench.run("deployManifest", {"namespace": "default",
-                                                        "manifests": [widget, crd]})
+            secrets = await bench.run(
+                "deployManifest", {"namespace": "default", "manifests": [secret]}
+            )
+            custom = await bench.run(
+                "deployManifest", {"namespace": "default", "manifests": [widget, crd]}
+            )
             live_widget = bench.sim.get("example.com", "v1", "widgets", "default", "w")
     assert_ok(first, second, secrets, custom)
     assert v001["spec"]["replicas"] == 4
@@ -240,11 +343,13 @@ async def test_source_capacity_traffic_secrets_and_a_crd_with_its_resources(
     assert "data" not in reported
     assert "stringData" not in reported
     assert "kubectl.kubernetes.io/last-applied-configuration" not in reported["metadata"].get(
-        "annotations", {})
+        "annotations", {}
+    )
     assert "hunter2" not in secrets.answer.result_json
     assert live_widget["spec"]["size"] == 3
     assert custom.result["manifestNamesByNamespace"][""] == [
-        "customResourceDefinition widgets.example.com"]
+        "customResourceDefinition widgets.example.com"
+    ]
     assert custom.result["manifestNamesByNamespace"]["default"] == ["Widget.example.com w"]
     widget_artifact = custom.result["createdArtifacts"][1]
     assert widget_artifact["type"] == "kubernetes/Widget.example.com"
@@ -254,12 +359,19 @@ async def test_source_capacity_traffic_secrets_and_a_crd_with_its_resources(
 async def test_a_new_version_is_created_without_reading_it_first(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
-            first = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [replica_set()], "moniker": {"app": "shop"}})
+            first = await bench.run(
+                "deployManifest",
+                {"namespace": "default", "manifests": [replica_set()], "moniker": {"app": "shop"}},
+            )
             bench.server.requests.reset()
-            second = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [replica_set(image="nginx:2")],
-                "moniker": {"app": "shop"}})
+            second = await bench.run(
+                "deployManifest",
+                {
+                    "namespace": "default",
+                    "manifests": [replica_set(image="nginx:2")],
+                    "moniker": {"app": "shop"},
+                },
+            )
             counts = bench.server.requests.snapshot()
     assert_ok(first, second)
     # The list that picked -v001 already showed the name free: list + create, no get.
@@ -271,17 +383,28 @@ async def test_a_new_version_whose_name_is_taken_applies_over_it(tmp_path: Path)
     sim = kubesim.Cluster()
     # web-v000 exists but belongs to another artifact, so versioning does not count it and
     # picks web-v000: the create answers 409 and the deploy applies over it, as kubectl would.
-    sim.create({
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": "web-v000", "namespace": "default",
-                     "annotations": {"artifact.spinnaker.io/name": "other"}},
-        "spec": replica_set()["spec"],
-    })
+    sim.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": "web-v000",
+                "namespace": "default",
+                "annotations": {"artifact.spinnaker.io/name": "other"},
+            },
+            "spec": replica_set()["spec"],
+        }
+    )
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path, sim=sim) as bench:
-            deployed = await bench.run("deployManifest", {
-                "namespace": "default", "manifests": [replica_set(image="nginx:2")],
-                "moniker": {"app": "shop"}})
+            deployed = await bench.run(
+                "deployManifest",
+                {
+                    "namespace": "default",
+                    "manifests": [replica_set(image="nginx:2")],
+                    "moniker": {"app": "shop"},
+                },
+            )
             live = bench.sim.get("apps", "v1", "replicasets", "default", "web-v000")
     assert_ok(deployed)
     assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"

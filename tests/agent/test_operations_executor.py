@@ -11,9 +11,16 @@ from agent._operations import OperationExecutor
 from tests.agent.operations_harness import Ran, assert_ok, deployment, open_ops_bench
 from wire import messages
 
-JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once"},
-       "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                      "containers": [{"name": "m", "image": "busybox"}]}}}}
+JOB = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "once"},
+    "spec": {
+        "template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "busybox"}]}
+        }
+    },
+}
 
 
 async def test_the_same_operation_id_runs_once(tmp_path: Path) -> None:
@@ -40,9 +47,11 @@ async def test_a_past_deadline_is_never_started(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
             past = -1000  # relative: it passed a second ago
-            ran = await bench.run("deployManifest", {"namespace": "default",
-                                                     "manifests": [deployment()]},
-                                  deadline_ms=past)
+            ran = await bench.run(
+                "deployManifest",
+                {"namespace": "default", "manifests": [deployment()]},
+                deadline_ms=past,
+            )
             deployments = bench.sim.list("apps", "v1", "deployments", "default")
     assert not ran.ok
     assert ran.answer.error_code == "Timeout"
@@ -54,26 +63,44 @@ async def test_a_past_deadline_is_never_started(tmp_path: Path) -> None:
 async def test_concurrency_is_bounded_and_waits_end_at_the_deadline(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path, max_concurrent=1, max_queued=1) as bench:
-            await bench.run("scaleManifest", {"kind": "Deployment", "name": "warm",
-                                              "namespace": "default"})  # discovery done
+            await bench.run(
+                "scaleManifest", {"kind": "Deployment", "name": "warm", "namespace": "default"}
+            )  # discovery done
             bench.server.faults.stall_responses(seconds=2, count=1)
             slow: list[Ran] = []
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: _collect(slow, bench.run(
-                    "deployManifest", {"namespace": "default", "manifests": [deployment()]})))
+                nursery.start_soon(
+                    lambda: _collect(
+                        slow,
+                        bench.run(
+                            "deployManifest", {"namespace": "default", "manifests": [deployment()]}
+                        ),
+                    )
+                )
                 await trio.sleep(0.3)  # the first holds the only slot, stalled
                 soon = 300  # relative: 300 ms from receipt
-                waited = await bench.run("deployManifest", {
-                    "namespace": "default", "manifests": [deployment(name="b")]},
-                    deadline_ms=soon)
-                nursery.start_soon(lambda: _collect(slow, bench.run(
-                    "deployManifest", {"namespace": "default",
-                                       "manifests": [deployment(name="c")]})))
+                waited = await bench.run(
+                    "deployManifest",
+                    {"namespace": "default", "manifests": [deployment(name="b")]},
+                    deadline_ms=soon,
+                )
+                nursery.start_soon(
+                    lambda: _collect(
+                        slow,
+                        bench.run(
+                            "deployManifest",
+                            {"namespace": "default", "manifests": [deployment(name="c")]},
+                        ),
+                    )
+                )
                 await trio.sleep(0.1)  # "c" waits in the only queue place
-                refused = await bench.run("deployManifest", {
-                    "namespace": "default", "manifests": [deployment(name="d")]})
-            names = {d["metadata"]["name"] for d in bench.sim.list("apps", "v1", "deployments",
-                                                                    "default")}
+                refused = await bench.run(
+                    "deployManifest", {"namespace": "default", "manifests": [deployment(name="d")]}
+                )
+            names = {
+                d["metadata"]["name"]
+                for d in bench.sim.list("apps", "v1", "deployments", "default")
+            }
     assert waited.answer.error_code == "Timeout"
     assert "waited for a free slot" in waited.answer.error_message
     assert refused.answer.error_code == "Unavailable"
@@ -90,18 +117,32 @@ async def test_clear_errors_for_bad_operations(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
             unknown_type = await bench.run("explodeManifest", {})
-            unknown_kind = await bench.run("scaleManifest", {
-                "namespace": "default", "kind": "Gizmo", "name": "g", "replicas": 1})
-            not_found = await bench.run("scaleManifest", {
-                "namespace": "default", "kind": "deployment", "name": "nope", "replicas": 1})
-            bad_field = await bench.run("scaleManifest", {
-                "namespace": "default", "kind": "deployment", "name": "x", "replicas": "many"})
+            unknown_kind = await bench.run(
+                "scaleManifest",
+                {"namespace": "default", "kind": "Gizmo", "name": "g", "replicas": 1},
+            )
+            not_found = await bench.run(
+                "scaleManifest",
+                {"namespace": "default", "kind": "deployment", "name": "nope", "replicas": 1},
+            )
+            bad_field = await bench.run(
+                "scaleManifest",
+                {"namespace": "default", "kind": "deployment", "name": "x", "replicas": "many"},
+            )
             no_manifests = await bench.run("deployManifest", {"manifests": [None]})
-            bad_json = await bench.executor(messages.Operation(
-                id="j", account="k1", type="deployManifest", payload_json="{nope"))
-            other_account = await bench.executor(messages.Operation(
-                id="o", account="k2", type="deployManifest",
-                payload_json=json.dumps({"manifests": [deployment()]})))
+            bad_json = await bench.executor(
+                messages.Operation(
+                    id="j", account="k1", type="deployManifest", payload_json="{nope"
+                )
+            )
+            other_account = await bench.executor(
+                messages.Operation(
+                    id="o",
+                    account="k2",
+                    type="deployManifest",
+                    payload_json=json.dumps({"manifests": [deployment()]}),
+                )
+            )
     assert unknown_type.answer.error_code == "Unsupported"
     assert "explodeManifest" in unknown_type.answer.error_message
     assert unknown_kind.answer.error_code == "Invalid"
@@ -131,8 +172,9 @@ async def test_the_result_lru_is_bounded() -> None:
 async def test_a_cancelled_run_releases_its_waiters_and_its_slot(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path, max_concurrent=1) as bench:
-            await bench.run("scaleManifest", {"kind": "Deployment", "name": "warm",
-                                              "namespace": "default"})  # discovery done
+            await bench.run(
+                "scaleManifest", {"kind": "Deployment", "name": "warm", "namespace": "default"}
+            )  # discovery done
             bench.server.faults.stall_responses(seconds=60, count=1)
             waiter: list[Ran] = []
             payload = {"namespace": "default", "manifests": [deployment()]}
@@ -145,8 +187,9 @@ async def test_a_cancelled_run_releases_its_waiters_and_its_slot(tmp_path: Path)
 
                 nursery.start_soon(first)
                 await trio.sleep(0.2)
-                nursery.start_soon(lambda: _collect(waiter, bench.run(
-                    "deployManifest", payload, op_id="x")))
+                nursery.start_soon(
+                    lambda: _collect(waiter, bench.run("deployManifest", payload, op_id="x"))
+                )
                 await trio.sleep(0.1)
                 cancel.cancel()
             bench.server.faults.clear()

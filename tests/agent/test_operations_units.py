@@ -26,10 +26,14 @@ from agent._operations._manifests import is_versioned, label_moniker
 def test_three_way_patch_sets_changes_deletes_what_we_dropped_and_keeps_foreign_fields() -> None:
     original = {"metadata": {"labels": {"a": "1", "gone": "x"}}, "spec": {"replicas": 1}}
     modified = {"metadata": {"labels": {"a": "2"}}, "spec": {"replicas": 1}}
-    current = {"metadata": {"labels": {"a": "1", "gone": "x", "theirs": "y"}, "uid": "u"},
-               "spec": {"replicas": 5, "paused": False}}
+    current = {
+        "metadata": {"labels": {"a": "1", "gone": "x", "theirs": "y"}, "uid": "u"},
+        "spec": {"replicas": 5, "paused": False},
+    }
     assert three_way_merge_patch(original, modified, current) == {
-        "metadata": {"labels": {"a": "2", "gone": None}}, "spec": {"replicas": 1}}
+        "metadata": {"labels": {"a": "2", "gone": None}},
+        "spec": {"replicas": 1},
+    }
     assert three_way_merge_patch(modified, modified, {**modified}) == {}
     assert three_way_merge_patch(None, {"data": {"k": "v"}}, {}) == {"data": {"k": "v"}}
 
@@ -37,7 +41,10 @@ def test_three_way_patch_sets_changes_deletes_what_we_dropped_and_keeps_foreign_
 def test_flatten_inlines_lists_and_names_a_bad_entry() -> None:
     listed = {"kind": "List", "items": [{"kind": "ConfigMap"}, None, {"kind": "Service"}]}
     assert [o["kind"] for o in flatten([None, listed, {"kind": "Pod"}])] == [
-        "ConfigMap", "Service", "Pod"]
+        "ConfigMap",
+        "Service",
+        "Pod",
+    ]
     with pytest.raises(InvalidOperation, match=r"manifests\[1\]"):
         flatten([{"kind": "Pod"}, {"metadata": {}}])
 
@@ -45,16 +52,29 @@ def test_flatten_inlines_lists_and_names_a_bad_entry() -> None:
 def test_deploy_order_namespaces_config_services_custom_workloads() -> None:
     kinds = ["Deployment", "Foo", "Service", "Secret", "Namespace", "CustomResourceDefinition"]
     ordered = [o["kind"] for o in deploy_order([{"kind": k} for k in kinds])]
-    assert ordered == ["Namespace", "CustomResourceDefinition", "Secret", "Service", "Foo",
-                       "Deployment"]
+    assert ordered == [
+        "Namespace",
+        "CustomResourceDefinition",
+        "Secret",
+        "Service",
+        "Foo",
+        "Deployment",
+    ]
 
 
 def test_strategy_annotations_and_versioning_rules() -> None:
-    obj: dict[str, Any] = {"kind": "ReplicaSet", "metadata": {"name": "x", "annotations": {
-        "strategy.spinnaker.io/versioned": "false",
-        "strategy.spinnaker.io/max-version-history": "2",
-        "strategy.spinnaker.io/recreate": "true",
-        "traffic.spinnaker.io/load-balancers": '["service web"]'}}}
+    obj: dict[str, Any] = {
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": "x",
+            "annotations": {
+                "strategy.spinnaker.io/versioned": "false",
+                "strategy.spinnaker.io/max-version-history": "2",
+                "strategy.spinnaker.io/recreate": "true",
+                "traffic.spinnaker.io/load-balancers": '["service web"]',
+            },
+        },
+    }
     strategy = Strategy.of(obj)
     assert strategy.versioned is False
     assert strategy.max_version_history == 2
@@ -64,42 +84,70 @@ def test_strategy_annotations_and_versioning_rules() -> None:
     assert is_versioned("ReplicaSet", Strategy(), None)
     assert is_versioned("Deployment", Strategy(), True)
     assert not is_versioned("Deployment", Strategy(), None)
-    bad = {"kind": "ReplicaSet", "metadata": {"name": "x", "annotations": {
-        "strategy.spinnaker.io/max-version-history": "lots"}}}
+    bad = {
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": "x",
+            "annotations": {"strategy.spinnaker.io/max-version-history": "lots"},
+        },
+    }
     with pytest.raises(InvalidOperation, match="max-version-history"):
         Strategy.of(bad)
 
 
 def test_next_version_counts_only_versions_of_the_same_base() -> None:
-    existing = [{"metadata": {"name": n}} for n in ("web-v000", "web-v007", "web-api-v009",
-                                                     "web", "other-v003")]
+    existing = [
+        {"metadata": {"name": n}}
+        for n in ("web-v000", "web-v007", "web-api-v009", "web", "other-v003")
+    ]
     assert next_version(existing, "web") == 8
     assert next_version(existing, "web-api") == 10
     assert next_version([], "web") == 0
 
 
 def test_moniker_annotations_only_where_absent_and_labels() -> None:
-    obj: dict[str, Any] = {"kind": "Deployment", "metadata": {"name": "web", "annotations": {
-        "moniker.spinnaker.io/application": "mine"}, "labels": {"app.kubernetes.io/name": "x"}},
-        "spec": {"template": {"spec": {}}}}
-    label_moniker(obj, {"app": "shop", "cluster": "deployment web"}, sequence=None,
-                  skip_template_labels=False)
+    obj: dict[str, Any] = {
+        "kind": "Deployment",
+        "metadata": {
+            "name": "web",
+            "annotations": {"moniker.spinnaker.io/application": "mine"},
+            "labels": {"app.kubernetes.io/name": "x"},
+        },
+        "spec": {"template": {"spec": {}}},
+    }
+    label_moniker(
+        obj, {"app": "shop", "cluster": "deployment web"}, sequence=None, skip_template_labels=False
+    )
     notes = obj["metadata"]["annotations"]
     assert notes["moniker.spinnaker.io/application"] == "mine"
     assert notes["moniker.spinnaker.io/cluster"] == "deployment web"
-    assert obj["metadata"]["labels"] == {"app.kubernetes.io/name": "x",
-                                         "app.kubernetes.io/managed-by": "spinnaker"}
+    assert obj["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "x",
+        "app.kubernetes.io/managed-by": "spinnaker",
+    }
     assert obj["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "shop"
 
 
 def test_docker_images_bind_by_name_with_or_without_tag() -> None:
-    obj: dict[str, Any] = {"kind": "Deployment", "spec": {"template": {"spec": {
-        "initContainers": [{"name": "i", "image": "reg:5000/init"}],
-        "containers": [{"name": "a", "image": "reg:5000/app:old"},
-                       {"name": "b", "image": "other@sha256:abc"}]}}}}
-    artifacts = [{"type": "docker/image", "name": "reg:5000/app", "reference": "reg:5000/app:2"},
-                 {"type": "docker/image", "name": "reg:5000/init", "reference": "reg:5000/init:1"},
-                 {"type": "docker/image", "name": "unused", "reference": "unused:1"}]
+    obj: dict[str, Any] = {
+        "kind": "Deployment",
+        "spec": {
+            "template": {
+                "spec": {
+                    "initContainers": [{"name": "i", "image": "reg:5000/init"}],
+                    "containers": [
+                        {"name": "a", "image": "reg:5000/app:old"},
+                        {"name": "b", "image": "other@sha256:abc"},
+                    ],
+                }
+            }
+        },
+    }
+    artifacts = [
+        {"type": "docker/image", "name": "reg:5000/app", "reference": "reg:5000/app:2"},
+        {"type": "docker/image", "name": "reg:5000/init", "reference": "reg:5000/init:1"},
+        {"type": "docker/image", "name": "unused", "reference": "unused:1"},
+    ]
     bound = bind_artifacts(obj, artifacts)
     spec = obj["spec"]["template"]["spec"]
     assert spec["containers"][0]["image"] == "reg:5000/app:2"
@@ -109,10 +157,12 @@ def test_docker_images_bind_by_name_with_or_without_tag() -> None:
 
 
 def test_kind_tokens_resolve_by_name_alias_group_and_api_version() -> None:
-    kinds = [KindInfo("", "v1", "Service", "services", True),
-             KindInfo("apps", "v1", "Deployment", "deployments", True),
-             KindInfo("extensions", "v1beta1", "Deployment", "deployments", True),
-             KindInfo("example.com", "v1", "Widget", "widgets", False)]
+    kinds = [
+        KindInfo("", "v1", "Service", "services", True),
+        KindInfo("apps", "v1", "Deployment", "deployments", True),
+        KindInfo("extensions", "v1beta1", "Deployment", "deployments", True),
+        KindInfo("example.com", "v1", "Widget", "widgets", False),
+    ]
     assert match_kind(kinds, "deploy") == match_kind(kinds, "Deployment")
     resolved = match_kind(kinds, "deployment")
     assert resolved is not None
@@ -153,8 +203,12 @@ def test_delete_options_and_label_selectors() -> None:
     assert options(gracePeriodSeconds="5") == {"gracePeriodSeconds": 5}
     with pytest.raises(InvalidOperation, match="gracePeriodSeconds"):
         options(gracePeriodSeconds="soon")
-    selectors = {"selectors": [{"kind": "EQUALS", "key": "app", "values": ["web"]},
-                               {"kind": "NOT_CONTAINS", "key": "tier", "values": ["a", "b"]},
-                               {"kind": "EXISTS", "key": "team"}]}
+    selectors = {
+        "selectors": [
+            {"kind": "EQUALS", "key": "app", "values": ["web"]},
+            {"kind": "NOT_CONTAINS", "key": "tier", "values": ["a", "b"]},
+            {"kind": "EXISTS", "key": "team"},
+        ]
+    }
     assert label_selector(selectors, where="x") == "app=web,tier notin (a,b),team"
     assert label_selector("a=b", where="x") == "a=b"

@@ -193,7 +193,8 @@ async def test_410_mid_watch_relists_and_converges_with_deletes_in_the_gap(tmp_p
             for i in range(4):
                 env.sim.create(pod(f"old{i}"))
             settings = ReflectorSettings(
-                streaming_list=False, page_limit=2,
+                streaming_list=False,
+                page_limit=2,
                 watch_timeout_seconds=(1, 1),
                 inactivity_seconds=10,
                 backoff_base=0.05,
@@ -330,8 +331,10 @@ async def test_bookmarks_advance_the_resume_point(tmp_path: Path) -> None:
             # The tracker moves when the bookmark enters the channel; the receiver sees it a
             # moment later (on a loaded machine, visibly later): wait for both.
             await env.receiver.wait_for(
-                lambda: reflector.resource_version == target_rv
-                and env.receiver.count(EventType.BOOKMARK, "Pod") >= 1
+                lambda: (
+                    reflector.resource_version == target_rv
+                    and env.receiver.count(EventType.BOOKMARK, "Pod") >= 1
+                )
             )
             assert listed != target_rv
 
@@ -371,9 +374,19 @@ def widget_crd() -> dict[str, Any]:
             "group": "example.com",
             "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-            }}],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        },
+                    },
+                }
+            ],
         },
     }
 
@@ -385,18 +398,28 @@ async def test_rediscovery_starts_new_crds_and_stops_removed_ones(tmp_path: Path
             status: AccountWatchStatus = await env.nursery.start(_run_account, env, account)
             assert {t.kind.kind for t in status.reflectors} == {"Pod"}
             env.sim.create(widget_crd())
-            env.sim.create({"apiVersion": "example.com/v1", "kind": "Widget",
-                            "metadata": {"name": "w1", "namespace": "default"}})
+            env.sim.create(
+                {
+                    "apiVersion": "example.com/v1",
+                    "kind": "Widget",
+                    "metadata": {"name": "w1", "namespace": "default"},
+                }
+            )
             await env.receiver.wait_for(lambda: "w1" in env.receiver.names("Widget"))
-            env.sim.delete("apiextensions.k8s.io", "v1", "customresourcedefinitions", None,
-                           "widgets.example.com")
-            await env.receiver.wait_for(
-                lambda: {t.kind.kind for t in status.reflectors} == {"Pod"})
+            env.sim.delete(
+                "apiextensions.k8s.io",
+                "v1",
+                "customresourcedefinitions",
+                None,
+                "widgets.example.com",
+            )
+            await env.receiver.wait_for(lambda: {t.kind.kind for t in status.reflectors} == {"Pod"})
 
 
 async def test_streaming_list_brackets_its_initial_events(tmp_path: Path) -> None:
-    settings = ReflectorSettings(streaming_list=True, watch_timeout_seconds=(30, 30),
-                                 backoff_base=0.05, backoff_max=0.2)
+    settings = ReflectorSettings(
+        streaming_list=True, watch_timeout_seconds=(30, 30), backoff_base=0.05, backoff_max=0.2
+    )
     with trio.fail_after(20):
         async with open_env(tmp_path) as env:
             for i in range(5):

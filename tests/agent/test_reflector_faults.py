@@ -96,8 +96,13 @@ async def test_a_failing_exec_plugin_is_retried_not_fatal(tmp_path: Path) -> Non
                 sim.create(pod("a"))
                 status: AccountWatchStatus = await nursery.start(
                     lambda task_status: run_account(
-                        account, client, send, caps=ListCaps(), settings=FAST,
-                        discovery_interval=0.3, task_status=task_status,
+                        account,
+                        client,
+                        send,
+                        caps=ListCaps(),
+                        settings=FAST,
+                        discovery_interval=0.3,
+                        task_status=task_status,
                     )
                 )
                 (state,) = status.reflectors.values()
@@ -142,8 +147,13 @@ async def test_run_account_survives_its_client_being_closed(tmp_path: Path) -> N
             account = AccountConfig(name="acc", kinds=("pod",))
             status: AccountWatchStatus = await env.nursery.start(
                 lambda task_status: run_account(
-                    account, env.transport, env.send, caps=env.caps, settings=FAST,
-                    discovery_interval=0.2, task_status=task_status,
+                    account,
+                    env.transport,
+                    env.send,
+                    caps=env.caps,
+                    settings=FAST,
+                    discovery_interval=0.2,
+                    task_status=task_status,
                 )
             )
             await env.receiver.wait_for(lambda: all(s.synced for s in status.reflectors.values()))
@@ -154,7 +164,6 @@ async def test_run_account_survives_its_client_being_closed(tmp_path: Path) -> N
             assert len(status.reflectors) == 1  # a failed rediscovery keeps the reflectors
 
 
-
 CONFIGMAPS = KindInfo("", "v1", "ConfigMap", "configmaps", True)
 
 
@@ -163,8 +172,13 @@ async def test_a_stalled_list_page_times_out_and_frees_the_list_caps(tmp_path: P
     with trio.fail_after(20):
         async with open_env(tmp_path) as env:
             env.sim.create(pod("a"))
-            env.sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": "cm", "namespace": "default"}})
+            env.sim.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "cm", "namespace": "default"},
+                }
+            )
             env.caps = ListCaps(total_budget=1)  # one list at a time: a stall would block all
             env.server.faults.stall_responses(count=1)  # the first page never comes
             pods = env.reflector(WatchTarget(PODS), settings=settings)
@@ -212,8 +226,12 @@ async def test_groups_larger_than_the_budget_or_the_entry_cap_are_sent_split(
                 drained(3000, max_pending_entries=4) as (receiver, send, nursery),
             ):
                 reflector = Reflector(
-                    account="acc", target=WatchTarget(PODS), transport=client,
-                    send=send.clone(), caps=ListCaps().for_account("acc"), settings=FAST,
+                    account="acc",
+                    target=WatchTarget(PODS),
+                    transport=client,
+                    send=send.clone(),
+                    caps=ListCaps().for_account("acc"),
+                    settings=FAST,
                     budget_capacity=capacity,
                 )
                 await nursery.start(reflector.run)

@@ -39,8 +39,11 @@ def test_a_full_secret_keeps_only_its_metadata() -> None:
 
 
 def test_partial_object_metadata_becomes_a_secret() -> None:
-    partial = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-               "metadata": {"name": "db", "annotations": {LAST_APPLIED_ANNOTATION: "{}"}}}
+    partial = {
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": {"name": "db", "annotations": {LAST_APPLIED_ANNOTATION: "{}"}},
+    }
     out = json.loads(Scrubber(strip_managed_fields=False).secret(json.dumps(partial).encode()))
     assert out == {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}}
 
@@ -51,11 +54,15 @@ def test_objects_without_managed_fields_pass_as_the_same_bytes() -> None:
 
 
 def test_managed_fields_are_stripped_and_the_rest_kept_verbatim() -> None:
-    data = (b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","managedFields":[{"m":1}],'
-            b'"labels":{"x":"y"}},"spec":{"containers":[{"name":"c","image":"i"}]}}')
+    data = (
+        b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","managedFields":[{"m":1}],'
+        b'"labels":{"x":"y"}},"spec":{"containers":[{"name":"c","image":"i"}]}}'
+    )
     out = Scrubber().clean(data)
-    assert out == (b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"x":"y"}},'
-                   b'"spec":{"containers":[{"name":"c","image":"i"}]}}')
+    assert out == (
+        b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"x":"y"}},'
+        b'"spec":{"containers":[{"name":"c","image":"i"}]}}'
+    )
     assert Scrubber(strip_managed_fields=False).clean(data) is data
 
 

@@ -16,9 +16,14 @@ from agent._token import MAX_TOKEN_OUTPUT
 def _command(tmp_path: Path, body: str, *, fmt: str = "raw", refresh: int = 0) -> AuthConfig:
     script = tmp_path / "token.py"
     script.write_text(body, encoding="utf-8")
-    return AuthConfig(token_command=TokenCommandConfig(
-        command=sys.executable, args=(str(script),), format=fmt, refresh_interval_seconds=refresh,
-    ))
+    return AuthConfig(
+        token_command=TokenCommandConfig(
+            command=sys.executable,
+            args=(str(script),),
+            format=fmt,
+            refresh_interval_seconds=refresh,
+        )
+    )
 
 
 async def test_a_fixed_token_and_no_auth() -> None:

@@ -18,8 +18,13 @@ def pod(name: str, rv: str, namespace: str = "default") -> dict[str, object]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
-                     "resourceVersion": rv, "labels": {"app": "x"}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "resourceVersion": rv,
+            "labels": {"app": "x"},
+        },
         "spec": {"containers": [{"name": "c", "image": "nginx"}]},
     }
 
@@ -38,11 +43,29 @@ def spaced(event_type: str, obj: dict[str, object]) -> bytes:
 STREAM = (
     line("ADDED", pod("a", "10"))
     + line("MODIFIED", pod("a", "11"))
-    + line("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": {
-        "resourceVersion": "12", "annotations": {"k8s.io/initial-events-end": "true"}}})
+    + line(
+        "BOOKMARK",
+        {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": {
+                "resourceVersion": "12",
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            },
+        },
+    )
     + line("DELETED", pod("a", "13"))
-    + line("ERROR", {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
-                     "reason": "Expired", "message": "too old resource version: 1 (5)"})
+    + line(
+        "ERROR",
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "code": 410,
+            "reason": "Expired",
+            "message": "too old resource version: 1 (5)",
+        },
+    )
 )
 
 
@@ -51,7 +74,11 @@ def test_decodes_every_event_type() -> None:
     assert [e.type for e in events] == ["ADDED", "MODIFIED", "BOOKMARK", "DELETED", "ERROR"]
     added = events[0]
     assert (added.name, added.namespace, added.uid, added.resource_version) == (
-        "a", "default", "uid-a", "10")
+        "a",
+        "default",
+        "uid-a",
+        "10",
+    )
     assert json.loads(added.object) == pod("a", "10")
     assert type(added.object) is bytes  # owned, not a view keeping the read buffer alive
     assert events[2].resource_version == "12"
@@ -107,18 +134,26 @@ def test_a_body_cut_inside_a_line_is_a_broken_stream() -> None:
 def test_list_page_splices_the_type_into_typed_items() -> None:
     item = pod("a", "5")
     del item["apiVersion"], item["kind"]
-    body = json.dumps({"kind": "PodList", "apiVersion": "v1",
-                       "metadata": {"resourceVersion": "99", "continue": "tok",
-                                    "remainingItemCount": 3},
-                       "items": [item, pod("b", "6")]}).encode()
+    body = json.dumps(
+        {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "99", "continue": "tok", "remainingItemCount": 3},
+            "items": [item, pod("b", "6")],
+        }
+    ).encode()
     page = decode_list_page(body, api_version="v1", kind="Pod")
     assert (page.resource_version, page.continue_token, page.remaining_item_count) == (
-        "99", "tok", 3)
+        "99",
+        "tok",
+        3,
+    )
     assert [json.loads(i.object) for i in page.items] == [pod("a", "5"), pod("b", "6")]
     assert page.items[0].name == "a"
     assert page.items[1].resource_version == "6"
-    empty = decode_list_page(b'{"metadata":{"resourceVersion":"1"},"items":null}',
-                             api_version="v1", kind="Pod")
+    empty = decode_list_page(
+        b'{"metadata":{"resourceVersion":"1"},"items":null}', api_version="v1", kind="Pod"
+    )
     assert empty.items == []
     assert empty.continue_token == ""
 

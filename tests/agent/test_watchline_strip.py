@@ -57,17 +57,21 @@ def test_managed_fields_are_cut_wherever_they_sit(metadata: dict[str, Any]) -> N
 def test_the_same_key_elsewhere_leaves_it_there_and_strips_the_metadata() -> None:
     # A data field that is an exact copy of the metadata's managedFields, placed before the
     # metadata: the fast cut must not take it; the exact path strips only the metadata's.
-    obj = {"apiVersion": "example.com/v1", "kind": "Copy",
-           "data": {"managedFields": MANAGED},
-           "metadata": {"name": "a", "managedFields": MANAGED}}
+    obj = {
+        "apiVersion": "example.com/v1",
+        "kind": "Copy",
+        "data": {"managedFields": MANAGED},
+        "metadata": {"name": "a", "managedFields": MANAGED},
+    }
     decoded = _decode(_line(obj))
     assert decoded["metadata"] == {"name": "a"}
     assert decoded["data"] == {"managedFields": MANAGED}
 
 
 def test_the_key_inside_a_string_is_not_mistaken_for_the_field() -> None:
-    obj = _cm({"name": "a", "annotations": {"note": '"managedFields":[]'},
-               "managedFields": MANAGED})
+    obj = _cm(
+        {"name": "a", "annotations": {"note": '"managedFields":[]'}, "managedFields": MANAGED}
+    )
     decoded = _decode(_line(obj))
     assert decoded["metadata"] == {"name": "a", "annotations": {"note": '"managedFields":[]'}}
 
@@ -78,8 +82,15 @@ def test_null_managed_fields_are_left_as_they_are() -> None:
 
 
 def test_metadata_fields_are_read_in_the_same_parse() -> None:
-    obj = _cm({"name": "a", "namespace": "n", "uid": "u", "resourceVersion": "7",
-               "managedFields": MANAGED})
+    obj = _cm(
+        {
+            "name": "a",
+            "namespace": "n",
+            "uid": "u",
+            "resourceVersion": "7",
+            "managedFields": MANAGED,
+        }
+    )
     (event,) = WatchDecoder(strip_managed_fields=True).feed(_line(obj))
     assert (event.name, event.namespace, event.uid, event.resource_version) == ("a", "n", "u", "7")
     (kept,) = WatchDecoder(strip_managed_fields=False).feed(_line(obj))
@@ -98,9 +109,21 @@ def test_an_envelope_with_more_than_type_and_object_is_parsed_whole(extra: bytes
 
 
 def test_the_short_parse_reads_every_metadata_field_around_the_list() -> None:
-    obj = _cm({"name": "a", "namespace": "n", "managedFields": MANAGED, "uid": "u",
-               "resourceVersion": "7"}, data={"k": "v"})
+    obj = _cm(
+        {
+            "name": "a",
+            "namespace": "n",
+            "managedFields": MANAGED,
+            "uid": "u",
+            "resourceVersion": "7",
+        },
+        data={"k": "v"},
+    )
     (event,) = WatchDecoder(strip_managed_fields=True).feed(_line(obj))
     assert (event.name, event.namespace, event.uid, event.resource_version) == ("a", "n", "u", "7")
     assert json.loads(event.object)["metadata"] == {
-        "name": "a", "namespace": "n", "uid": "u", "resourceVersion": "7"}
+        "name": "a",
+        "namespace": "n",
+        "uid": "u",
+        "resourceVersion": "7",
+    }

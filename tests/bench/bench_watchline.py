@@ -34,15 +34,21 @@ def _pod(i: int, *, managed: bool) -> dict[str, Any]:
 def run(events: int = 20_000, managed: bool = True) -> dict[str, float]:
     compact = (",", ":")  # as API servers write watch lines
     body = b"".join(
-        json.dumps({"type": "MODIFIED", "object": _pod(i, managed=managed)}, separators=compact)
-        .encode() + b"\n"
+        json.dumps(
+            {"type": "MODIFIED", "object": _pod(i, managed=managed)}, separators=compact
+        ).encode()
+        + b"\n"
         for i in range(events)
     )
     chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)]
     send, _receive = open_event_channel(ByteBudget(2**30))
-    reflector = Reflector(account="a", target=WatchTarget(KindInfo("", "v1", "Pod", "pods", True)),
-                          transport=None, send=send,  # type: ignore[arg-type]
-                          caps=ListCaps().for_account("a"))
+    reflector = Reflector(
+        account="a",
+        target=WatchTarget(KindInfo("", "v1", "Pod", "pods", True)),
+        transport=None,  # type: ignore[arg-type]
+        send=send,
+        caps=ListCaps().for_account("a"),
+    )
     decoder = WatchDecoder(strip_managed_fields=True)  # as the reflector runs it
     start = time.perf_counter()
     total = 0
@@ -50,8 +56,11 @@ def run(events: int = 20_000, managed: bool = True) -> dict[str, float]:
         decoded = decoder.feed(chunk)
         total += len(reflector._entries(decoded, None))  # the per-event hot path
     elapsed = time.perf_counter() - start
-    return {"events": total, "bytes_per_event": len(body) / events,
-            "us_per_event": elapsed / total * 1e6}
+    return {
+        "events": total,
+        "bytes_per_event": len(body) / events,
+        "us_per_event": elapsed / total * 1e6,
+    }
 
 
 def best(runs: int, *, managed: bool) -> dict[str, float]:
@@ -63,9 +72,11 @@ def best(runs: int, *, managed: bool) -> dict[str, float]:
 def main() -> None:
     stripped = best(5, managed=True)
     plain = best(5, managed=False)
-    result = {"us_per_event_stripping": round(stripped["us_per_event"], 2),
-              "us_per_event_plain": round(plain["us_per_event"], 2),
-              "bytes_per_event": round(plain["bytes_per_event"])}
+    result = {
+        "us_per_event_stripping": round(stripped["us_per_event"], 2),
+        "us_per_event_plain": round(plain["us_per_event"], 2),
+        "bytes_per_event": round(plain["bytes_per_event"]),
+    }
     if "--json" in sys.argv:
         print(json.dumps(result))
     else:

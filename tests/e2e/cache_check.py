@@ -39,9 +39,7 @@ def as_sent(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def watched_kinds(
-    stack: Stack, account: str, watcher: Agent | None = None
-) -> set[tuple[str, str]]:
+def watched_kinds(stack: Stack, account: str, watcher: Agent | None = None) -> set[tuple[str, str]]:
     """(apiVersion, kind) of every kind the agent's reflectors watch for ``account``
     (``watcher``: that agent instead of the stack's first)."""
     state = (watcher or stack.agent).accounts.accounts.get(account)
@@ -87,9 +85,11 @@ async def cache_differences(
         problems.append(f"only in the server: {key}")
     for key in sorted(want.keys() & have.keys()):
         if want[key] != have[key]:
-            problems.append(f"differs: {key}: kubesim rv "
-                            f"{want[key]['metadata'].get('resourceVersion')}, server rv "
-                            f"{have[key]['metadata'].get('resourceVersion')}")
+            problems.append(
+                f"differs: {key}: kubesim rv "
+                f"{want[key]['metadata'].get('resourceVersion')}, server rv "
+                f"{have[key]['metadata'].get('resourceVersion')}"
+            )
     return problems
 
 

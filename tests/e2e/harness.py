@@ -192,15 +192,24 @@ async def open_stack(
             accounts = accounts or [{"name": "k1", "kubeConfigFile": str(kubeconfig)}]
             config_path.write_text(
                 yaml.safe_dump(
-                    agent_config(running.grpc_port, accounts, clouddriver=clouddriver,
-                                 **agent_top)
+                    agent_config(running.grpc_port, accounts, clouddriver=clouddriver, **agent_top)
                 ),
                 encoding="utf-8",
             )
             the_agent, agent_task = await start_task(nursery, _agent_runner(config_path, agent_id))
-            yield Stack(sim, kube, running, the_agent, config_path, kubeconfig, nursery,
-                        server_task=server_task, agent_task=agent_task, server_config=config,
-                        clouddriver=dict(clouddriver or {}))
+            yield Stack(
+                sim,
+                kube,
+                running,
+                the_agent,
+                config_path,
+                kubeconfig,
+                nursery,
+                server_task=server_task,
+                agent_task=agent_task,
+                server_config=config,
+                clouddriver=dict(clouddriver or {}),
+            )
             nursery.cancel_scope.cancel()
 
 
@@ -315,6 +324,15 @@ async def open_receiver_stack(
                     str(config_path), reload_poll_seconds=0.2, task_status=task_status
                 )
             )
-            yield ReceiverStack(sim, kube, receiver, the_agent, config_path, kubeconfig,
-                                grpc_port, nursery, receiver_scope)
+            yield ReceiverStack(
+                sim,
+                kube,
+                receiver,
+                the_agent,
+                config_path,
+                kubeconfig,
+                grpc_port,
+                nursery,
+                receiver_scope,
+            )
             nursery.cancel_scope.cancel()

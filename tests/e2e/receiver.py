@@ -51,8 +51,13 @@ class Receiver:
                 continue
             if kind == wire.EventType.SYNC_END:
                 seen = self._open.pop(scope_key, set())
-                for key in [k for k in self.objects if k[:3] == scope_key[:3]
-                            and (not record.scope or k[3] == record.scope) and k not in seen]:
+                for key in [
+                    k
+                    for k in self.objects
+                    if k[:3] == scope_key[:3]
+                    and (not record.scope or k[3] == record.scope)
+                    and k not in seen
+                ]:
                     del self.objects[key]
                 self.resume[scope_key] = record.resource_version
                 continue
@@ -83,10 +88,15 @@ class Receiver:
             raise wire.Refuse(wire.Status.FAILED_PRECONDITION, f"expected hello, got {name}")
         self.sessions += 1
         self.hellos.append(hello)
-        await stream.send(messages.ServerMessage(welcome=messages.Welcome(
-            session_token=f"s{self.sessions}", server_id="receiver",
-            accounts=[self._assign(info.name) for info in hello.accounts],
-        )))
+        await stream.send(
+            messages.ServerMessage(
+                welcome=messages.Welcome(
+                    session_token=f"s{self.sessions}",
+                    server_id="receiver",
+                    accounts=[self._assign(info.name) for info in hello.accounts],
+                )
+            )
+        )
         while True:
             try:
                 message = await stream.receive()
@@ -109,19 +119,25 @@ class Receiver:
                     await trio.sleep(self.ack_delay)
                 await stream.send(messages.ServerMessage(ack=messages.Ack(seq=body.seq)))
             elif isinstance(body, messages.AccountsChanged):
-                await stream.send(messages.ServerMessage(assignment=messages.Assignment(
-                    accounts=[self._assign(info.name) for info in body.accounts])))
+                await stream.send(
+                    messages.ServerMessage(
+                        assignment=messages.Assignment(
+                            accounts=[self._assign(info.name) for info in body.accounts]
+                        )
+                    )
+                )
             elif isinstance(body, messages.Heartbeat):
                 await stream.send(messages.ServerMessage(heartbeat=body))
 
     def _assign(self, account: str) -> messages.AccountAssignment:
         resume = [
-            messages.ResumePoint(api_version=key[1], kind=key[2], scope=key[3],
-                                 resource_version=rv, age_ms=0)
-            for key, rv in self.resume.items() if key[0] == account and rv
+            messages.ResumePoint(
+                api_version=key[1], kind=key[2], scope=key[3], resource_version=rv, age_ms=0
+            )
+            for key, rv in self.resume.items()
+            if key[0] == account and rv
         ]
-        return messages.AccountAssignment(name=account, role=messages.Role.PRIMARY,
-                                          resume=resume)
+        return messages.AccountAssignment(name=account, role=messages.Role.PRIMARY, resume=resume)
 
 
 def object_states(receiver: Receiver, account: str) -> dict[tuple[str, str, str, str], Any]:

@@ -14,16 +14,29 @@ from .harness import open_stack, stored_objects, wait_until
 
 async def test_a_moved_account_is_rejected_and_the_cache_kept(tmp_path: Path) -> None:
     first = kubesim.Cluster()
-    first.create({"apiVersion": "v1", "kind": "ConfigMap",
-                  "metadata": {"name": "from-first", "namespace": "default"}, "data": {}})
+    first.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "from-first", "namespace": "default"},
+            "data": {},
+        }
+    )
     second = kubesim.Cluster()
-    second.create({"apiVersion": "v1", "kind": "ConfigMap",
-                   "metadata": {"name": "from-second", "namespace": "default"}, "data": {}})
+    second.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "from-second", "namespace": "default"},
+            "data": {},
+        }
+    )
     with trio.fail_after(60):
         async with (
             open_stack(tmp_path, sim=first) as stack,
             kubesim.open_server(second, host="127.0.0.1", port=0) as other,
         ):
+
             async def has_first() -> bool:
                 objects = await stored_objects(stack, "k1")
                 return ("v1", "ConfigMap", "default", "from-first") in objects

@@ -29,13 +29,16 @@ async def _stack(tmp_path: Path) -> AsyncIterator[tuple[Stack, httpx.AsyncClient
             yield stack, http
 
 
-async def _op(http: httpx.AsyncClient, name: str, description: dict[str, Any],
-              request_id: str = "") -> dict[str, Any]:
+async def _op(
+    http: httpx.AsyncClient, name: str, description: dict[str, Any], request_id: str = ""
+) -> dict[str, Any]:
     """POST like Orca (a list of one, credentials, string numbers) and poll the task."""
     params = {"clientRequestId": request_id} if request_id else {}
-    posted = await http.post("/kubernetes/ops", params=params,
-                             json=[{name: {"credentials": "k1", "cloudProvider": "kubernetes",
-                                           **description}}])
+    posted = await http.post(
+        "/kubernetes/ops",
+        params=params,
+        json=[{name: {"credentials": "k1", "cloudProvider": "kubernetes", **description}}],
+    )
     assert posted.status_code == 200, posted.text
     task_id = posted.json()["id"]
     while True:
@@ -46,11 +49,19 @@ async def _op(http: httpx.AsyncClient, name: str, description: dict[str, Any],
 
 
 def _deployment(image: str = "nginx:1") -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                     "template": {"metadata": {"labels": {"app": "web"}},
-                                  "spec": {"containers": [{"name": "main", "image": image}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "main", "image": image}]},
+            },
+        },
+    }
 
 
 def _succeeded(task: dict[str, Any]) -> None:
@@ -62,24 +73,47 @@ async def test_deploy_scale_patch_undo_delete_like_orca(tmp_path: Path) -> None:
     with trio.fail_after(60):
         async with _stack(tmp_path) as (stack, http):
             target = {"manifestName": "deployment web", "location": "default"}
-            deploy = await _op(http, "deployManifest", {
-                "manifests": [_deployment()], "moniker": {"app": "shop"}, "source": "text",
-                "skipExpressionEvaluation": "false"}, request_id="a" * 64)
-            again = await _op(http, "deployManifest", {
-                "manifests": [_deployment()], "moniker": {"app": "shop"}}, request_id="a" * 64)
+            deploy = await _op(
+                http,
+                "deployManifest",
+                {
+                    "manifests": [_deployment()],
+                    "moniker": {"app": "shop"},
+                    "source": "text",
+                    "skipExpressionEvaluation": "false",
+                },
+                request_id="a" * 64,
+            )
+            again = await _op(
+                http,
+                "deployManifest",
+                {"manifests": [_deployment()], "moniker": {"app": "shop"}},
+                request_id="a" * 64,
+            )
             cached = await stack.store.get_object("k1", "apps", "Deployment", "default", "web")
             scale = await _op(http, "scaleManifest", {**target, "replicas": "3"})
-            replicas = stack.sim.get("apps", "v1", "deployments", "default", "web")[
-                "spec"]["replicas"]
-            patch = await _op(http, "patchManifest", {
-                **target, "patchBody": {"spec": {"template": {"spec": {"containers": [
-                    {"name": "main", "image": "nginx:2"}]}}}},
-                "options": {"mergeStrategy": "strategic", "record": "true"}})
+            replicas = stack.sim.get("apps", "v1", "deployments", "default", "web")["spec"][
+                "replicas"
+            ]
+            patch = await _op(
+                http,
+                "patchManifest",
+                {
+                    **target,
+                    "patchBody": {
+                        "spec": {
+                            "template": {
+                                "spec": {"containers": [{"name": "main", "image": "nginx:2"}]}
+                            }
+                        }
+                    },
+                    "options": {"mergeStrategy": "strategic", "record": "true"},
+                },
+            )
             patched = stack.sim.get("apps", "v1", "deployments", "default", "web")
             undo = await _op(http, "undoRolloutManifest", {**target, "numRevisionsBack": "1"})
             undone = stack.sim.get("apps", "v1", "deployments", "default", "web")
-            delete = await _op(http, "deleteManifest", {
-                **target, "options": {"cascading": "true"}})
+            delete = await _op(http, "deleteManifest", {**target, "options": {"cascading": "true"}})
             left = stack.sim.list("apps", "v1", "deployments", "default")
 
             async def uncached() -> bool:
@@ -92,53 +126,82 @@ async def test_deploy_scale_patch_undo_delete_like_orca(tmp_path: Path) -> None:
     assert again["id"] == deploy["id"]
     assert cached is not None  # in the cache as soon as the task completed
     assert json.loads(cached.body)["metadata"]["labels"]["app.kubernetes.io/managed-by"] == (
-        "spinnaker")
-    assert deploy["resultObjects"][0]["manifestNamesByNamespace"] == {
-        "default": ["deployment web"]}
+        "spinnaker"
+    )
+    assert deploy["resultObjects"][0]["manifestNamesByNamespace"] == {"default": ["deployment web"]}
     assert any(line["phase"] == "DEPLOY_KUBERNETES_MANIFEST" for line in deploy["history"])
     assert replicas == 3
     assert patched["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"
     assert undone["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1"
-    assert delete["resultObjects"][0]["manifestNamesByNamespace"] == {
-        "default": ["deployment web"]}
+    assert delete["resultObjects"][0]["manifestNamesByNamespace"] == {"default": ["deployment web"]}
     assert left == []
 
 
 async def test_versions_cleanup_and_run_job(tmp_path: Path) -> None:
-    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-          "metadata": {"name": "api", "namespace": "default",
-                       "annotations": {"strategy.spinnaker.io/max-version-history": "1"}},
-          "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}},
-                   "template": {"metadata": {"labels": {"app": "api"}},
-                                "spec": {"containers": [{"name": "m", "image": "a:1"}]}}}}
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
-           "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                          "containers": [{"name": "m", "image": "busybox"}]}}}}
+    rs = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": "api",
+            "namespace": "default",
+            "annotations": {"strategy.spinnaker.io/max-version-history": "1"},
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "api"}},
+            "template": {
+                "metadata": {"labels": {"app": "api"}},
+                "spec": {"containers": [{"name": "m", "image": "a:1"}]},
+            },
+        },
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "migrate"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "m", "image": "busybox"}],
+                }
+            }
+        },
+    }
     with trio.fail_after(60):
         async with _stack(tmp_path) as (stack, http):
-            first = await _op(http, "deployManifest", {"manifests": [rs],
-                                                       "moniker": {"app": "api"}})
-            second = await _op(http, "deployManifest", {"manifests": [rs],
-                                                        "moniker": {"app": "api"}})
-            cleanup = await _op(http, "cleanupArtifacts", {
-                "manifests": second["resultObjects"][0]["manifests"]})
-            names = {o["metadata"]["name"]
-                     for o in stack.sim.list("apps", "v1", "replicasets", "default")}
-            ran = await _op(http, "runJob", {"manifest": job, "application": "api",
-                                             "namespace": "default"})
+            first = await _op(
+                http, "deployManifest", {"manifests": [rs], "moniker": {"app": "api"}}
+            )
+            second = await _op(
+                http, "deployManifest", {"manifests": [rs], "moniker": {"app": "api"}}
+            )
+            cleanup = await _op(
+                http, "cleanupArtifacts", {"manifests": second["resultObjects"][0]["manifests"]}
+            )
+            names = {
+                o["metadata"]["name"]
+                for o in stack.sim.list("apps", "v1", "replicasets", "default")
+            }
+            ran = await _op(
+                http, "runJob", {"manifest": job, "application": "api", "namespace": "default"}
+            )
             refused = await _op(http, "runJob", {"manifest": rs, "application": "api"})
             jobs = stack.sim.list("batch", "v1", "jobs", "default")
     for task in (first, second, cleanup, ran):
         _succeeded(task)
     assert first["resultObjects"][0]["manifestNamesByNamespace"] == {
-        "default": ["replicaSet api-v000"]}
+        "default": ["replicaSet api-v000"]
+    }
     assert second["resultObjects"][0]["manifestNamesByNamespace"] == {
-        "default": ["replicaSet api-v001"]}
+        "default": ["replicaSet api-v001"]
+    }
     assert names == {"api-v001"}
     assert len(jobs) == 1
     assert refused["status"]["failed"]
     assert refused["resultObjects"][-1]["message"] == (
-        "Only kind of Job is accepted for the Run Job operation.")
+        "Only kind of Job is accepted for the Run Job operation."
+    )
 
 
 async def test_refusals_carry_the_api_server_message(tmp_path: Path) -> None:
@@ -147,8 +210,11 @@ async def test_refusals_carry_the_api_server_message(tmp_path: Path) -> None:
     with trio.fail_after(60):
         async with _stack(tmp_path) as (stack, http):
             invalid = await _op(http, "deployManifest", {"manifests": [broken]})
-            missing = await _op(http, "scaleManifest", {
-                "manifestName": "deployment nope", "location": "default", "replicas": 2})
+            missing = await _op(
+                http,
+                "scaleManifest",
+                {"manifestName": "deployment nope", "location": "default", "replicas": 2},
+            )
             deployments = stack.sim.list("apps", "v1", "deployments", "default")
     assert invalid["status"]["failed"]
     assert invalid["status"]["completed"]

@@ -16,8 +16,12 @@ from .receiver import Receiver, object_states
 
 
 def _configmap(name: str, namespace: str = "default", value: str = "v") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace}, "data": {"value": value}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"value": value},
+    }
 
 
 def _sim_configmaps(sim: kubesim.Cluster) -> dict[str, str]:
@@ -76,8 +80,12 @@ async def test_live_reload_adds_changes_and_removes_accounts(tmp_path: Path) -> 
             await wait_until(lambda: has("k1"))
 
             # Add k2: it starts and registers without touching k1.
-            stack.write_config([{"name": "k1", "kubeConfigFile": kubeconfig},
-                                {"name": "k2", "kubeConfigFile": kubeconfig}])
+            stack.write_config(
+                [
+                    {"name": "k1", "kubeConfigFile": kubeconfig},
+                    {"name": "k2", "kubeConfigFile": kubeconfig},
+                ]
+            )
             await wait_until(lambda: has("k2"))
 
             # An invalid file: reported, and the running config (k1 + k2) keeps going.
@@ -92,8 +100,7 @@ async def test_live_reload_adds_changes_and_removes_accounts(tmp_path: Path) -> 
             assert set(stack.agent.accounts.accounts) == {"k1", "k2"}
 
             # Change k2 (now only watches secrets), remove k1.
-            stack.write_config([{"name": "k2", "kubeConfigFile": kubeconfig,
-                                 "kinds": ["secret"]}])
+            stack.write_config([{"name": "k2", "kubeConfigFile": kubeconfig, "kinds": ["secret"]}])
 
             async def reloaded() -> bool:
                 accounts = stack.agent.accounts.accounts
@@ -113,11 +120,16 @@ async def test_a_forbidden_kind_is_reported_and_the_others_flow(tmp_path: Path) 
             stack.kube.add_user("limited", grants={"*": kubesim.READ_VERBS, "configmaps": ()})
             limited = tmp_path / "limited.kubeconfig"
             stack.kube.kubeconfig(limited, user="limited")
-            stack.write_config([
-                {"name": "k1", "kubeConfigFile": str(stack.kubeconfig)},
-                {"name": "limited", "kubeConfigFile": str(limited),
-                 "kinds": ["configmap", "secret", "namespace"]},
-            ])
+            stack.write_config(
+                [
+                    {"name": "k1", "kubeConfigFile": str(stack.kubeconfig)},
+                    {
+                        "name": "limited",
+                        "kubeConfigFile": str(limited),
+                        "kinds": ["configmap", "secret", "namespace"],
+                    },
+                ]
+            )
 
             async def limited_unavailable() -> bool:
                 state = stack.agent.accounts.accounts.get("limited")
@@ -132,8 +144,9 @@ async def test_a_forbidden_kind_is_reported_and_the_others_flow(tmp_path: Path) 
             sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "late"}})
 
             async def namespaces_flow() -> bool:
-                names = {key[3] for key in object_states(receiver, "limited")
-                         if key[1] == "Namespace"}
+                names = {
+                    key[3] for key in object_states(receiver, "limited") if key[1] == "Namespace"
+                }
                 return "late" in names
 
             await wait_until(namespaces_flow)

@@ -163,24 +163,37 @@ async def _run_burst(tmp_path: Path, events: int, *, limit: float) -> None:
     samples = BudgetSamples()
     metrics_port = _free_port()
     with trio.fail_after(limit):
-        async with wire.open_loop(), kubesim.open_server(sim) as kube, \
-                trio.open_nursery() as nursery:
+        async with (
+            wire.open_loop(),
+            kubesim.open_server(sim) as kube,
+            trio.open_nursery() as nursery,
+        ):
             kubeconfig = tmp_path / "kubeconfig"
             kube.kubeconfig(kubeconfig, user="admin")
             grpc_port = await nursery.start(wire.serve, receiver.handler, "127.0.0.1", 0)
-            accounts: list[dict[str, Any]] = [{
-                "name": ACCOUNT, "kubeConfigFile": str(kubeconfig), "kinds": ["Pod"],
-                "namespaces": [NAMESPACE],
-            }]
-            config = agent_config(grpc_port, accounts, budget={"bytes": "1Mi"},
-                                  prometheus={"enabled": True, "port": metrics_port},
-                                  logging={"level": "WARN"})
+            accounts: list[dict[str, Any]] = [
+                {
+                    "name": ACCOUNT,
+                    "kubeConfigFile": str(kubeconfig),
+                    "kinds": ["Pod"],
+                    "namespaces": [NAMESPACE],
+                }
+            ]
+            config = agent_config(
+                grpc_port,
+                accounts,
+                budget={"bytes": "1Mi"},
+                prometheus={"enabled": True, "port": metrics_port},
+                logging={"level": "WARN"},
+            )
             config_path = tmp_path / "kubesvc.yaml"
             config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
             log = (tmp_path / "agent.log").open("wb")
             agent = await trio.lowlevel.open_process(
                 [sys.executable, "-m", "kubesvc", "agent", "-c", str(config_path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
             )
             try:
                 nursery.start_soon(_scrape_budget, metrics_port, samples)
@@ -209,12 +222,14 @@ async def _run_burst(tmp_path: Path, events: int, *, limit: float) -> None:
 
     growth = peak_kib - baseline_kib
     # Shown with pytest -s: the figures behind the assertions.
-    print(f"\nburst of {events} events: budget capacity {samples.capacity}, high-water "
-          f"{samples.high_water}, max in use seen {samples.max_in_use} ({samples.samples} "
-          f"samples); agent RSS {baseline_kib / 1024:.1f} MB before, peak "
-          f"{peak_kib / 1024:.1f} MB (+{growth / 1024:.1f} MB); receiver got "
-          f"{receiver.events} records in {receiver.batches} batches; load "
-          f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"\nburst of {events} events: budget capacity {samples.capacity}, high-water "
+        f"{samples.high_water}, max in use seen {samples.max_in_use} ({samples.samples} "
+        f"samples); agent RSS {baseline_kib / 1024:.1f} MB before, peak "
+        f"{peak_kib / 1024:.1f} MB (+{growth / 1024:.1f} MB); receiver got "
+        f"{receiver.events} records in {receiver.batches} batches; load "
+        f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     assert samples.capacity == BUDGET_BYTES
     assert samples.samples > 10
     assert samples.high_water <= samples.capacity, samples

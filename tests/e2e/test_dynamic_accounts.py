@@ -14,8 +14,14 @@ from .harness import open_stack, stored_objects, wait_until
 
 async def test_a_dynamic_account_is_pushed_to_the_agent_and_synced(tmp_path: Path) -> None:
     sim = kubesim.Cluster()
-    sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "dyn-visible", "namespace": "default"}, "data": {}})
+    sim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "dyn-visible", "namespace": "default"},
+            "data": {},
+        }
+    )
     with trio.fail_after(60):
         async with open_stack(tmp_path, sim=sim) as stack:
             api = f"http://127.0.0.1:{stack.server.api_port}"

@@ -33,9 +33,15 @@ class HoldingReceiver:
         _, body = betterproto.which_one_of(hello, "message")
         assert isinstance(body, messages.Hello)
         self.stream = stream
-        await stream.send(messages.ServerMessage(welcome=messages.Welcome(
-            session_token="s", server_id="holding",
-            accounts=[_primary(info.name) for info in body.accounts])))
+        await stream.send(
+            messages.ServerMessage(
+                welcome=messages.Welcome(
+                    session_token="s",
+                    server_id="holding",
+                    accounts=[_primary(info.name) for info in body.accounts],
+                )
+            )
+        )
         while True:
             try:
                 message = await stream.receive()
@@ -46,8 +52,13 @@ class HoldingReceiver:
                 self.seqs.append(body.seq)
                 self.events += body.count
             elif isinstance(body, messages.AccountsChanged):
-                await stream.send(messages.ServerMessage(assignment=messages.Assignment(
-                    accounts=[_primary(info.name) for info in body.accounts])))
+                await stream.send(
+                    messages.ServerMessage(
+                        assignment=messages.Assignment(
+                            accounts=[_primary(info.name) for info in body.accounts]
+                        )
+                    )
+                )
             elif isinstance(body, messages.Heartbeat):
                 await stream.send(messages.ServerMessage(heartbeat=body))
 
@@ -57,8 +68,12 @@ def _primary(name: str) -> messages.AccountAssignment:
 
 
 def _configmap(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "default"}, "data": {"v": "1"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"v": "1"},
+    }
 
 
 async def test_at_most_four_batches_wait_for_their_ack(tmp_path: Path) -> None:
@@ -66,7 +81,6 @@ async def test_at_most_four_batches_wait_for_their_ack(tmp_path: Path) -> None:
     receiver = HoldingReceiver()
     with trio.fail_after(30):
         async with open_receiver_stack(tmp_path, receiver, sim=sim) as stack:
-
             serial = 0
             while len(receiver.seqs) < 4:  # one change at a time until four batches wait
                 serial += 1

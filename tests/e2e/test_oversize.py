@@ -19,13 +19,23 @@ SMALL_MESSAGES = 256 * 1024
 
 async def test_an_object_larger_than_a_message_arrives_as_marked_metadata(tmp_path: Path) -> None:
     sim = kubesim.Cluster()
-    sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "huge", "namespace": "default", "labels": {"app": "big"}},
-                "data": {"blob": "x" * (SMALL_MESSAGES + 100_000)}})
+    sim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "huge", "namespace": "default", "labels": {"app": "big"}},
+            "data": {"blob": "x" * (SMALL_MESSAGES + 100_000)},
+        }
+    )
     for index in range(300):  # enough small ones that batches must respect the server's cap
-        sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": f"small-{index}", "namespace": "default"},
-                    "data": {"value": "y" * 2000}})
+        sim.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"small-{index}", "namespace": "default"},
+                "data": {"value": "y" * 2000},
+            }
+        )
     base = server.ServerConfig()
     config = replace(
         base,

@@ -21,25 +21,40 @@ SECRET_VALUE = "s3cr3t-e2e-cache-value"
 def _seed(sim: kubesim.Cluster) -> None:
     kubesim.load_pods(sim, 60, namespaces=["team-a", "team-b"])
     for index in range(10):
-        sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": f"cm-{index}", "namespace": "default"},
-                    "data": {"value": str(index)}})
-    sim.create({
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": {"name": "db", "namespace": "default"},
-        "data": {"password": base64.b64encode(SECRET_VALUE.encode()).decode()},
-    })
+        sim.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"cm-{index}", "namespace": "default"},
+                "data": {"value": str(index)},
+            }
+        )
+    sim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": "db", "namespace": "default"},
+            "data": {"password": base64.b64encode(SECRET_VALUE.encode()).decode()},
+        }
+    )
     sim.create(_deployment("web", replicas=2))
 
 
 def _deployment(name: str, *, replicas: int) -> dict[str, Any]:
     labels = {"app": name}
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels},
-                              "spec": {"containers": [{"name": "app", "image": "nginx:1"}]}}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "app", "image": "nginx:1"}]},
+            },
+        },
     }
 
 
@@ -49,9 +64,9 @@ async def _assert_no_secret_data(stack: Any) -> None:
     for body in bodies:
         assert "data" not in body, body["metadata"]["name"]
         assert "stringData" not in body, body["metadata"]["name"]
-    raw = b"".join([
-        obj.body for obj in (await stack.store.query_objects(account="k1", limit=10_000)).objects
-    ])
+    raw = b"".join(
+        [obj.body for obj in (await stack.store.query_objects(account="k1", limit=10_000)).objects]
+    )
     assert SECRET_VALUE.encode() not in raw
     assert base64.b64encode(SECRET_VALUE.encode()) not in raw
 
@@ -63,14 +78,22 @@ async def test_cache_equals_kubesim_after_sync_and_after_churn(tmp_path: Path) -
         async with open_stack(tmp_path, sim=sim) as stack:
             await wait_cache_equal(stack, patience=30)
             kinds = watched_kinds(stack, "k1")
-            for wanted in [("v1", "Pod"), ("v1", "Secret"), ("apps/v1", "Deployment"),
-                           ("apps/v1", "ReplicaSet"), ("v1", "Namespace")]:
+            for wanted in [
+                ("v1", "Pod"),
+                ("v1", "Secret"),
+                ("apps/v1", "Deployment"),
+                ("apps/v1", "ReplicaSet"),
+                ("v1", "Namespace"),
+            ]:
                 assert wanted in kinds, f"the agent does not watch {wanted}"
             await _assert_no_secret_data(stack)
 
-            churn = kubesim.Churn(sim, rate=200, seed=5,
-                                  kinds=("configmaps", "secrets", "services", "pods",
-                                         "deployments"))
+            churn = kubesim.Churn(
+                sim,
+                rate=200,
+                seed=5,
+                kinds=("configmaps", "secrets", "services", "pods", "deployments"),
+            )
             async with trio.open_nursery() as nursery:
                 await nursery.start(churn.run)
                 await trio.sleep(3)
@@ -94,8 +117,13 @@ async def test_cache_stays_exact_when_a_small_budget_makes_the_agent_coalesce(
     with trio.fail_after(90):
         async with open_stack(tmp_path, sim=sim, budget={"bytes": "64Ki"}) as stack:
             await wait_cache_equal(stack, patience=30)
-            churn = kubesim.Churn(sim, rate=600, seed=21, population=40,
-                                  kinds=("configmaps", "pods", "deployments", "secrets"))
+            churn = kubesim.Churn(
+                sim,
+                rate=600,
+                seed=21,
+                population=40,
+                kinds=("configmaps", "pods", "deployments", "secrets"),
+            )
             async with trio.open_nursery() as nursery:
                 await nursery.start(churn.run)
                 await trio.sleep(3)
@@ -115,8 +143,9 @@ async def test_cache_exact_from_an_https_cluster_with_http2_watches(tmp_path: Pa
     with trio.fail_after(90):
         async with open_stack(tmp_path, sim=sim, kube_tls=True) as stack:
             await wait_cache_equal(stack, patience=30)
-            churn = kubesim.Churn(sim, rate=200, seed=8,
-                                  kinds=("configmaps", "secrets", "pods", "deployments"))
+            churn = kubesim.Churn(
+                sim, rate=200, seed=8, kinds=("configmaps", "secrets", "pods", "deployments")
+            )
             async with trio.open_nursery() as nursery:
                 await nursery.start(churn.run)
                 await trio.sleep(2)

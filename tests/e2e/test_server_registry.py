@@ -24,9 +24,14 @@ from .harness import Stack, open_stack, wait_until
 def _seed(sim: kubesim.Cluster) -> None:
     kubesim.load_pods(sim, 30, namespaces=["team-a"])
     for index in range(10):
-        sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": f"cm-{index}", "namespace": "default"},
-                    "data": {"value": str(index)}})
+        sim.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"cm-{index}", "namespace": "default"},
+                "data": {"value": str(index)},
+            }
+        )
 
 
 def _role(stack: Stack, agent_id: str, account: str = "k1") -> str | None:
@@ -65,8 +70,9 @@ async def test_standby_is_promoted_when_the_primary_dies_and_the_cache_stays_rig
                 second.accounts.accounts["k1"].watch.reflectors
             )
 
-            churn = kubesim.Churn(sim, rate=150, seed=11,
-                                  kinds=("configmaps", "pods", "deployments", "secrets"))
+            churn = kubesim.Churn(
+                sim, rate=150, seed=11, kinds=("configmaps", "pods", "deployments", "secrets")
+            )
             async with trio.open_nursery() as nursery:
                 await nursery.start(churn.run)
                 await trio.sleep(1.0)
@@ -100,8 +106,13 @@ async def test_a_second_cluster_claiming_a_taken_name_is_rejected_with_the_reaso
 
             await wait_until(primary)
             other = kubesim.Cluster()
-            other.create({"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": "from-the-other-cluster", "namespace": "default"}})
+            other.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "from-the-other-cluster", "namespace": "default"},
+                }
+            )
             async with kubesim.open_server(other, host="127.0.0.1", port=0) as other_kube:
                 other_config = tmp_path / "other-kubeconfig"
                 other_kube.kubeconfig(other_config, user="admin")
@@ -124,8 +135,12 @@ async def test_a_second_cluster_claiming_a_taken_name_is_rejected_with_the_reaso
                 assert code == 200
                 assert body["kubeHost"] == stack.kube.url.removeprefix("http://")
                 assert [c["agentId"] for c in body["connections"]] == ["agent-a"]
-                assert await stack.store.get_object(
-                    "k1", "v1", "ConfigMap", "default", "from-the-other-cluster") is None
+                assert (
+                    await stack.store.get_object(
+                        "k1", "v1", "ConfigMap", "default", "from-the-other-cluster"
+                    )
+                    is None
+                )
                 assert _role(stack, "agent-other") is None
                 await intruder_task.stop()
     logged = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
@@ -160,8 +175,13 @@ async def test_orphaned_account_kept_by_a_reconnect_and_removed_after_the_grace(
             # A new agent within the grace period: ACTIVE again, the cache kept, and it resumes
             # from the stored resourceVersions instead of listing again.
             lists_before = stack.kube.requests.count("list")
-            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "while-orphaned", "namespace": "default"}})
+            sim.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "while-orphaned", "namespace": "default"},
+                }
+            )
             back, back_task = await stack.start_agent("agent-a")
 
             async def active() -> bool:
@@ -181,8 +201,10 @@ async def test_orphaned_account_kept_by_a_reconnect_and_removed_after_the_grace(
 
                 async def removed() -> bool:
                     # The registry forgets it first, then the store drops its objects.
-                    return (stack.server.state.accounts.get("k1") is None
-                            and await stack.store.count_objects(account="k1") == 0)
+                    return (
+                        stack.server.state.accounts.get("k1") is None
+                        and await stack.store.count_objects(account="k1") == 0
+                    )
 
                 await wait_until(removed)
             code, _ = await _account_json(stack, "k1")
@@ -211,15 +233,22 @@ async def test_an_operator_disconnect_moves_the_account_to_the_standby(tmp_path:
                 assert missing.status_code == 404
 
             async def swapped() -> bool:
-                return (_role(stack, "agent-b") == "PRIMARY"
-                        and _role(stack, "agent-a") == "STANDBY"
-                        and stack.agent.link.status.roles.get("k1") == "STANDBY"
-                        and second.link.status.roles.get("k1") == "PRIMARY")
+                return (
+                    _role(stack, "agent-b") == "PRIMARY"
+                    and _role(stack, "agent-a") == "STANDBY"
+                    and stack.agent.link.status.roles.get("k1") == "STANDBY"
+                    and second.link.status.roles.get("k1") == "PRIMARY"
+                )
 
             await wait_until(swapped)
             assert stack.agent.link.status.disconnections == 1
-            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "after-the-swap", "namespace": "default"}})
+            sim.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "after-the-swap", "namespace": "default"},
+                }
+            )
             await wait_cache_equal(stack, patience=30, watcher=second)
 
 

@@ -18,15 +18,28 @@ from .harness import open_stack, wait_until
 def _deployment(name: str, namespace: str, replicas: int) -> dict[str, Any]:
     labels = {"app": name}
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/name": "shop",
-                                "app.kubernetes.io/managed-by": "spinnaker"},
-                     "annotations": {"moniker.spinnaker.io/application": "shop",
-                                     "moniker.spinnaker.io/cluster": "deployment web"}},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels},
-                              "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/name": "shop",
+                "app.kubernetes.io/managed-by": "spinnaker",
+            },
+            "annotations": {
+                "moniker.spinnaker.io/application": "shop",
+                "moniker.spinnaker.io/cluster": "deployment web",
+            },
+        },
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]},
+            },
+        },
     }
 
 
@@ -34,8 +47,13 @@ async def test_credentials_and_a_stable_deployment_through_rest(tmp_path: Path) 
     sim = kubesim.Cluster()
     sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})
     sim.create(_deployment("web", "shop", replicas=3))
-    accounts = [{"name": "k1", "kubeConfigFile": str(tmp_path / "kubeconfig"),
-                 "permissions": {"READ": ["dev", "ops"], "WRITE": ["ops"]}}]
+    accounts = [
+        {
+            "name": "k1",
+            "kubeConfigFile": str(tmp_path / "kubeconfig"),
+            "permissions": {"READ": ["dev", "ops"], "WRITE": ["ops"]},
+        }
+    ]
     with trio.fail_after(60):
         async with open_stack(tmp_path, sim=sim, accounts=accounts) as stack:
             base = f"http://127.0.0.1:{stack.server.api_port}"
@@ -51,8 +69,7 @@ async def test_credentials_and_a_stable_deployment_through_rest(tmp_path: Path) 
                 assert brief["permissions"] == {"READ": ["dev", "ops"], "WRITE": ["ops"]}
                 assert "namespaces" not in brief  # only with expand=true
 
-                namespaces = sorted(
-                    o["metadata"]["name"] for o in sim.list("", "v1", "namespaces"))
+                namespaces = sorted(o["metadata"]["name"] for o in sim.list("", "v1", "namespaces"))
 
                 async def namespaces_cached() -> bool:
                     response = await client.get("/credentials/k1")
@@ -66,8 +83,9 @@ async def test_credentials_and_a_stable_deployment_through_rest(tmp_path: Path) 
                 # kubesim's controllers roll the Deployment out (ReplicaSet, Pods, status).
                 def rolled_out() -> bool:
                     status = sim.get("apps", "v1", "deployments", "shop", "web").get("status", {})
-                    return bool(status.get("availableReplicas") == 3
-                                and status.get("updatedReplicas") == 3)
+                    return bool(
+                        status.get("availableReplicas") == 3 and status.get("updatedReplicas") == 3
+                    )
 
                 async def sim_ready() -> bool:
                     return rolled_out()

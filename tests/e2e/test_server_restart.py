@@ -20,9 +20,14 @@ async def test_restart_on_the_same_sqlite_file_resumes_without_lists(tmp_path: P
     sim = kubesim.Cluster()
     kubesim.load_pods(sim, 40, namespaces=["team-a", "team-b"])
     for index in range(20):
-        sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": f"cm-{index}", "namespace": "default"},
-                    "data": {"value": str(index)}})
+        sim.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"cm-{index}", "namespace": "default"},
+                "data": {"value": str(index)},
+            }
+        )
     with trio.fail_after(90):
         async with open_stack(tmp_path, sim=sim) as stack:
             await wait_cache_equal(stack, patience=30)
@@ -39,9 +44,14 @@ async def test_restart_on_the_same_sqlite_file_resumes_without_lists(tmp_path: P
             await wait_until(disconnected)
             # Changes while the server is down: creates, updates, deletes, across kinds.
             for index in range(20, 30):
-                sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": f"cm-{index}", "namespace": "default"},
-                            "data": {"value": str(index)}})
+                sim.create(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": f"cm-{index}", "namespace": "default"},
+                        "data": {"value": str(index)},
+                    }
+                )
             changed = sim.get("", "v1", "configmaps", "default", "cm-3")
             changed["data"] = {"value": "changed while the server was down"}
             sim.update(changed)
@@ -87,11 +97,22 @@ async def test_namespaced_account_resumes_each_namespace_after_a_restart(tmp_pat
     for namespace in ("team-a", "team-b", "elsewhere"):
         sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         for index in range(5):
-            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": f"cm-{index}", "namespace": namespace},
-                        "data": {"value": str(index)}})
-    accounts = [{"name": "k1", "kubeConfigFile": str(tmp_path / "kubeconfig"),
-                 "namespaces": ["team-a", "team-b"], "kinds": ["ConfigMap", "Pod"]}]
+            sim.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": f"cm-{index}", "namespace": namespace},
+                    "data": {"value": str(index)},
+                }
+            )
+    accounts = [
+        {
+            "name": "k1",
+            "kubeConfigFile": str(tmp_path / "kubeconfig"),
+            "namespaces": ["team-a", "team-b"],
+            "kinds": ["ConfigMap", "Pod"],
+        }
+    ]
     with trio.fail_after(60):
         async with open_stack(tmp_path, sim=sim, accounts=accounts) as stack:
 
@@ -111,32 +132,55 @@ async def test_namespaced_account_resumes_each_namespace_after_a_restart(tmp_pat
             await wait_until(changed)
             points = await stack.store.resume_points("k1")
             scopes = {(p.kind, p.scope) for p in points}
-            assert scopes == {("ConfigMap", "team-a"), ("ConfigMap", "team-b"),
-                              ("Pod", "team-a"), ("Pod", "team-b")}, scopes
+            assert scopes == {
+                ("ConfigMap", "team-a"),
+                ("ConfigMap", "team-b"),
+                ("Pod", "team-a"),
+                ("Pod", "team-b"),
+            }, scopes
             by_scope = {(p.kind, p.scope): p.resource_version for p in points}
             # The object event advanced its own namespace's resume point.
             assert by_scope[("ConfigMap", "team-a")] == cm_rv(sim, "team-a", "cm-1")
 
             await stack.stop_server()
             sim.delete("", "v1", "configmaps", "team-b", "cm-2")
-            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "late", "namespace": "team-a"}})
-            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "ignored", "namespace": "elsewhere"}})
+            sim.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "late", "namespace": "team-a"},
+                }
+            )
+            sim.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "ignored", "namespace": "elsewhere"},
+                }
+            )
             sessions = stack.agent.link.status.sessions
             await stack.start_server()
 
             async def caught_up() -> bool:
-                names = {(o.namespace, o.name) for o in
-                         (await stack.store.query_objects(account="k1", kind="ConfigMap")).objects}
-                return (stack.agent.link.status.sessions > sessions
-                        and ("team-a", "late") in names and ("team-b", "cm-2") not in names)
+                names = {
+                    (o.namespace, o.name)
+                    for o in (
+                        await stack.store.query_objects(account="k1", kind="ConfigMap")
+                    ).objects
+                }
+                return (
+                    stack.agent.link.status.sessions > sessions
+                    and ("team-a", "late") in names
+                    and ("team-b", "cm-2") not in names
+                )
 
             await wait_until(caught_up)
             assert relisted_kinds(stack.agent) == []
             assert stack.kube.requests.count("list") == 0
-            names = {(o.namespace, o.name) for o in
-                     (await stack.store.query_objects(account="k1", kind="ConfigMap")).objects}
+            names = {
+                (o.namespace, o.name)
+                for o in (await stack.store.query_objects(account="k1", kind="ConfigMap")).objects
+            }
             assert not any(ns == "elsewhere" for ns, _ in names)
 
 
@@ -151,9 +195,14 @@ async def test_expired_resume_point_relists_and_sweeps_what_was_deleted(tmp_path
     meanwhile, and the change feed announces those removals."""
     sim = kubesim.Cluster(kubesim.SimConfig(watch_history=20))
     for index in range(30):
-        sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": f"cm-{index}", "namespace": "default"},
-                    "data": {"value": str(index)}})
+        sim.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"cm-{index}", "namespace": "default"},
+                "data": {"value": str(index)},
+            }
+        )
     with trio.fail_after(60):
         async with open_stack(tmp_path, sim=sim) as stack:
             await wait_cache_equal(stack, patience=30)
@@ -208,8 +257,13 @@ async def test_restart_with_a_primary_and_a_standby(tmp_path: Path) -> None:
 
             await wait_until(standing_by)
             await stack.stop_server()
-            sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "while-down", "namespace": "default"}})
+            sim.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "while-down", "namespace": "default"},
+                }
+            )
             await stack.start_server()
             agents = {"agent-a": stack.agent, "agent-b": second}
 
@@ -226,7 +280,9 @@ async def test_restart_with_a_primary_and_a_standby(tmp_path: Path) -> None:
             assert relisted_kinds(primary) == []
             views = {v.agent_id: v.accounts for v in stack.server.state.sessions.agents()}
             assert sorted(r.name for roles in views.values() for r in roles.values()) == [
-                "PRIMARY", "STANDBY"]
+                "PRIMARY",
+                "STANDBY",
+            ]
 
 
 async def test_server_restart_in_the_middle_of_churn(tmp_path: Path) -> None:
@@ -237,8 +293,9 @@ async def test_server_restart_in_the_middle_of_churn(tmp_path: Path) -> None:
     with trio.fail_after(90):
         async with open_stack(tmp_path, sim=sim) as stack:
             await wait_cache_equal(stack, patience=30)
-            churn = kubesim.Churn(sim, rate=300, seed=17,
-                                  kinds=("configmaps", "pods", "deployments", "secrets"))
+            churn = kubesim.Churn(
+                sim, rate=300, seed=17, kinds=("configmaps", "pods", "deployments", "secrets")
+            )
             async with trio.open_nursery() as nursery:
                 await nursery.start(churn.run)
                 await trio.sleep(1.0)

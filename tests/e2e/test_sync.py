@@ -30,8 +30,10 @@ async def test_initial_sync_then_changes_arrive(tmp_path: Path) -> None:
 
             async def synced() -> bool:
                 objects = await stored_objects(stack, "k1")
-                return sum(1 for key in objects if key[1] == "ConfigMap" and
-                           key[3].startswith("cm-")) == 20
+                return (
+                    sum(1 for key in objects if key[1] == "ConfigMap" and key[3].startswith("cm-"))
+                    == 20
+                )
 
             await wait_until(synced)
 
@@ -47,7 +49,8 @@ async def test_initial_sync_then_changes_arrive(tmp_path: Path) -> None:
                 return (
                     ("v1", "ConfigMap", "default", "late") in objects
                     and ("v1", "ConfigMap", "default", "cm-4") not in objects
-                    and three is not None and three["data"] == {"value": "changed"}
+                    and three is not None
+                    and three["data"] == {"value": "changed"}
                 )
 
             await wait_until(changed)

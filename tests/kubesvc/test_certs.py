@@ -23,8 +23,22 @@ def _load(path: Path) -> x509.Certificate:
 
 def test_certs_init_writes_a_verifiable_chain(tmp_path: Path) -> None:
     folder = tmp_path / "certs"
-    code = main(["certs", "init", str(folder), "--san", "kubesvc.spinnaker.svc",
-                 "--san", "10.0.0.7", "--agents", "prod-1", "prod-2", "--days", "30"])
+    code = main(
+        [
+            "certs",
+            "init",
+            str(folder),
+            "--san",
+            "kubesvc.spinnaker.svc",
+            "--san",
+            "10.0.0.7",
+            "--agents",
+            "prod-1",
+            "prod-2",
+            "--days",
+            "30",
+        ]
+    )
     assert code == 0
     ca = _load(folder / "ca.crt")
     for stem in ("server", "agent-prod-1", "agent-prod-2"):
@@ -58,8 +72,11 @@ def test_keys_are_unencrypted_pkcs8_readable_by_the_owner_only(tmp_path: Path) -
 
 def test_default_sans_are_localhost_and_loopback(tmp_path: Path) -> None:
     write_bundle(tmp_path)
-    sans = _load(tmp_path / "server.crt").extensions.get_extension_for_class(
-        x509.SubjectAlternativeName).value
+    sans = (
+        _load(tmp_path / "server.crt")
+        .extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        .value
+    )
     assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
     assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
 

@@ -22,9 +22,24 @@ from kubesvc._demo_view import (
 def test_demo_duration_20_exits_0_with_a_summary(tmp_path: Path) -> None:
     # Port 0: other runs on this machine may hold 7002/9091 (the default falls back too).
     done = subprocess.run(
-        [sys.executable, "-m", "kubesvc", "demo", "--duration", "20", "--api-port", "0",
-         "--grpc-port", "0", "--data-dir", str(tmp_path / "demo")],
-        capture_output=True, text=True, timeout=150, check=False,
+        [
+            sys.executable,
+            "-m",
+            "kubesvc",
+            "demo",
+            "--duration",
+            "20",
+            "--api-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "demo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -50,22 +65,49 @@ def test_progress_bar_waits_for_the_agent_before_100_percent() -> None:
 
 
 def test_status_line_shows_the_top_kinds_and_the_rest() -> None:
-    line = status_line(Snapshot(
-        elapsed=3, accounts={"demo": "ACTIVE"},
-        objects_by_kind={"Pod": 1000, "ConfigMap": 30, "Deployment": 7, "Service": 7, "Secret": 2},
-        stored=1046, in_cluster=1046, events_per_second=31.4, budget_in_use=2048,
-        budget_capacity=16 * 2**20, reconnects=1,
-    ))
-    for part in ("demo ACTIVE", "Pod 1,000", "other 2", "31 events/s", "2.0 KiB/16.0 MiB",
-                 "reconnects 1"):
+    line = status_line(
+        Snapshot(
+            elapsed=3,
+            accounts={"demo": "ACTIVE"},
+            objects_by_kind={
+                "Pod": 1000,
+                "ConfigMap": 30,
+                "Deployment": 7,
+                "Service": 7,
+                "Secret": 2,
+            },
+            stored=1046,
+            in_cluster=1046,
+            events_per_second=31.4,
+            budget_in_use=2048,
+            budget_capacity=16 * 2**20,
+            reconnects=1,
+        )
+    )
+    for part in (
+        "demo ACTIVE",
+        "Pod 1,000",
+        "other 2",
+        "31 events/s",
+        "2.0 KiB/16.0 MiB",
+        "reconnects 1",
+    ):
         assert part in line
 
 
 def test_summary_says_how_the_deploy_ended() -> None:
-    summary = Summary(synced=True, sync_seconds=2.5, stored=1200, in_cluster=1201,
-                      events_streamed=1500, bytes_streamed=4 * 2**20, run_seconds=20,
-                      reconnects=0, churn_operations=400,
-                      deploy=DeployOutcome("succeeded", "deployment demo-apps/x", "t-1"))
+    summary = Summary(
+        synced=True,
+        sync_seconds=2.5,
+        stored=1200,
+        in_cluster=1201,
+        events_streamed=1500,
+        bytes_streamed=4 * 2**20,
+        run_seconds=20,
+        reconnects=0,
+        churn_operations=400,
+        deploy=DeployOutcome("succeeded", "deployment demo-apps/x", "t-1"),
+    )
     text = "\n".join(summary_lines(summary))
     assert "1,200 in the server's cache (1,201 in the cluster)" in text
     assert "initial sync in 2.5s" in text

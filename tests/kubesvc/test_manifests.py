@@ -37,10 +37,19 @@ CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition"}
 WRITE_VERBS = ("get", "create", "update", "patch", "delete")
 # What operations change: deploy/delete/patch (the common kinds), scale, rollbacks, run jobs.
 OPERATED = [
-    ("apps", "deployments"), ("apps", "replicasets"), ("apps", "statefulsets"),
-    ("apps", "daemonsets"), ("", "services"), ("", "configmaps"), ("", "secrets"),
-    ("", "pods"), ("batch", "jobs"), ("batch", "cronjobs"), ("networking.k8s.io", "ingresses"),
-    ("apps", "deployments/scale"), ("apps", "statefulsets/scale"),
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("", "services"),
+    ("", "configmaps"),
+    ("", "secrets"),
+    ("", "pods"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+    ("networking.k8s.io", "ingresses"),
+    ("apps", "deployments/scale"),
+    ("apps", "statefulsets/scale"),
 ]
 
 
@@ -55,7 +64,7 @@ def _all(kind: str) -> list[tuple[Path, dict[str, Any]]]:
 def test_every_mode_has_a_folder_and_the_image_has_a_containerfile() -> None:
     for mode in (*MODES, "server"):
         assert list((ROOT / mode).glob("*.yaml")), mode
-    assert "ENTRYPOINT [\"kubesvc\"]" in (ROOT / "Containerfile").read_text()
+    assert 'ENTRYPOINT ["kubesvc"]' in (ROOT / "Containerfile").read_text()
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -92,10 +101,10 @@ def test_rbac_covers_the_cached_kinds_and_the_operations(kind: str) -> None:
 
 
 def test_every_role_is_bound_to_the_agents_service_account() -> None:
-    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"])
-                for _, d in _all("ServiceAccount")}
-    for binding_kind, role_kind in (("ClusterRoleBinding", "ClusterRole"),
-                                    ("RoleBinding", "Role")):
+    accounts = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]) for _, d in _all("ServiceAccount")
+    }
+    for binding_kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
         for path, binding in _all(binding_kind):
             assert binding["roleRef"]["kind"] == role_kind, path
             for subject in binding["subjects"]:
@@ -103,8 +112,11 @@ def test_every_role_is_bound_to_the_agents_service_account() -> None:
 
 
 def _agent_configs() -> list[tuple[Path, str]]:
-    return [(p, d["data"]["kubesvc.yaml"]) for p, d in _all("ConfigMap")
-            if "kubesvc.yaml" in d.get("data", {})]
+    return [
+        (p, d["data"]["kubesvc.yaml"])
+        for p, d in _all("ConfigMap")
+        if "kubesvc.yaml" in d.get("data", {})
+    ]
 
 
 def test_each_agent_config_passes_the_agents_validation() -> None:
@@ -129,10 +141,13 @@ def test_the_server_config_passes_the_servers_validation(tmp_path: Path) -> None
     write_bundle(tmp_path, agents=["a"])
     (tmp_path / "secret").write_text("x" * 40)
     tls, jwt = data["grpc"]["tls"], data["grpc"]["auth"]["jwt"]
-    stand_ins = {"tls.crt": "server.crt", "tls.key": "server.key", "ca.crt": "ca.crt",
-                 "secret": "secret"}
-    for section, key in ((tls, "certFile"), (tls, "keyFile"), (tls, "caFile"),
-                         (jwt, "secretFile")):
+    stand_ins = {
+        "tls.crt": "server.crt",
+        "tls.key": "server.key",
+        "ca.crt": "ca.crt",
+        "secret": "secret",
+    }
+    for section, key in ((tls, "certFile"), (tls, "keyFile"), (tls, "caFile"), (jwt, "secretFile")):
         section[key] = str(tmp_path / stand_ins[Path(section[key]).name])
     config = server.parse_server_config(data, file=str(path))
     assert config.grpc.port == 9091
@@ -142,11 +157,17 @@ def test_the_server_config_passes_the_servers_validation(tmp_path: Path) -> None
     assert config.store.path.startswith("/var/lib/kubesvc/")
     # The Deployment mounts the Secrets where the config looks for them.
     [(_, deployment)] = [(p, d) for p, d in _all("Deployment") if "server" in p.parts]
-    mounts = {m["mountPath"] for m in
-              deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
-    for value in (configmap_value for configmap_value in
-                  yaml.safe_load(configmap["data"]["server.yaml"])["grpc"]["tls"].values()
-                  if isinstance(configmap_value, str) and configmap_value.startswith("/")):
+    mounts = {
+        m["mountPath"]
+        for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    }
+    for value in (
+        configmap_value
+        for configmap_value in yaml.safe_load(configmap["data"]["server.yaml"])["grpc"][
+            "tls"
+        ].values()
+        if isinstance(configmap_value, str) and configmap_value.startswith("/")
+    ):
         assert str(Path(value).parent) in mounts, value
 
 

@@ -22,7 +22,9 @@ SECRET = "k" * 48
 def _server_config(certs: Path) -> server.ServerConfig:
     base = server.ServerConfig()
     tls = server.TlsSettings(
-        str(certs / "server.crt"), str(certs / "server.key"), server.ClientAuth.REQUIRE,
+        str(certs / "server.crt"),
+        str(certs / "server.key"),
+        server.ClientAuth.REQUIRE,
         str(certs / "ca.crt"),
     )
     auth = server.AuthSettings(
@@ -47,19 +49,30 @@ def _clouddriver(certs: Path, token: str) -> dict[str, Any]:
 
 def _sim() -> kubesim.Cluster:
     sim = kubesim.Cluster()
-    sim.create({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "hello", "namespace": "default"}, "data": {"a": "b"}})
+    sim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "hello", "namespace": "default"},
+            "data": {"a": "b"},
+        }
+    )
     return sim
 
 
 async def test_agent_streams_to_the_server_over_mtls_with_a_token(tmp_path: Path) -> None:
     certs = tmp_path / "certs"
     write_bundle(certs, agents=["agent-a"])
-    token = mint_token(agent_id="agent-a", accounts=["k1"], expires_in=600, secret=SECRET,
-                       audience="kubesvc")
+    token = mint_token(
+        agent_id="agent-a", accounts=["k1"], expires_in=600, secret=SECRET, audience="kubesvc"
+    )
     with trio.fail_after(30):
-        async with open_stack(tmp_path, sim=_sim(), server_config=_server_config(certs),
-                              clouddriver=_clouddriver(certs, token)) as stack:
+        async with open_stack(
+            tmp_path,
+            sim=_sim(),
+            server_config=_server_config(certs),
+            clouddriver=_clouddriver(certs, token),
+        ) as stack:
 
             async def synced() -> bool:
                 objects = await stored_objects(stack, "k1")
@@ -74,11 +87,20 @@ async def test_agent_streams_to_the_server_over_mtls_with_a_token(tmp_path: Path
 async def test_a_token_for_other_accounts_registers_nothing(tmp_path: Path) -> None:
     certs = tmp_path / "certs"
     write_bundle(certs, agents=["agent-a"])
-    token = mint_token(agent_id="agent-a", accounts=["someone-else"], expires_in=600,
-                       secret=SECRET, audience="kubesvc")
+    token = mint_token(
+        agent_id="agent-a",
+        accounts=["someone-else"],
+        expires_in=600,
+        secret=SECRET,
+        audience="kubesvc",
+    )
     with trio.fail_after(30):
-        async with open_stack(tmp_path, sim=_sim(), server_config=_server_config(certs),
-                              clouddriver=_clouddriver(certs, token)) as stack:
+        async with open_stack(
+            tmp_path,
+            sim=_sim(),
+            server_config=_server_config(certs),
+            clouddriver=_clouddriver(certs, token),
+        ) as stack:
 
             async def refused() -> bool:
                 status = stack.agent.link.status
@@ -91,11 +113,21 @@ async def test_a_token_for_other_accounts_registers_nothing(tmp_path: Path) -> N
 async def test_an_expired_token_gets_no_session(tmp_path: Path) -> None:
     certs = tmp_path / "certs"
     write_bundle(certs, agents=["agent-a"])
-    token = mint_token(agent_id="agent-a", accounts=["k1"], expires_in=60, secret=SECRET,
-                       audience="kubesvc", now=0.0)
+    token = mint_token(
+        agent_id="agent-a",
+        accounts=["k1"],
+        expires_in=60,
+        secret=SECRET,
+        audience="kubesvc",
+        now=0.0,
+    )
     with trio.fail_after(30):
-        async with open_stack(tmp_path, sim=_sim(), server_config=_server_config(certs),
-                              clouddriver=_clouddriver(certs, token)) as stack:
+        async with open_stack(
+            tmp_path,
+            sim=_sim(),
+            server_config=_server_config(certs),
+            clouddriver=_clouddriver(certs, token),
+        ) as stack:
 
             async def refused() -> bool:
                 return "expired" in stack.agent.link.status.last_error

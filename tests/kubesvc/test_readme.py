@@ -46,10 +46,12 @@ def test_every_shell_block_says_whether_it_runs_here() -> None:
 
 def test_the_set_up_section_is_the_two_commands() -> None:
     text = README.read_text()
-    section = text[text.index("## Set up"):text.index("\n## ", text.index("## Set up") + 1)]
-    commands = [body.strip() for _, lang, body in
-                ((m["tag"], m["lang"], m["body"]) for m in _FENCE.finditer(section))
-                if lang == "sh"]
+    section = text[text.index("## Set up") : text.index("\n## ", text.index("## Set up") + 1)]
+    commands = [
+        body.strip()
+        for _, lang, body in ((m["tag"], m["lang"], m["body"]) for m in _FENCE.finditer(section))
+        if lang == "sh"
+    ]
     assert commands == SETUP
 
 
@@ -60,8 +62,13 @@ def test_the_runnable_blocks_run(tmp_path: Path) -> None:
     assert len(runnable) >= 2
     for body in runnable:
         done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", body], cwd=tmp_path, env=env,
-            capture_output=True, text=True, timeout=120, check=False,
+            ["bash", "-euo", "pipefail", "-c", body],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert done.returncode == 0, f"README block failed:\n{body}\n{done.stdout}{done.stderr}"
     # What the trust-material block promised exists.
@@ -72,17 +79,24 @@ def test_the_runnable_blocks_run(tmp_path: Path) -> None:
 def test_the_option_table_is_the_generated_one() -> None:
     text = README.read_text()
     begin, end = "<!-- options:begin -->\n", "<!-- options:end -->"
-    table = text[text.index(begin) + len(begin):text.index(end)]
+    table = text[text.index(begin) + len(begin) : text.index(end)]
     assert table == markdown_table(), "regenerate it: python -m kubesvc._config_doc"
 
 
 # Options that cannot all be given at once (one credential source per account), or whose
 # placeholder must be a valid choice.
-_LEFT_OUT = {"kubernetes.accounts[].kubeconfigContents", "kubernetes.accounts[].context",
-             "kubernetes.accounts[].kubeConfigFile"}
+_LEFT_OUT = {
+    "kubernetes.accounts[].kubeconfigContents",
+    "kubernetes.accounts[].context",
+    "kubernetes.accounts[].kubeConfigFile",
+}
 _PLACEHOLDERS = {"(required)": "x", "": "x"}
-_CHOICES = {"enabled": "allowed", "clearManagedFields": "allowed", "manifestDefaults": "allowed",
-            "kind": "Rollout.argoproj.io"}
+_CHOICES = {
+    "enabled": "allowed",
+    "clearManagedFields": "allowed",
+    "manifestDefaults": "allowed",
+    "kind": "Rollout.argoproj.io",
+}
 
 
 def _set(tree: dict[str, Any], path: str, value: Any) -> None:

@@ -30,10 +30,26 @@ def test_the_cli_token_is_accepted_with_its_accounts(tmp_path: Path) -> None:
     secret_file = tmp_path / "jwt.secret"
     secret_file.write_text(SECRET + "\n")
     out = subprocess.run(
-        [sys.executable, "-m", "kubesvc", "token", "--agent-id", "prod-1", "--accounts",
-         "east,west", "--expires-in", "1h", "--secret-file", str(secret_file),
-         "--audience", "kubesvc"],
-        capture_output=True, text=True, check=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "kubesvc",
+            "token",
+            "--agent-id",
+            "prod-1",
+            "--accounts",
+            "east,west",
+            "--expires-in",
+            "1h",
+            "--secret-file",
+            str(secret_file),
+            "--audience",
+            "kubesvc",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     principal = _authenticator().authenticate(_bearer(out.stdout.strip()), None)
     assert principal.subject == "prod-1"
@@ -43,26 +59,35 @@ def test_the_cli_token_is_accepted_with_its_accounts(tmp_path: Path) -> None:
 
 
 def test_an_expired_token_is_refused() -> None:
-    token = mint_token(agent_id="a", accounts=["k1"], expires_in=60, secret=SECRET,
-                       audience="kubesvc", now=time.time() - 3600)
+    token = mint_token(
+        agent_id="a",
+        accounts=["k1"],
+        expires_in=60,
+        secret=SECRET,
+        audience="kubesvc",
+        now=time.time() - 3600,
+    )
     with pytest.raises(server.AuthError, match="expired"):
         _authenticator().authenticate(_bearer(token), None)
 
 
 def test_another_audience_or_secret_is_refused() -> None:
-    token = mint_token(agent_id="a", accounts=["k1"], expires_in=60, secret=SECRET,
-                       audience="elsewhere")
+    token = mint_token(
+        agent_id="a", accounts=["k1"], expires_in=60, secret=SECRET, audience="elsewhere"
+    )
     with pytest.raises(server.AuthError, match="audience"):
         _authenticator().authenticate(_bearer(token), None)
-    forged = mint_token(agent_id="a", accounts=["k1"], expires_in=60, secret="x" * 40,
-                        audience="kubesvc")
+    forged = mint_token(
+        agent_id="a", accounts=["k1"], expires_in=60, secret="x" * 40, audience="kubesvc"
+    )
     with pytest.raises(server.AuthError, match="signature"):
         _authenticator().authenticate(_bearer(forged), None)
 
 
 def test_no_accounts_claim_allows_any_account() -> None:
-    token = mint_token(agent_id="a", accounts=None, expires_in=60, secret=SECRET,
-                       audience="kubesvc")
+    token = mint_token(
+        agent_id="a", accounts=None, expires_in=60, secret=SECRET, audience="kubesvc"
+    )
     assert _authenticator().authenticate(_bearer(token), None).may_register("anything")
 
 
@@ -80,12 +105,21 @@ def test_private_key_tokens_verify_with_the_public_key(algorithm: str) -> None:
         from cryptography.hazmat.primitives.asymmetric import rsa
 
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption())
-    token = mint_token(agent_id="a", accounts=["k1"], expires_in=60, algorithm=algorithm,
-                       private_key_pem=private, audience="kubesvc")
-    auth = _authenticator(algorithms=(algorithm,), secret="",
-                          public_keys=(public_key_pem(private).decode(),))
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    token = mint_token(
+        agent_id="a",
+        accounts=["k1"],
+        expires_in=60,
+        algorithm=algorithm,
+        private_key_pem=private,
+        audience="kubesvc",
+    )
+    auth = _authenticator(
+        algorithms=(algorithm,), secret="", public_keys=(public_key_pem(private).decode(),)
+    )
     assert auth.authenticate(_bearer(token), None).may_register("k1")
 
 

@@ -349,17 +349,30 @@ async def test_an_open_bracket_in_one_namespace_does_not_freeze_the_others() -> 
     # bracket open; namespace "b" of the same kind must keep advancing its resume point.
     def in_b(name: str, rv: str) -> EventRecord:
         record = obj(name, namespace="b", rv=rv)
-        return EventRecord(record.type, record.account, record.api_version, record.kind,
-                           record.namespace, record.name, record.uid, record.resource_version,
-                           record.object, "b")
+        return EventRecord(
+            record.type,
+            record.account,
+            record.api_version,
+            record.kind,
+            record.namespace,
+            record.name,
+            record.uid,
+            record.resource_version,
+            record.object,
+            "b",
+        )
 
     with trio.fail_after(10):
         async with open_sqlite_store(":memory:") as store:
             await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_BEGIN, scope="a")])
-            await store.apply_batch(ACCOUNT, [
-                marker(EventType.SYNC_BEGIN, scope="b"), in_b("x", "10"),
-                marker(EventType.SYNC_END, rv="10", scope="b"),
-            ])
+            await store.apply_batch(
+                ACCOUNT,
+                [
+                    marker(EventType.SYNC_BEGIN, scope="b"),
+                    in_b("x", "10"),
+                    marker(EventType.SYNC_END, rv="10", scope="b"),
+                ],
+            )
             await store.apply_batch(ACCOUNT, [in_b("y", "20")])
             points = {p.scope: p.resource_version for p in await store.resume_points(ACCOUNT)}
             assert points == {"b": "20"}
