@@ -9,7 +9,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
-echo "== ruff";          "$venv/bin/ruff" check .
+echo "== ruff";          "$venv/bin/ruff" check . && "$venv/bin/ruff" format --check .
 echo "== mypy --strict"; "$venv/bin/mypy" agent wire budget server kubesim kubesvc manifests tests
 echo "== import-linter"; "$venv/bin/lint-imports"
 echo "== pytest";        "$venv/bin/python" -m pytest "$@"

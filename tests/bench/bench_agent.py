@@ -94,11 +94,18 @@ class Counter:
         first = await stream.receive()
         _, hello = betterproto.which_one_of(first, "message")
         assert isinstance(hello, messages.Hello)
-        await stream.send(messages.ServerMessage(welcome=messages.Welcome(
-            session_token="bench", server_id="bench",
-            accounts=[messages.AccountAssignment(name=a.name, role=messages.Role.PRIMARY)
-                      for a in hello.accounts],
-        )))
+        await stream.send(
+            messages.ServerMessage(
+                welcome=messages.Welcome(
+                    session_token="bench",
+                    server_id="bench",
+                    accounts=[
+                        messages.AccountAssignment(name=a.name, role=messages.Role.PRIMARY)
+                        for a in hello.accounts
+                    ],
+                )
+            )
+        )
         while True:
             try:
                 message = await stream.receive()
@@ -123,9 +130,16 @@ class Counter:
                 self.changed.set()
                 self.changed = trio.Event()
             elif isinstance(body, messages.AccountsChanged):
-                await stream.send(messages.ServerMessage(assignment=messages.Assignment(
-                    accounts=[messages.AccountAssignment(name=a.name, role=messages.Role.PRIMARY)
-                              for a in body.accounts])))
+                await stream.send(
+                    messages.ServerMessage(
+                        assignment=messages.Assignment(
+                            accounts=[
+                                messages.AccountAssignment(name=a.name, role=messages.Role.PRIMARY)
+                                for a in body.accounts
+                            ]
+                        )
+                    )
+                )
             elif isinstance(body, messages.Heartbeat):
                 await stream.send(messages.ServerMessage(heartbeat=body))
 
@@ -153,10 +167,21 @@ def cpu_seconds(pid: int) -> float:
 
 def write_agent_config(path: Path, kubeconfig: Path, grpc_port: int, namespace: str) -> None:
     config = {
-        "clouddriver": {"grpc": f"127.0.0.1:{grpc_port}", "insecure": True,
-                        "keepAliveHeartbeatSeconds": 30},
-        "kubernetes": {"accounts": [{"name": "bench", "kubeConfigFile": str(kubeconfig),
-                                     "kinds": ["Pod"], "namespaces": [namespace]}]},
+        "clouddriver": {
+            "grpc": f"127.0.0.1:{grpc_port}",
+            "insecure": True,
+            "keepAliveHeartbeatSeconds": 30,
+        },
+        "kubernetes": {
+            "accounts": [
+                {
+                    "name": "bench",
+                    "kubeConfigFile": str(kubeconfig),
+                    "kinds": ["Pod"],
+                    "namespaces": [namespace],
+                }
+            ]
+        },
         "budget": {"bytes": BUDGET},
         "server": {"host": "127.0.0.1", "port": 0},
         "prometheus": {"enabled": False},
@@ -186,7 +211,9 @@ async def start_agent(config: Path, log: Path, profile: str = "") -> trio.Proces
     with log.open("ab") as out:
         return await trio.lowlevel.open_process(
             [sys.executable, *command],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
         )
 
 
@@ -215,9 +242,12 @@ def peer_main(kubeconfig: str, namespace: str, resource_version: str, events: in
             seen = 0
             started = 0.0
             async with watch.Watch() as w:
-                async for _ in w.stream(core.list_namespaced_pod, namespace,
-                                        resource_version=resource_version,
-                                        timeout_seconds=120):
+                async for _ in w.stream(
+                    core.list_namespaced_pod,
+                    namespace,
+                    resource_version=resource_version,
+                    timeout_seconds=120,
+                ):
                     if not seen:
                         started = time.perf_counter()
                     seen += 1
@@ -232,8 +262,16 @@ def peer_main(kubeconfig: str, namespace: str, resource_version: str, events: in
 
 async def run_peer(kubeconfig: Path, namespace: str, resource_version: str, events: int) -> float:
     result = await trio.run_process(
-        [sys.executable, "-m", "tests.bench.bench_agent", "--peer", str(kubeconfig), namespace,
-         resource_version, str(events)],
+        [
+            sys.executable,
+            "-m",
+            "tests.bench.bench_agent",
+            "--peer",
+            str(kubeconfig),
+            namespace,
+            resource_version,
+            str(events),
+        ],
         capture_stdout=True,
     )
     return float(json.loads(result.stdout.decode().strip().splitlines()[-1])["events_per_s"])
@@ -249,8 +287,9 @@ def load_average() -> str:
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"load_average_start": load_average()}
     total = args.watch_base + args.burst
-    sim = kubesim.Cluster(kubesim.SimConfig(
-        watch_history=total + 1000, controllers=False, bookmark_interval=3600.0))
+    sim = kubesim.Cluster(
+        kubesim.SimConfig(watch_history=total + 1000, controllers=False, bookmark_interval=3600.0)
+    )
     with tempfile.TemporaryDirectory(prefix="bench_agent") as tmp:
         tmp_path = Path(tmp)
         log = tmp_path / "agent.log"
@@ -262,11 +301,19 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-async def _phases(args: argparse.Namespace, sim: kubesim.Cluster, tmp_path: Path, log: Path,
-                  results: dict[str, Any]) -> None:
+async def _phases(
+    args: argparse.Namespace,
+    sim: kubesim.Cluster,
+    tmp_path: Path,
+    log: Path,
+    results: dict[str, Any],
+) -> None:
     counter = Counter()
-    async with wire.open_loop(), kubesim.open_server(sim, tls=args.tls) as kube, \
-            trio.open_nursery() as nursery:
+    async with (
+        wire.open_loop(),
+        kubesim.open_server(sim, tls=args.tls) as kube,
+        trio.open_nursery() as nursery,
+    ):
         kubeconfig = tmp_path / "kubeconfig"
         kube.kubeconfig(kubeconfig, user="admin")
         grpc_port = await nursery.start(wire.serve, counter.handler, "127.0.0.1", 0)
@@ -281,8 +328,7 @@ async def _phases(args: argparse.Namespace, sim: kubesim.Cluster, tmp_path: Path
         with trio.fail_after(120):
             await counter.wait_for(lambda: counter.sync_ends >= 1)
         results["sync_objects"] = counter.objects
-        results["sync_objects_per_s"] = counter.objects / (
-            counter.sync_end_at - counter.first_at)
+        results["sync_objects_per_s"] = counter.objects / (counter.sync_end_at - counter.first_at)
         results["sync_seconds_from_spawn"] = counter.sync_end_at - spawned
         results["sync_peak_rss_mb"] = rss_kib(agent.pid, "VmHWM") / 1024
         results["load_average_sync"] = load_average()
@@ -312,8 +358,7 @@ async def _phases(args: argparse.Namespace, sim: kubesim.Cluster, tmp_path: Path
         results["watch_bench_cpu_share"] = own_cpu / wall
         results["watch_bench_cpu_us_per_event"] = own_cpu / args.burst * 1e6
         results["watch_events"] = counter.objects
-        results["watch_events_per_s"] = (counter.objects - 1) / (
-            counter.last_at - counter.first_at)
+        results["watch_events_per_s"] = (counter.objects - 1) / (counter.last_at - counter.first_at)
         results["load_average_watch"] = load_average()
         results["agent_rss_1k_mb"] = baseline_kib / 1024
         results["agent_peak_rss_mb"] = rss_kib(agent.pid, "VmHWM") / 1024
@@ -325,7 +370,8 @@ async def _phases(args: argparse.Namespace, sim: kubesim.Cluster, tmp_path: Path
         peer_events = min(args.peer_events, args.burst)
         results["peer_events"] = peer_events
         results["peer_events_per_s"] = await run_peer(
-            kubeconfig, "watch", before_burst, peer_events)
+            kubeconfig, "watch", before_burst, peer_events
+        )
         results["load_average_peer"] = load_average()
         results["ratio"] = results["watch_events_per_s"] / results["peer_events_per_s"]
         nursery.cancel_scope.cancel()
@@ -335,32 +381,47 @@ def report(results: dict[str, Any], as_json: bool) -> None:
     def mark(ok: bool) -> str:
         return "ok" if ok else "MISSED"
 
-    print(f"cores: {os.cpu_count()} (shared); load average at start "
-          f"{results['load_average_start']}")
-    print(f"initial sync : {results['sync_objects']:>7} pods  "
-          f"{results['sync_objects_per_s']:>9,.0f} objects/s  "
-          f"({results['sync_seconds_from_spawn']:.1f} s from spawn, peak RSS "
-          f"{results['sync_peak_rss_mb']:.1f} MB; load {results['load_average_sync']})")
+    print(
+        f"cores: {os.cpu_count()} (shared); load average at start {results['load_average_start']}"
+    )
+    print(
+        f"initial sync : {results['sync_objects']:>7} pods  "
+        f"{results['sync_objects_per_s']:>9,.0f} objects/s  "
+        f"({results['sync_seconds_from_spawn']:.1f} s from spawn, peak RSS "
+        f"{results['sync_peak_rss_mb']:.1f} MB; load {results['load_average_sync']})"
+    )
     ok = results["watch_events_per_s"] >= TARGET_EVENTS_PER_S
-    print(f"watch        : {results['watch_events']:>7} events"
-          f"{results['watch_events_per_s']:>9,.0f} events/s  (target {TARGET_EVENTS_PER_S:,}: "
-          f"{mark(ok)}; load {results['load_average_watch']}; CPU share agent "
-          f"{results['watch_agent_cpu_share']:.2f} "
-          f"({results['watch_agent_cpu_us_per_event']:.0f} us/event), kubesim+receiver "
-          f"{results['watch_bench_cpu_share']:.2f} "
-          f"({results['watch_bench_cpu_us_per_event']:.0f} us/event))")
-    print(f"peer (kubernetes_asyncio watch.Watch): {results['peer_events']} events "
-          f"{results['peer_events_per_s']:,.0f} events/s; ratio {results['ratio']:.1f}x "
-          f"(target {TARGET_RATIO:.0f}x: {mark(results['ratio'] >= TARGET_RATIO)}; "
-          f"load {results['load_average_peer']})")
+    print(
+        f"watch        : {results['watch_events']:>7} events"
+        f"{results['watch_events_per_s']:>9,.0f} events/s  (target {TARGET_EVENTS_PER_S:,}: "
+        f"{mark(ok)}; load {results['load_average_watch']}; CPU share agent "
+        f"{results['watch_agent_cpu_share']:.2f} "
+        f"({results['watch_agent_cpu_us_per_event']:.0f} us/event), kubesim+receiver "
+        f"{results['watch_bench_cpu_share']:.2f} "
+        f"({results['watch_bench_cpu_us_per_event']:.0f} us/event))"
+    )
+    print(
+        f"peer (kubernetes_asyncio watch.Watch): {results['peer_events']} events "
+        f"{results['peer_events_per_s']:,.0f} events/s; ratio {results['ratio']:.1f}x "
+        f"(target {TARGET_RATIO:.0f}x: {mark(results['ratio'] >= TARGET_RATIO)}; "
+        f"load {results['load_average_peer']})"
+    )
     ok = results["rss_growth_mb"] < TARGET_RSS_GROWTH_MB
-    print(f"agent RSS    : {results['agent_rss_1k_mb']:.1f} MB watching 1,000 objects, peak "
-          f"{results['agent_peak_rss_mb']:.1f} MB through 100,000 (growth "
-          f"{results['rss_growth_mb']:.1f} MB, target < {TARGET_RSS_GROWTH_MB:.0f}: {mark(ok)}); "
-          f"{results['agent_rss_after_mb']:.1f} MB after; budget.bytes {BUDGET}")
+    print(
+        f"agent RSS    : {results['agent_rss_1k_mb']:.1f} MB watching 1,000 objects, peak "
+        f"{results['agent_peak_rss_mb']:.1f} MB through 100,000 (growth "
+        f"{results['rss_growth_mb']:.1f} MB, target < {TARGET_RSS_GROWTH_MB:.0f}: {mark(ok)}); "
+        f"{results['agent_rss_after_mb']:.1f} MB after; budget.bytes {BUDGET}"
+    )
     if as_json:
-        print(json.dumps({key: (round(value, 2) if isinstance(value, float) else value)
-                          for key, value in results.items()}))
+        print(
+            json.dumps(
+                {
+                    key: (round(value, 2) if isinstance(value, float) else value)
+                    for key, value in results.items()
+                }
+            )
+        )
 
 
 def main() -> None:
@@ -373,8 +434,12 @@ def main() -> None:
     parser.add_argument("--watch-base", type=int, default=1_000)
     parser.add_argument("--burst", type=int, default=99_000)
     parser.add_argument("--peer-events", type=int, default=3_000)
-    parser.add_argument("--tls", action=argparse.BooleanOptionalAction, default=True,
-                        help="kubesim over https (HTTP/2 watches, as on a real cluster)")
+    parser.add_argument(
+        "--tls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="kubesim over https (HTTP/2 watches, as on a real cluster)",
+    )
     args = parser.parse_args()
     report(trio.run(bench, args), args.json)
 
