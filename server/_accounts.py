@@ -29,7 +29,6 @@ from .store import (
     ObjectPage,
     OperationEvent,
     OperationRecord,
-    PreparedEvents,
     ResumePoint,
     Store,
     StoredObject,
@@ -198,14 +197,6 @@ class RegistryStore:
 
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._store.apply_events(records)
-
-    def prepare_events(self, records: Sequence[EventRecord]) -> PreparedEvents:
-        return self._store.prepare_events(records)
-
-    async def apply_prepared(
-        self, prepared: PreparedEvents, committing: Callable[[], None] | None = None
-    ) -> BatchOutcome:
-        return await self._store.apply_prepared(prepared, committing)
 
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._store.apply_operation_objects(records)

@@ -5,8 +5,7 @@ certificate subject), then must open with a Hello (protocol version, agent id, a
 accounts are registered (PRIMARY / STANDBY / REJECTED) and a Welcome answers with the session
 token, limits, and per account the role and the resume points. Then one task receives and one
 sends: an EventBatch is decoded, its records for accounts this session serves as PRIMARY are
-applied in ONE store transaction, and only after the commit is the Ack queued (server/_ingest.py
-decodes the next batch while the store commits the previous one, in order); Heartbeats are
+applied in ONE store transaction, and only after the commit is the Ack queued; Heartbeats are
 answered; AccountsChanged re-registers; OperationResults go to the operations hook. Everything
 the server sends goes through the session's bounded outbound channel, so Acks, Assignments
 and Operations keep their order. Any malformed message or protocol violation ends the call
@@ -29,11 +28,10 @@ from wire import messages
 
 from ._auth import Authenticator, Principal
 from ._errors import AuthError, InvalidRecord, ServerError, StoreError
-from ._ingest import Ingest
 from ._registry import Claim, Role, RoleChange
 from ._sessions import Session, claim_from_info
 from ._state import ServerState
-from .store import BatchOutcome, scrub_secret_records
+from .store import scrub_secret_records
 
 log = logging.getLogger("server.grpc")
 _CLEANUP_SECONDS = 10.0
@@ -106,12 +104,10 @@ class ConnectHandler:
                 await stream.send(messages.ServerMessage(welcome=welcome))
                 try:
                     async with trio.open_nursery() as nursery:
-                        ingest = self._ingest(session, peer)
                         nursery.start_soon(self._send_loop, stream, session)
                         nursery.start_soon(self._heartbeat_loop, session)
                         nursery.start_soon(self._token_expiry, session, principal)
-                        nursery.start_soon(ingest.run)
-                        await self._receive_loop(stream, session, principal, peer, ingest)
+                        await self._receive_loop(stream, session, principal, peer)
                         nursery.cancel_scope.cancel()
                 except BaseExceptionGroup as group:
                     raise _collapse(group) from None
@@ -219,48 +215,22 @@ class ConnectHandler:
         session.end("its bearer token expired; reconnect with a fresh one")
 
     async def _receive_loop(
-        self,
-        stream: wire.ServerStream,
-        session: Session,
-        principal: Principal,
-        peer: str,
-        ingest: Ingest,
-    ) -> None:
-        try:
-            await self._receive_messages(stream, session, principal, peer, ingest)
-        except wire.Refuse:
-            # The batches before a violation were valid: they land (and are acknowledged)
-            # first, as they did when each batch was applied before the next was read.
-            await ingest.drain()
-            raise
-
-    async def _receive_messages(
-        self,
-        stream: wire.ServerStream,
-        session: Session,
-        principal: Principal,
-        peer: str,
-        ingest: Ingest,
+        self, stream: wire.ServerStream, session: Session, principal: Principal, peer: str
     ) -> None:
         last_seq = 0
         while True:
             try:
                 message = await stream.receive()
             except wire.EndOfStream:
-                await ingest.drain()
                 return
             session.last_seen_ms = _now_ms()
             name, value = betterproto.which_one_of(message, "message")
             if name == "event_batch":
-                last_seq = await self._batch(session, value, last_seq, peer, ingest)
-                continue
-            if name == "heartbeat":
+                last_seq = await self._batch(session, value, last_seq, peer)
+            elif name == "heartbeat":
                 reply = messages.Heartbeat(sent_at_ms=_now_ms())
                 await session.outbound.send(messages.ServerMessage(heartbeat=reply))
-                continue
-            # Everything else acts on what the batches before it wrote: let them land first.
-            await ingest.drain()
-            if name == "accounts_changed":
+            elif name == "accounts_changed":
                 await self._accounts_changed(session, value, principal, peer)
             elif name == "operation_result":
                 await self._state.operations.on_result(session, value)
@@ -269,28 +239,8 @@ class ConnectHandler:
             else:
                 raise _refuse(wire.Status.INVALID_ARGUMENT, "an empty AgentMessage", peer)
 
-    def _ingest(self, session: Session, peer: str) -> Ingest:
-        """The session's batch pipeline: store writes in seq order, each acknowledged after
-        its commit and published on the live feed."""
-
-        async def applied(
-            seq: int, records: Sequence[wire.EventRecord], outcome: BatchOutcome | None
-        ) -> None:
-            if outcome is not None:
-                # Objects a relist found gone are deletions too, for the feed's subscribers.
-                self._state.feed.publish(records, swept=outcome.swept)
-            await session.outbound.send(messages.ServerMessage(ack=messages.Ack(seq=seq)))
-
-        def failed(seq: int, exc: InvalidRecord | StoreError) -> BaseException:
-            if isinstance(exc, InvalidRecord):
-                return _refuse(wire.Status.INVALID_ARGUMENT, f"batch seq {seq}: {exc}", peer)
-            log.error("session %s: store failed on batch seq %d: %s", session.session_id, seq, exc)
-            return wire.Refuse(wire.Status.UNAVAILABLE, "the server's store failed; retry")
-
-        return Ingest(self._state.store, applied, failed)
-
     async def _batch(
-        self, session: Session, batch: messages.EventBatch, last_seq: int, peer: str, ingest: Ingest
+        self, session: Session, batch: messages.EventBatch, last_seq: int, peer: str
     ) -> int:
         if batch.seq <= last_seq:
             raise _refuse(
@@ -298,25 +248,41 @@ class ConnectHandler:
                 f"batch seq {batch.seq} does not follow seq {last_seq}",
                 peer,
             )
-
-        def records() -> list[wire.EventRecord]:
+        try:
+            records = wire.decode_events(batch.records, self._limits)
+        except wire.RecordError as exc:
+            raise _refuse(
+                wire.Status.INVALID_ARGUMENT, f"batch seq {batch.seq}: {exc}", peer
+            ) from exc
+        if batch.count != len(records):
+            raise _refuse(
+                wire.Status.INVALID_ARGUMENT,
+                f"batch seq {batch.seq} says {batch.count} records, holds {len(records)}",
+                peer,
+            )
+        # Secrets lose data/stringData/last-applied here, once, before both the store and
+        # the live feed see them (the agent strips them too; the server does not rely on it).
+        kept = scrub_secret_records(self._served(session, records, batch.seq, peer))
+        if kept:
             try:
-                decoded = wire.decode_events(batch.records, self._limits)
-            except wire.RecordError as exc:
+                outcome = await self._state.store.apply_events(kept)
+            except InvalidRecord as exc:
                 raise _refuse(
                     wire.Status.INVALID_ARGUMENT, f"batch seq {batch.seq}: {exc}", peer
                 ) from exc
-            if batch.count != len(decoded):
-                raise _refuse(
-                    wire.Status.INVALID_ARGUMENT,
-                    f"batch seq {batch.seq} says {batch.count} records, holds {len(decoded)}",
-                    peer,
+            except StoreError as exc:
+                log.error(
+                    "session %s: store failed on batch seq %d: %s",
+                    session.session_id,
+                    batch.seq,
+                    exc,
                 )
-            # Secrets lose data/stringData/last-applied here, once, before both the store and
-            # the live feed see them (the agent strips them too; the server does not rely on it).
-            return scrub_secret_records(self._served(session, decoded, batch.seq, peer))
-
-        await ingest.submit(batch.seq, records)
+                raise wire.Refuse(
+                    wire.Status.UNAVAILABLE, "the server's store failed; retry"
+                ) from exc
+            # Objects a relist found gone are deletions too, for the feed's subscribers.
+            self._state.feed.publish(kept, swept=outcome.swept)
+        await session.outbound.send(messages.ServerMessage(ack=messages.Ack(seq=batch.seq)))
         seq: int = batch.seq
         return seq
 

@@ -1,6 +1,5 @@
 """The server's cache store: one interface (``Store``), SQLite behind it by default."""
 
-from ._prepared import PreparedEvents
 from ._protocol import Store
 from ._records import (
     AccountRecord,
@@ -30,7 +29,6 @@ __all__ = [
     "ObjectRef",
     "OperationEvent",
     "OperationRecord",
-    "PreparedEvents",
     "ResumePoint",
     "SqliteStore",
     "Store",

@@ -6,13 +6,12 @@ replicas can implement the same Protocol later without touching its callers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from wire import EventRecord
 
 from .._errors import StoreError
-from ._prepared import PreparedEvents
 from ._records import (
     AccountRecord,
     AgentRecord,
@@ -38,19 +37,6 @@ class Store(Protocol):
 
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
         """Like apply_batch for records of any accounts: one transaction for the whole batch."""
-        ...
-
-    def prepare_events(self, records: Sequence[EventRecord]) -> PreparedEvents:
-        """The part of apply_events that needs no database: every record checked (raises
-        InvalidRecord naming it) and its row built. Pure CPU, in the caller's thread, so the
-        next batch can be prepared while the store commits the previous one."""
-        ...
-
-    async def apply_prepared(
-        self, prepared: PreparedEvents, committing: Callable[[], None] | None = None
-    ) -> BatchOutcome:
-        """apply_events for a prepared batch. ``committing`` is called in the caller's trio
-        run (soon, not awaited) when the writes are done and the commit starts."""
         ...
 
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:

@@ -11,7 +11,6 @@ import trio
 from wire import EventRecord
 
 from .._errors import StoreClosed, StoreError
-from ._prepared import PreparedEvents, prepare_events
 from ._records import (
     AccountRecord,
     AgentRecord,
@@ -56,18 +55,6 @@ class SqliteStore:
 
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._run(self._c.apply_events, records, None)
-
-    def prepare_events(self, records: Sequence[EventRecord]) -> PreparedEvents:
-        return prepare_events(records, None)
-
-    async def apply_prepared(
-        self, prepared: PreparedEvents, committing: Callable[[], None] | None = None
-    ) -> BatchOutcome:
-        signal = None
-        if committing is not None:
-            token, hook = trio.lowlevel.current_trio_token(), committing
-            signal = lambda: token.run_sync_soon(hook)  # noqa: E731 - from the worker thread
-        return await self._run(self._c.apply_prepared, prepared, signal)
 
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._run(self._c.apply_operation_objects, records)

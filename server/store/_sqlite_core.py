@@ -123,14 +123,11 @@ class SqliteCore(RecordTables):
 
     # -- transactions -------------------------------------------------------------------
 
-    def _write(self, fn: Callable[[], Any], committing: Callable[[], None] | None = None) -> Any:
-        """Run ``fn`` in one write transaction; any failure rolls it back and reloads state.
-        ``committing``, if given, is called between ``fn`` and the COMMIT."""
+    def _write(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` in one write transaction; any failure rolls it back and reloads state."""
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             result = fn()
-            if committing is not None:
-                committing()
             self._conn.execute("COMMIT")
             return result
         except BaseException as exc:
@@ -150,14 +147,10 @@ class SqliteCore(RecordTables):
     # -- events -------------------------------------------------------------------------
 
     def apply_events(self, records: Sequence[EventRecord], account: str | None) -> BatchOutcome:
-        return self.apply_prepared(prepare_events(records, account))
-
-    def apply_prepared(
-        self, prepared: PreparedEvents, committing: Callable[[], None] | None = None
-    ) -> BatchOutcome:
-        """Write a prepared batch in one transaction; ``committing`` is called (in this
-        thread) once the writes are done, just before the COMMIT."""
-        return self._write(lambda: self._apply(prepared), committing)  # type: ignore[no-any-return]
+        """Check every record (InvalidRecord names the first bad one, before anything is
+        written), then write them in one transaction."""
+        prepared = prepare_events(records, account)
+        return self._write(lambda: self._apply(prepared))  # type: ignore[no-any-return]
 
     def _apply(self, prepared: PreparedEvents) -> BatchOutcome:
         conn, now, epoch = self._conn, self._now_ms(), self._epoch
