@@ -483,8 +483,17 @@ class Reflector:
         return entries
 
     def _marker(self, event_type: EventType, resource_version: str) -> Entry:
-        scope = self.target.scope
-        record = EventRecord(
+        record = self._objectless(event_type, resource_version)
+        return Entry(None, EntryKind.BARRIER, self._fixed_size + len(record.scope), record)
+
+    def _bookmark(self, resource_version: str) -> Entry:
+        record = self._objectless(EventType.BOOKMARK, resource_version)
+        size = self._fixed_size + len(record.scope)
+        return Entry(self._bookmark_key, EntryKind.BOOKMARK, size, record)
+
+    def _objectless(self, event_type: EventType, resource_version: str) -> EventRecord:
+        """A record of this watch that carries no object (a sync marker or a bookmark)."""
+        return EventRecord(
             event_type,
             self.account,
             self._api_version,
@@ -494,25 +503,8 @@ class Reflector:
             "",
             resource_version,
             b"",
-            scope,
+            self.target.scope,
         )
-        return Entry(None, EntryKind.BARRIER, self._fixed_size + len(scope), record)
-
-    def _bookmark(self, resource_version: str) -> Entry:
-        scope = self.target.scope
-        record = EventRecord(
-            EventType.BOOKMARK,
-            self.account,
-            self._api_version,
-            self._kind,
-            "",
-            "",
-            "",
-            resource_version,
-            b"",
-            scope,
-        )
-        return Entry(self._bookmark_key, EntryKind.BOOKMARK, self._fixed_size + len(scope), record)
 
     # --- state --------------------------------------------------------------------------
 
