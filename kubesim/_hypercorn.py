@@ -166,20 +166,14 @@ def _sized(response: h11.Response) -> bool:
 class _ProtocolWrapper(ProtocolWrapper):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if type(self.protocol) is H11Protocol:
-            self.protocol = _CoalescingH11Protocol(
-                self.app,
-                self.config,
-                self.context,
-                self.task_group,
-                self.state,
-                self.ssl,
-                self.client,
-                self.server,
-                self.send,
-            )
-        if type(self.protocol) is H2Protocol:
-            self.protocol = _BatchingH2Protocol(
+        # Hypercorn picked the protocol (ALPN, upgrade); ours replace it with the same state.
+        ours: dict[type, type[H11Protocol] | type[H2Protocol]] = {
+            H11Protocol: _CoalescingH11Protocol,
+            H2Protocol: _BatchingH2Protocol,
+        }
+        replacement = ours.get(type(self.protocol))
+        if replacement is not None:
+            self.protocol = replacement(
                 self.app,
                 self.config,
                 self.context,
