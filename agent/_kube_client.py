@@ -485,9 +485,7 @@ class KubeClient:
         refreshable credential is sent once more with the fresh one (as KubeAuth does)."""
         self._check_open(method, path)
         target = self._target(path, params)
-        merged = {"user-agent": "kubesvc-agent", "accept": "application/json"}
-        if headers:
-            merged.update({k.lower(): v for k, v in headers.items()})
+        merged = _short_request_headers(headers)
         length = len(content) if content is not None else None
         if length is None and method in ("POST", "PUT", "PATCH"):
             length = 0
@@ -506,14 +504,24 @@ class KubeClient:
                 raise KubeError(
                     f"{method} {path}: the answer is larger than {max_bytes} bytes"
                 ) from exc
-            if status == 401 and attempt == 0 and self._auth.refused(credential):
-                log.info("401 from %s: refreshing the credential", self.host)
-                fresh_headers, fresh = await self._auth.headers()
-                if fresh != credential:
-                    auth_headers, credential = fresh_headers, fresh
+            if status == 401 and attempt == 0:
+                fresh = await self._refreshed_credential(credential)
+                if fresh is not None:
+                    auth_headers, credential = fresh
                     continue
             return KubeReply(status, reply_headers, body, method, path)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _refreshed_credential(
+        self, credential: Credential
+    ) -> tuple[dict[str, str], Credential] | None:
+        """After a 401: the headers and credential to send once more with, or None when the
+        credential cannot be refreshed or came back the same (as KubeAuth does for httpx)."""
+        if not self._auth.refused(credential):
+            return None
+        log.info("401 from %s: refreshing the credential", self.host)
+        fresh_headers, fresh = await self._auth.headers()
+        return None if fresh == credential else (fresh_headers, fresh)
 
     def _target(self, path: str, params: Mapping[str, str] | None) -> str:
         target = quote(self._base_path + path, safe="/:@!$&'()*+,;=~%-._")
@@ -557,9 +565,7 @@ class KubeClient:
         requests above a GOAWAY's last stream instead of sending them again."""
         self._check_open(method, path)
         target = self._target(path, params)
-        merged = {"accept": "application/json", "user-agent": "kubesvc-agent"}
-        if headers:
-            merged.update({k.lower(): v for k, v in headers.items()})
+        merged = _short_request_headers(headers)
         if content:
             merged["content-length"] = str(len(content))
         auth_headers, credential = await self._auth.headers()
@@ -599,12 +605,11 @@ class KubeClient:
             finally:
                 with trio.CancelScope(shield=True):
                     await connection.close_stream(state)
-            if state.status_code == 401 and not refreshed and self._auth.refused(credential):
+            if state.status_code == 401 and not refreshed:
                 refreshed = True
-                log.info("401 from %s: refreshing the credential", self.host)
-                fresh_headers, fresh = await self._auth.headers()
-                if fresh != credential:
-                    auth_headers, credential = fresh_headers, fresh
+                fresh = await self._refreshed_credential(credential)
+                if fresh is not None:
+                    auth_headers, credential = fresh
                     continue
             reply_headers = state.headers if state.headers is not None else httpx.Headers()
             return KubeReply(state.status_code, reply_headers, bytes(body), method, path)
@@ -767,3 +772,11 @@ async def open_kube_client(
         if len(group.exceptions) == 1:
             raise group.exceptions[0]  # noqa: B904 - keeps the error's own __cause__
         raise
+
+
+def _short_request_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """The headers of a short request on our own pools (names lowercased), the caller's last."""
+    merged = {"user-agent": "kubesvc-agent", "accept": "application/json"}
+    if headers:
+        merged.update({k.lower(): v for k, v in headers.items()})
+    return merged
