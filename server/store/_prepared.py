@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -41,57 +42,76 @@ class _Head(msgspec.Struct):
 _decode_head = msgspec.json.Decoder(_Head).decode
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectParts:
-    """What an ADDED/MODIFIED record contributes to its row beyond the record's own fields."""
-
-    labels: str | None  # JSON text of metadata.labels, None when it has none
-    body: bytes  # the object JSON, Secrets scrubbed
+# The parameters of the store's object upsert, in its column order. A prepared row carries
+# every one of them; the epoch and write time are filled in inside the transaction (a
+# SYNC_BEGIN earlier in the same batch moves the epoch).
+UPSERT_COLUMNS = (
+    "account",
+    "grp",
+    "kind",
+    "namespace",
+    "name",
+    "api_version",
+    "uid",
+    "resource_version",
+    "epoch",
+    "updated_at_ms",
+    "labels",
+    "body",
+)
+EPOCH_SLOT = UPSERT_COLUMNS.index("epoch")
+TIME_SLOT = UPSERT_COLUMNS.index("updated_at_ms")
 
 
 @dataclass(frozen=True, slots=True)
 class PreparedEvents:
-    """A validated batch: per record its API group and, for objects written, its parts."""
+    """A validated batch: per record its API group and, for objects written, the upsert's
+    parameters (a list, so the epoch and time slots can be set at write time)."""
 
     records: Sequence[EventRecord]
     groups: list[str]
-    parts: list[ObjectParts | None]
+    rows: list[list[Any] | None]
 
 
 def prepare_events(records: Sequence[EventRecord], account: str | None) -> PreparedEvents:
-    """Check every record and build its row parts; raises InvalidRecord naming the record
-    (by index) and what is wrong with it, before anything is written.
+    """Check every record and build its row; raises InvalidRecord naming the record (by
+    index) and what is wrong with it, before anything is written.
 
     ``account``, when given, is the one account every record must belong to.
     """
     groups: list[str] = []
-    parts: list[ObjectParts | None] = []
+    rows: list[list[Any] | None] = []
     for index, r in enumerate(records):
         if account is not None and r.account != account:
             raise InvalidRecord(f"record {index} is for account {r.account!r}, not {account!r}")
         t = r.type
         if t not in _KNOWN:
             raise InvalidRecord(f"record {index}: unknown event type {t}")
-        group = _group(r.api_version)
+        group = _GROUPS.get(r.api_version)
+        if group is None:
+            group = _group(r.api_version)
         groups.append(group)
-        if t in (_ADDED, _MODIFIED, _DELETED) and not (r.account and r.kind and r.name):
-            raise InvalidRecord(f"record {index}: account, kind and name are required")
-        parts.append(object_parts(index, r, group) if t in (_ADDED, _MODIFIED) else None)
-    return PreparedEvents(records, groups, parts)
+        if t in (_ADDED, _MODIFIED):
+            if not (r.account and r.kind and r.name):
+                raise InvalidRecord(f"record {index}: account, kind and name are required")
+            rows.append(upsert_row(index, r, group))
+        else:
+            if t == _DELETED and not (r.account and r.kind and r.name):
+                raise InvalidRecord(f"record {index}: account, kind and name are required")
+            rows.append(None)
+    return PreparedEvents(records, groups, rows)
 
 
 def _group(api_version: str) -> str:
-    group = _GROUPS.get(api_version)
-    if group is None:
-        group = group_of(api_version)
-        if len(_GROUPS) < _MAX_GROUPS:
-            _GROUPS[api_version] = group
+    group = group_of(api_version)
+    if len(_GROUPS) < _MAX_GROUPS:
+        _GROUPS[api_version] = group
     return group
 
 
-def object_parts(index: int, r: EventRecord, group: str) -> ObjectParts:
-    """The labels and stored body of record ``index``; raises InvalidRecord if its object is
-    not JSON."""
+def upsert_row(index: int, r: EventRecord, group: str, epoch: int = 0, now: int = 0) -> list[Any]:
+    """The upsert parameters of record ``index`` (an ADDED/MODIFIED object): its labels
+    pulled out, a Secret scrubbed. Raises InvalidRecord if its object is not JSON."""
     body = r.object
     if r.kind == "Secret" and group == "":
         # Defence in depth: the ingest paths scrub Secrets already (server/_grpc.py,
@@ -104,4 +124,17 @@ def object_parts(index: int, r: EventRecord, group: str) -> ObjectParts:
             f"record {index} ({r.kind} {r.namespace}/{r.name}): object is not valid "
             f"Kubernetes JSON: {exc}"
         ) from exc
-    return ObjectParts(encode(labels).decode() if labels else None, body)
+    return [
+        r.account,
+        group,
+        r.kind,
+        r.namespace,
+        r.name,
+        r.api_version,
+        r.uid,
+        r.resource_version,
+        epoch,
+        now,
+        encode(labels).decode() if labels else None,
+        body,
+    ]

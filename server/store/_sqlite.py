@@ -1,4 +1,5 @@
-"""The SQLite store: SqliteCore driven from trio through one serialized worker thread."""
+"""The SQLite store: SqliteCore driven from trio through one serialized worker thread, and a
+WalCheckpointer copying its commits into the database file on another."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import trio
 from wire import EventRecord
 
 from .._errors import StoreClosed, StoreError
+from ._checkpointer import MAX_LOG_BYTES, WalCheckpointer
 from ._records import (
     AccountRecord,
     AgentRecord,
@@ -35,14 +37,32 @@ class SqliteStore:
     left half done. Obtain one with ``open_sqlite_store``.
     """
 
-    def __init__(self, core: SqliteCore, limiter: trio.CapacityLimiter) -> None:
+    def __init__(
+        self,
+        core: SqliteCore,
+        limiter: trio.CapacityLimiter,
+        checkpointer: WalCheckpointer | None = None,
+    ) -> None:
         self._core: SqliteCore | None = core
         self._limiter = limiter
+        self._checkpointer = checkpointer
 
     async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._core is None:
             raise StoreClosed("the store is closed")
         return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._limiter)
+
+    async def _write(self, nbytes: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``_run`` for a call that writes about ``nbytes``: it waits while the WAL is over
+        its bound, and tells the checkpointer it has frames to copy."""
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            return await self._run(fn, *args, **kwargs)
+        await checkpointer.admit()
+        try:
+            return await self._run(fn, *args, **kwargs)
+        finally:
+            checkpointer.committed(nbytes)
 
     @property
     def _c(self) -> SqliteCore:
@@ -51,13 +71,13 @@ class SqliteStore:
         return self._core
 
     async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
-        return await self._run(self._c.apply_events, records, account)
+        return await self._write(_size(records), self._c.apply_events, records, account)
 
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
-        return await self._run(self._c.apply_events, records, None)
+        return await self._write(_size(records), self._c.apply_events, records, None)
 
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
-        return await self._run(self._c.apply_operation_objects, records)
+        return await self._write(_size(records), self._c.apply_operation_objects, records)
 
     async def get_object(
         self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str
@@ -95,7 +115,7 @@ class SqliteStore:
         return await self._run(self._c.resume_points, account)
 
     async def upsert_account(self, record: AccountRecord) -> None:
-        await self._run(self._c.upsert_account, record)
+        await self._write(_SMALL, self._c.upsert_account, record)
 
     async def get_account(self, name: str) -> AccountRecord | None:
         return await self._run(self._c.get_account, name)
@@ -104,22 +124,22 @@ class SqliteStore:
         return await self._run(self._c.list_accounts)
 
     async def delete_account(self, name: str) -> bool:
-        return await self._run(self._c.delete_account, name)
+        return await self._write(_SMALL, self._c.delete_account, name)
 
     async def upsert_agent(self, record: AgentRecord) -> None:
-        await self._run(self._c.upsert_agent, record)
+        await self._write(_SMALL, self._c.upsert_agent, record)
 
     async def delete_agent(self, session_id: str) -> None:
-        await self._run(self._c.delete_agent, session_id)
+        await self._write(_SMALL, self._c.delete_agent, session_id)
 
     async def list_agents(self) -> list[AgentRecord]:
         return await self._run(self._c.list_agents)
 
     async def record_operation(self, record: OperationRecord, message: str = "") -> None:
-        await self._run(self._c.record_operation, record, message)
+        await self._write(_SMALL, self._c.record_operation, record, message)
 
     async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
-        await self._run(self._c.record_operations, items)
+        await self._write(_SMALL, self._c.record_operations, items)
 
     async def record_operations_and_objects(
         self,
@@ -133,7 +153,7 @@ class SqliteStore:
             core.record_operations(items)
             return errors
 
-        return await self._run(both)
+        return await self._write(sum(map(_size, objects)), both)
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
         return await self._run(self._c.get_operation, operation_id)
@@ -152,6 +172,16 @@ class SqliteStore:
         if core is not None:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(core.close, limiter=self._limiter)
+
+
+# What a write of accounts, agents or operations adds to the log, about: a page or two.
+_SMALL = 8192
+
+
+def _size(records: Sequence[EventRecord]) -> int:
+    """About what writing ``records`` adds to the log: their objects, and a page for the
+    index entries and the resume points."""
+    return sum(len(r.object) for r in records) + 4096
 
 
 def _apply_groups(
@@ -179,18 +209,37 @@ def _apply_groups(
 
 @asynccontextmanager
 async def open_sqlite_store(
-    path: str, *, now_ms: Callable[[], int] = wall_clock_ms
+    path: str,
+    *,
+    now_ms: Callable[[], int] = wall_clock_ms,
+    max_wal_bytes: int = MAX_LOG_BYTES,
 ) -> AsyncIterator[SqliteStore]:
     """Open (creating and migrating as needed) the SQLite store at ``path`` or ``":memory:"``.
 
     ``now_ms`` stamps resume points and records (wall-clock milliseconds by default, so ages
-    survive restarts). Raises StoreError/SchemaError when the file cannot be opened or
-    migrated. The store is closed on exit.
+    survive restarts). A file's write-ahead log is kept under ``max_wal_bytes`` plus one
+    transaction (see ``_checkpointer``). Raises StoreError/SchemaError when the file cannot be
+    opened or migrated. The store is closed on exit.
     """
     limiter = trio.CapacityLimiter(1)
     core = await trio.to_thread.run_sync(SqliteCore, path, now_ms, limiter=limiter)
-    store = SqliteStore(core, limiter)
+    checkpointer = (
+        WalCheckpointer(path, core.page_size, max_log_bytes=max_wal_bytes) if core.wal else None
+    )
+    store = SqliteStore(core, limiter, checkpointer)
     try:
-        yield store
+        async with trio.open_nursery() as nursery:
+            if checkpointer is not None:
+                nursery.start_soon(checkpointer.run)
+            try:
+                yield store
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The nursery wraps what the caller's block raised; hand back that exception itself
+        # (the checkpointer task raises nothing of its own).
+        if len(group.exceptions) != 1:
+            raise
+        raise group.exceptions[0] from None
     finally:
         await store.aclose()

@@ -376,3 +376,31 @@ async def test_an_open_bracket_in_one_namespace_does_not_freeze_the_others() -> 
             await store.apply_batch(ACCOUNT, [in_b("y", "20")])
             points = {p.scope: p.resource_version for p in await store.resume_points(ACCOUNT)}
             assert points == {"b": "20"}
+
+
+async def test_the_write_ahead_log_stays_under_its_bound(tmp_path: Path) -> None:
+    # The checkpointer copies commits into the file from its own thread; a writer that
+    # outruns it waits at the bound, and the log rewinds instead of growing with the data.
+    path = str(tmp_path / "cache.db")
+    bound = 256 * 1024
+    pad = {"status": {"pad": "x" * 4000}}
+    with trio.fail_after(30):
+        async with open_sqlite_store(path, max_wal_bytes=bound) as store:
+            wal = trio.Path(path + "-wal")
+            largest = 0
+            for batch in range(40):  # ~6.4 MB of objects, 25 times the bound
+                await store.apply_batch(
+                    ACCOUNT,
+                    [obj(f"p{batch}-{i}", rv=str(batch), extra=pad) for i in range(40)],
+                )
+                largest = max(largest, (await wal.stat()).st_size)
+            assert await store.count_objects(ACCOUNT) == 1600
+        # The bound plus a transaction or two (each ~290 KB of frames here: 40 objects that
+        # each fill an overflow page, estimated from their ~170 KB of JSON), where an
+        # unchecked log would have held all ~6.4 MB.
+        assert largest < bound + 2 * 330 * 1024
+        async with open_sqlite_store(path) as store:
+            assert await store.count_objects(ACCOUNT) == 1600
+            got = await store.get_object(ACCOUNT, "v1", "Pod", "default", "p39-39")
+            assert got is not None
+            assert json.loads(got.body)["status"]["pad"] == "x" * 4000
