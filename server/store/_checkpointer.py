@@ -23,9 +23,10 @@ a quarter of the bound (at most ``HURRY_BYTES``) was written since the last pass
 from __future__ import annotations
 
 import logging
-import sqlite3
 from dataclasses import dataclass
+from typing import cast
 
+import apsw
 import trio
 
 log = logging.getLogger("server.store")
@@ -60,7 +61,7 @@ class WalCheckpointer:
         self._max_bytes = max_log_bytes
         self._hurry_bytes = max(1, min(HURRY_BYTES, max_log_bytes // 4))
         self._limiter = trio.CapacityLimiter(1)
-        self._conn: sqlite3.Connection | None = None
+        self._conn: apsw.Connection | None = None
         self._commits = 0  # writes committed so far
         self._checked = -1  # the commit count when the last finished pass began
         self._log_bytes = 0  # the log's size at the last pass
@@ -105,7 +106,7 @@ class WalCheckpointer:
                 began, self._unseen = self._commits, 0
                 try:
                     result = await trio.to_thread.run_sync(self._pass, limiter=self._limiter)
-                except sqlite3.Error as exc:
+                except apsw.Error as exc:
                     log.warning("WAL checkpoint failed (retried after the next commit): %s", exc)
                     result = PassResult(busy=False, frames=0, copied=0)
                 self._checked = began
@@ -122,12 +123,13 @@ class WalCheckpointer:
 
     def _pass(self) -> PassResult:
         if self._conn is None:
-            self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            self._conn = apsw.Connection(self._path)
             self._conn.execute("PRAGMA synchronous=NORMAL")
         # fetchall: a statement left unfinished would keep a read lock, and the log could
         # never rewind.
-        [(busy, frames, copied)] = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        return PassResult(bool(busy), int(frames), int(copied))
+        [row] = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        busy, frames, copied = cast(tuple[int, int, int], row)
+        return PassResult(bool(busy), frames, copied)
 
     def _close(self) -> None:
         if self._conn is not None:

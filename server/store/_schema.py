@@ -13,8 +13,9 @@ the row's first page.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
+
+import apsw
 
 from .._errors import SchemaError
 
@@ -75,18 +76,18 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
-def current_version(conn: sqlite3.Connection) -> int:
+def current_version(conn: apsw.Connection) -> int:
     """The highest applied migration (0 for a new database)."""
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_version("
         "version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL, description TEXT NOT NULL)"
     )
-    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-    return int(row[0] or 0)
+    # .get: the single value of a one-row, one-column result.
+    return int(conn.execute("SELECT max(version) FROM schema_version").get or 0)
 
 
 def migrate(
-    conn: sqlite3.Connection, now_ms: int, migrations: tuple[Migration, ...] = MIGRATIONS
+    conn: apsw.Connection, now_ms: int, migrations: tuple[Migration, ...] = MIGRATIONS
 ) -> int:
     """Apply the missing migrations in order; returns the resulting version.
 
@@ -111,7 +112,7 @@ def migrate(
                 (step.version, now_ms, step.description),
             )
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except apsw.Error as exc:
             conn.execute("ROLLBACK")
             raise SchemaError(
                 f"migration {step.version} ({step.description}) failed: {exc}"

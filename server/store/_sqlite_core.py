@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import base64
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import apsw
 import msgspec
 
 from wire import EventRecord, EventType
@@ -94,16 +94,16 @@ def _untoken(token: str) -> list[str]:
 
 
 class SqliteCore(RecordTables):
-    """The store's operations on one sqlite3 connection. Not thread-safe: callers serialize."""
+    """The store's operations on one SQLite connection. Not thread-safe: callers serialize."""
 
     def __init__(self, path: str, now_ms: Callable[[], int]) -> None:
         self._now_ms = now_ms
         try:
-            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            self._conn = apsw.Connection(path)
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").get
             # A file database is in WAL mode; an in-memory one keeps its journal in memory.
             self.wal = str(mode).lower() == "wal"
-            self.page_size = int(self._conn.execute("PRAGMA page_size").fetchone()[0])
+            self.page_size = int(self._conn.execute("PRAGMA page_size").get)
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA busy_timeout=5000")
             # The store's WalCheckpointer copies the log into the file from its own thread
@@ -112,14 +112,12 @@ class SqliteCore(RecordTables):
             self._conn.execute("PRAGMA mmap_size=268435456")
             self._conn.execute("PRAGMA cache_size=-65536")
             migrate(self._conn, now_ms())
-        except sqlite3.Error as exc:
+        except apsw.Error as exc:
             raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from exc
         self._load_sync_state()
 
     def _load_sync_state(self) -> None:
-        self._epoch = int(
-            self._conn.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()[0]
-        )
+        self._epoch = int(self._conn.execute("SELECT value FROM meta WHERE key='epoch'").get)
         self._open_syncs: dict[tuple[str, str, str, str], int] = {
             (a, g, k.lower(), s): e
             for a, g, k, s, e in self._conn.execute(
@@ -143,14 +141,14 @@ class SqliteCore(RecordTables):
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             self._load_sync_state()
-            if isinstance(exc, sqlite3.Error):
+            if isinstance(exc, apsw.Error):
                 raise StoreError(f"store write failed: {exc}") from exc
             raise
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         try:
             return self._conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
+        except apsw.Error as exc:
             raise StoreError(f"store read failed: {exc}") from exc
 
     # -- events -------------------------------------------------------------------------
@@ -274,7 +272,7 @@ class SqliteCore(RecordTables):
         if r.scope:
             where += " AND namespace=?"
             params.append(r.scope)
-        rows = self._conn.execute(
+        rows: list[Any] = self._conn.execute(
             f"DELETE FROM objects WHERE {where} RETURNING account, api_version, kind, namespace,"
             " name",
             params,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import apsw
 import msgspec
 
 from ._records import AccountRecord, AccountState, AgentRecord, OperationEvent, OperationRecord
@@ -18,7 +18,7 @@ class RecordTables:
     """Accounts, agents and operations; mixed into SqliteCore, which provides the connection
     and the transaction helpers."""
 
-    _conn: sqlite3.Connection
+    _conn: apsw.Connection
     _now_ms: Callable[[], int]
     _open_syncs: dict[tuple[str, str, str, str], int]
 
@@ -83,7 +83,8 @@ class RecordTables:
         def delete() -> bool:
             for table in ("objects", "resource_versions", "sync_state"):
                 self._conn.execute(f"DELETE FROM {table} WHERE account=?", (name,))
-            gone = self._conn.execute("DELETE FROM accounts WHERE name=?", (name,)).rowcount
+            self._conn.execute("DELETE FROM accounts WHERE name=?", (name,))
+            gone = self._conn.changes()
             return bool(gone)
 
         existed: bool = self._write(delete)

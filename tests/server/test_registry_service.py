@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import apsw
 import pytest
 import trio
 import trio.testing
@@ -125,7 +125,9 @@ async def test_a_store_failure_in_the_grace_timer_is_logged_and_retried(
             service.registry.open_session("s1", "agent")
             service.registry.register("s1", PROD, wall_ms())
             await service.persist()
-            blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            # The store's own SQLite (APSW's): two SQLite libraries in one process do not see
+            # each other's POSIX locks.
+            blocker = apsw.Connection(path)
             try:
                 blocker.execute("BEGIN EXCLUSIVE")  # every write now fails after busy_timeout
                 async with trio.open_nursery() as nursery:
