@@ -109,9 +109,12 @@ def _group(api_version: str) -> str:
     return group
 
 
-def upsert_row(index: int, r: EventRecord, group: str, epoch: int = 0, now: int = 0) -> list[Any]:
+def upsert_row(
+    index: int, r: EventRecord, group: str, epoch: int | None = None, now: int | None = None
+) -> list[Any]:
     """The upsert parameters of record ``index`` (an ADDED/MODIFIED object): its labels
-    pulled out, a Secret scrubbed. Raises InvalidRecord if its object is not JSON."""
+    pulled out, a Secret scrubbed. Raises InvalidRecord if its object is not JSON. Epoch and
+    time left None must be filled in before the write (their columns refuse NULL)."""
     body = r.object
     if r.kind == "Secret" and group == "":
         # Defence in depth: the ingest paths scrub Secrets already (server/_grpc.py,

@@ -46,6 +46,10 @@ class SqliteStore:
         self._core: SqliteCore | None = core
         self._limiter = limiter
         self._checkpointer = checkpointer
+        # Held across admit and the write: a writer is admitted against the log's size only
+        # once the write before it has committed (else each writer queued on the limiter
+        # would be let in against the same stale size).
+        self._write_lock = trio.Lock()
 
     async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._core is None:
@@ -58,11 +62,12 @@ class SqliteStore:
         checkpointer = self._checkpointer
         if checkpointer is None:
             return await self._run(fn, *args, **kwargs)
-        await checkpointer.admit()
-        try:
-            return await self._run(fn, *args, **kwargs)
-        finally:
-            checkpointer.committed(nbytes)
+        async with self._write_lock:
+            await checkpointer.admit()
+            try:
+                return await self._run(fn, *args, **kwargs)
+            finally:
+                checkpointer.committed(nbytes)
 
     @property
     def _c(self) -> SqliteCore:
@@ -227,6 +232,7 @@ async def open_sqlite_store(
         WalCheckpointer(path, core.page_size, max_log_bytes=max_wal_bytes) if core.wal else None
     )
     store = SqliteStore(core, limiter, checkpointer)
+    sole: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             if checkpointer is not None:
@@ -236,10 +242,13 @@ async def open_sqlite_store(
             finally:
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        # The nursery wraps what the caller's block raised; hand back that exception itself
-        # (the checkpointer task raises nothing of its own).
+        # The nursery wraps what the caller's block (or, on a bug, the checkpointer) raised.
+        # A single exception goes back as itself, re-raised below, outside this handler, so
+        # its own cause and context stay as they were.
         if len(group.exceptions) != 1:
             raise
-        raise group.exceptions[0] from None
+        sole = group.exceptions[0]
     finally:
         await store.aclose()
+    if sole is not None:
+        raise sole

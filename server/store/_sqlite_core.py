@@ -233,7 +233,7 @@ class SqliteCore(RecordTables):
         def write() -> BatchOutcome:
             now = self._now_ms()
             rows = [
-                self._object_row(i, r, group_of(r.api_version), now)
+                upsert_row(i, r, group_of(r.api_version), self._epoch, now)
                 for i, r in enumerate(records)
                 if r.type != _DELETED
             ]
@@ -247,9 +247,6 @@ class SqliteCore(RecordTables):
             return BatchOutcome(upserted=len(rows), deleted=len(gone))
 
         return self._write(write)  # type: ignore[no-any-return]
-
-    def _object_row(self, index: int, r: EventRecord, group: str, now: int) -> list[Any]:
-        return upsert_row(index, r, group, self._epoch, now)
 
     def _end_sync(self, r: EventRecord, group: str) -> list[ObjectRef]:
         key = (r.account, group, r.kind.lower(), r.scope)

@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 import trio
 
-from server import InvalidQuery, InvalidRecord, SchemaError, StoreClosed
+from server import InvalidQuery, InvalidRecord, SchemaError, StoreClosed, StoreError
 from server.store import (
     MIGRATIONS,
     AccountRecord,
     AccountState,
     OperationRecord,
+    SqliteStore,
     open_sqlite_store,
 )
+from server.store._checkpointer import WalCheckpointer
 from wire import EventRecord, EventType
 
 ACCOUNT = "prod"
@@ -378,22 +380,30 @@ async def test_an_open_bracket_in_one_namespace_does_not_freeze_the_others() -> 
             assert points == {"b": "20"}
 
 
-async def test_the_write_ahead_log_stays_under_its_bound(tmp_path: Path) -> None:
+@pytest.mark.parametrize("writers", [1, 8])
+async def test_the_write_ahead_log_stays_under_its_bound(tmp_path: Path, writers: int) -> None:
     # The checkpointer copies commits into the file from its own thread; a writer that
     # outruns it waits at the bound, and the log rewinds instead of growing with the data.
+    # Several writers (sessions) at once are admitted one after the other.
     path = str(tmp_path / "cache.db")
     bound = 256 * 1024
-    pad = {"status": {"pad": "x" * 4000}}
+    pad: dict[str, object] = {"status": {"pad": "x" * 4000}}
+    wal = trio.Path(path + "-wal")
+    largest = 0
+
+    async def write(store: SqliteStore, first: int) -> None:
+        nonlocal largest
+        for batch in range(first, 40, writers):
+            await store.apply_batch(
+                ACCOUNT, [obj(f"p{batch}-{i}", rv=str(batch), extra=pad) for i in range(40)]
+            )
+            largest = max(largest, (await wal.stat()).st_size)
+
     with trio.fail_after(30):
         async with open_sqlite_store(path, max_wal_bytes=bound) as store:
-            wal = trio.Path(path + "-wal")
-            largest = 0
-            for batch in range(40):  # ~6.4 MB of objects, 25 times the bound
-                await store.apply_batch(
-                    ACCOUNT,
-                    [obj(f"p{batch}-{i}", rv=str(batch), extra=pad) for i in range(40)],
-                )
-                largest = max(largest, (await wal.stat()).st_size)
+            async with trio.open_nursery() as nursery:
+                for first in range(writers):  # ~6.4 MB of objects, 25 times the bound
+                    nursery.start_soon(write, store, first)
             assert await store.count_objects(ACCOUNT) == 1600
         # The bound plus a transaction or two (each ~290 KB of frames here: 40 objects that
         # each fill an overflow page, estimated from their ~170 KB of JSON), where an
@@ -404,3 +414,36 @@ async def test_the_write_ahead_log_stays_under_its_bound(tmp_path: Path) -> None
             got = await store.get_object(ACCOUNT, "v1", "Pod", "default", "p39-39")
             assert got is not None
             assert json.loads(got.body)["status"]["pad"] == "x" * 4000
+
+
+async def test_a_log_over_its_bound_with_failing_checkpoints_refuses_writes(
+    tmp_path: Path,
+) -> None:
+    # A checkpointer whose passes fail (here it cannot open its file) must not let the log
+    # grow without a bound: after MAX_FAILURES passes in a row, a write over it fails.
+    checkpointer = WalCheckpointer(str(tmp_path / "missing" / "cache.db"), 4096, max_log_bytes=1)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(checkpointer.run)
+            await checkpointer.admit()  # an empty log is under any bound
+            checkpointer.committed(4096)
+            with pytest.raises(StoreError, match=r"the last 3 checkpoints failed: .*"):
+                await checkpointer.admit()
+            nursery.cancel_scope.cancel()
+        with pytest.raises(StoreClosed):
+            await checkpointer.admit()
+
+
+async def test_an_error_leaving_the_store_block_keeps_its_cause(tmp_path: Path) -> None:
+    # The store's nursery (its checkpointer) must not show up around, or rewrite the chain
+    # of, what the caller's own block raised.
+    async def fail_inside() -> None:
+        async with open_sqlite_store(str(tmp_path / "cache.db")):
+            try:
+                int("not a number")
+            except ValueError as exc:
+                raise StoreError("wrapped") from exc
+
+    with trio.fail_after(10), pytest.raises(StoreError) as caught:
+        await fail_inside()
+    assert isinstance(caught.value.__cause__, ValueError)
