@@ -7,7 +7,13 @@ from pathlib import Path
 import trio
 
 import kubesim
-from tests.agent.operations_harness import assert_ok, deployment, open_ops_bench, replica_set
+from tests.agent.operations_harness import (
+    assert_ok,
+    deployment,
+    open_ops_bench,
+    replica_set,
+    widget_crd,
+)
 
 
 def _names(sim: kubesim.Cluster, group: str, plural: str, namespace: str = "default") -> set[str]:
@@ -276,29 +282,7 @@ async def test_source_capacity_traffic_secrets_and_a_crd_with_its_resources(
         "metadata": {"name": "creds"},
         "stringData": {"password": "hunter2"},
     }
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {
-            "group": "example.com",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    crd = widget_crd()
     widget = {
         "apiVersion": "example.com/v1",
         "kind": "Widget",

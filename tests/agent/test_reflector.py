@@ -33,6 +33,7 @@ from agent._kube_client import KubeClient, open_kube_client
 from budget import ByteBudget, EventSender, open_event_channel
 from wire import EventType
 
+from .operations_harness import widget_crd
 from .reflector_harness import Receiver
 
 # A watch is abandoned mid-body by design (410 in the stream, inactivity, cancellation); httpx's
@@ -363,32 +364,6 @@ async def test_the_inactivity_deadline_drops_a_stalled_watch(tmp_path: Path) -> 
             await env.receiver.wait_for(lambda: "c" in env.receiver.names("Pod"))
             assert reflector.state.lists == 1
             assert env.server.requests.count("list", "pods") == 1
-
-
-def widget_crd() -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {
-            "group": "example.com",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        },
-                    },
-                }
-            ],
-        },
-    }
 
 
 async def test_rediscovery_starts_new_crds_and_stops_removed_ones(tmp_path: Path) -> None:
