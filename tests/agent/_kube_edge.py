@@ -1,16 +1,15 @@
 """The I/O edge for the Kubernetes client tests: certificates and a tiny real HTTPS server.
 
-``make_pki`` writes a CA, a serving certificate for 127.0.0.1/localhost and a client
-certificate with ``cryptography``. ``serve_api`` runs Hypercorn on trio on 127.0.0.1 port 0
-(TLS with h2 by ALPN, or plain HTTP) with an ASGI app answering from a scripted handler and
-recording what it saw. This stands in for kubesim until its server is available; it fakes the
-network peer only, never our own classes.
+``make_pki`` makes a CA, a serving certificate for 127.0.0.1/localhost and a client
+certificate with kubesvc's own issuer (``kubesvc certs``). ``serve_api`` runs Hypercorn on
+trio on 127.0.0.1 port 0 (TLS with h2 by ALPN, or plain HTTP) with an ASGI app answering from
+a scripted handler and recording what it saw. This stands in for kubesim until its server is
+available; it fakes the network peer only, never our own classes.
 """
 
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import json
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,12 +19,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import trio
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
+
+from kubesvc._certs import issue_ca, issue_leaf
 
 
 @dataclass
@@ -43,87 +40,29 @@ class Pki:
         return path
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
 def make_pki(folder: Path) -> Pki:
+    """A CA, a server certificate for localhost/127.0.0.1 and a client certificate (CN
+    admin), issued the way ``kubesvc certs`` issues them; the leaves are valid for a day."""
     now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("test-ca"))
-        .issuer_name(_name("test-ca"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
+    ca = issue_ca(days=2, now=now, common_name="test-ca")
+    server = issue_leaf(
+        ca,
+        common_name="kube-apiserver",
+        organization="kubesvc tests",
+        days=1,
+        now=now,
+        sans=("localhost", "127.0.0.1"),
+        server=True,
     )
-
-    def leaf(common_name: str, usage: x509.ObjectIdentifier, server: bool) -> tuple[bytes, bytes]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(common_name))
-            .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
-            )
-        )
-        if server:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [
-                        x509.DNSName("localhost"),
-                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                    ]
-                ),
-                critical=False,
-            )
-        cert = builder.sign(ca_key, hashes.SHA256())
-        return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
-
-    server_cert, server_key = leaf("kube-apiserver", ExtendedKeyUsageOID.SERVER_AUTH, True)
-    client_cert, client_key = leaf("admin", ExtendedKeyUsageOID.CLIENT_AUTH, False)
+    client = issue_leaf(
+        ca, common_name="admin", organization="kubesvc tests", days=1, now=now, server=False
+    )
     return Pki(
-        ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
-        server_cert_pem=server_cert,
-        server_key_pem=server_key,
-        client_cert_pem=client_cert,
-        client_key_pem=client_key,
+        ca_pem=ca.cert_pem,
+        server_cert_pem=server.cert_pem,
+        server_key_pem=server.key_pem,
+        client_cert_pem=client.cert_pem,
+        client_key_pem=client.key_pem,
         folder=folder,
     )
 
