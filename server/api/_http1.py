@@ -369,34 +369,32 @@ class _Connection:
         parts: list[bytes] = []
         size_total = 0
         while True:
-            end = self.buffer.find(b"\r\n")
-            while end < 0:
-                if len(self.buffer) > MAX_HEAD or not await self._fill():
-                    raise _BadRequest(400, "malformed chunked body")
-                end = self.buffer.find(b"\r\n")
-            size_text = bytes(self.buffer[:end]).split(b";", 1)[0].strip()
-            del self.buffer[: end + 2]
+            size_text = (await self._line()).split(b";", 1)[0].strip()
             try:
                 size = int(size_text, 16)
             except ValueError:
                 raise _BadRequest(400, "malformed chunk size") from None
             if size == 0:
-                # Trailers (ignored) up to the blank line.
-                while True:
-                    end = self.buffer.find(b"\r\n")
-                    while end < 0:
-                        if len(self.buffer) > MAX_HEAD or not await self._fill():
-                            raise _BadRequest(400, "malformed chunked body")
-                        end = self.buffer.find(b"\r\n")
-                    line = bytes(self.buffer[:end])
-                    del self.buffer[: end + 2]
-                    if not line:
-                        return b"".join(parts)
+                while await self._line():  # trailers (ignored) up to the blank line
+                    pass
+                return b"".join(parts)
             size_total += size
             if size_total > self.max_body:
                 raise _BadRequest(413, "Content Too Large")
             parts.append(await self._body(size))
             await self._body(2)  # the CRLF after the chunk
+
+    async def _line(self) -> bytes:
+        """One CRLF-ended line of a chunked body (a size line or a trailer), without its CRLF;
+        400 when none ends within MAX_HEAD bytes or the client stops sending."""
+        end = self.buffer.find(b"\r\n")
+        while end < 0:
+            if len(self.buffer) > MAX_HEAD or not await self._fill():
+                raise _BadRequest(400, "malformed chunked body")
+            end = self.buffer.find(b"\r\n")
+        line = bytes(self.buffer[:end])
+        del self.buffer[: end + 2]
+        return line
 
     async def _run_app(
         self, scope: dict[str, Any], body: bytes, keep: bool, head_only: bool
