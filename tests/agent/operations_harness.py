@@ -110,6 +110,23 @@ def deployment(name: str = "api", image: str = "nginx:1", replicas: int = 1) -> 
     }
 
 
+def job(name: str = "migrate") -> dict[str, Any]:
+    """A Job running busybox once."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "m", "image": "busybox"}],
+                }
+            }
+        },
+    }
+
+
 def widget_crd() -> dict[str, Any]:
     """A namespaced CRD for kind Widget in group example.com, v1, any fields."""
     return {

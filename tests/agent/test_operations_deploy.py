@@ -10,6 +10,7 @@ import kubesim
 from tests.agent.operations_harness import (
     assert_ok,
     deployment,
+    job,
     open_ops_bench,
     replica_set,
     widget_crd,
@@ -235,26 +236,14 @@ async def test_a_forbidden_kind_fails_with_the_403_message(tmp_path: Path) -> No
 async def test_run_job_creates_a_new_job_each_time_and_refuses_other_kinds(
     tmp_path: Path,
 ) -> None:
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "migrate"},
-        "spec": {
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "m", "image": "busybox"}],
-                }
-            }
-        },
-    }
+    migrate = job("migrate")
     with trio.fail_after(30):
         async with open_ops_bench(tmp_path) as bench:
             one = await bench.run(
-                "runJob", {"namespace": "default", "manifest": job, "application": "shop"}
+                "runJob", {"namespace": "default", "manifest": migrate, "application": "shop"}
             )
             two = await bench.run(
-                "runJob", {"namespace": "default", "manifest": job, "application": "shop"}
+                "runJob", {"namespace": "default", "manifest": migrate, "application": "shop"}
             )
             jobs = _names(bench.sim, "batch", "jobs")
             refused = await bench.run("runJob", {"namespace": "default", "manifest": deployment()})

@@ -8,19 +8,10 @@ from pathlib import Path
 import trio
 
 from agent._operations import OperationExecutor
-from tests.agent.operations_harness import Ran, assert_ok, deployment, open_ops_bench
+from tests.agent.operations_harness import Ran, assert_ok, deployment, job, open_ops_bench
 from wire import messages
 
-JOB = {
-    "apiVersion": "batch/v1",
-    "kind": "Job",
-    "metadata": {"name": "once"},
-    "spec": {
-        "template": {
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "busybox"}]}
-        }
-    },
-}
+JOB = job("once")
 
 
 async def test_the_same_operation_id_runs_once(tmp_path: Path) -> None:
