@@ -4,6 +4,8 @@ required client certificate and a subject filter, plus a JWT naming the allowed 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import kubesim
 import server
 from kubesvc._certs import AGENT_ORGANIZATION, write_bundle
 from kubesvc._tokens import mint_token
-from tests.e2e.harness import open_stack, stored_objects, wait_until
+from tests.e2e.harness import Stack, open_stack, stored_objects, wait_until
 
 SECRET = "k" * 48
 
@@ -60,19 +62,33 @@ def _sim() -> kubesim.Cluster:
     return sim
 
 
-async def test_agent_streams_to_the_server_over_mtls_with_a_token(tmp_path: Path) -> None:
+@asynccontextmanager
+async def _mtls_stack(
+    tmp_path: Path, accounts: list[str], expires_in: int = 600, now: float | None = None
+) -> AsyncIterator[Stack]:
+    """The stack with `kubesvc certs` material for agent-a and a token for ``accounts``."""
     certs = tmp_path / "certs"
     write_bundle(certs, agents=["agent-a"])
     token = mint_token(
-        agent_id="agent-a", accounts=["k1"], expires_in=600, secret=SECRET, audience="kubesvc"
+        agent_id="agent-a",
+        accounts=accounts,
+        expires_in=expires_in,
+        secret=SECRET,
+        audience="kubesvc",
+        now=now,
     )
+    async with open_stack(
+        tmp_path,
+        sim=_sim(),
+        server_config=_server_config(certs),
+        clouddriver=_clouddriver(certs, token),
+    ) as stack:
+        yield stack
+
+
+async def test_agent_streams_to_the_server_over_mtls_with_a_token(tmp_path: Path) -> None:
     with trio.fail_after(30):
-        async with open_stack(
-            tmp_path,
-            sim=_sim(),
-            server_config=_server_config(certs),
-            clouddriver=_clouddriver(certs, token),
-        ) as stack:
+        async with _mtls_stack(tmp_path, ["k1"]) as stack:
 
             async def synced() -> bool:
                 objects = await stored_objects(stack, "k1")
@@ -85,22 +101,8 @@ async def test_agent_streams_to_the_server_over_mtls_with_a_token(tmp_path: Path
 
 
 async def test_a_token_for_other_accounts_registers_nothing(tmp_path: Path) -> None:
-    certs = tmp_path / "certs"
-    write_bundle(certs, agents=["agent-a"])
-    token = mint_token(
-        agent_id="agent-a",
-        accounts=["someone-else"],
-        expires_in=600,
-        secret=SECRET,
-        audience="kubesvc",
-    )
     with trio.fail_after(30):
-        async with open_stack(
-            tmp_path,
-            sim=_sim(),
-            server_config=_server_config(certs),
-            clouddriver=_clouddriver(certs, token),
-        ) as stack:
+        async with _mtls_stack(tmp_path, ["someone-else"]) as stack:
 
             async def refused() -> bool:
                 status = stack.agent.link.status
@@ -111,23 +113,8 @@ async def test_a_token_for_other_accounts_registers_nothing(tmp_path: Path) -> N
 
 
 async def test_an_expired_token_gets_no_session(tmp_path: Path) -> None:
-    certs = tmp_path / "certs"
-    write_bundle(certs, agents=["agent-a"])
-    token = mint_token(
-        agent_id="agent-a",
-        accounts=["k1"],
-        expires_in=60,
-        secret=SECRET,
-        audience="kubesvc",
-        now=0.0,
-    )
     with trio.fail_after(30):
-        async with open_stack(
-            tmp_path,
-            sim=_sim(),
-            server_config=_server_config(certs),
-            clouddriver=_clouddriver(certs, token),
-        ) as stack:
+        async with _mtls_stack(tmp_path, ["k1"], expires_in=60, now=0.0) as stack:
 
             async def refused() -> bool:
                 return "expired" in stack.agent.link.status.last_error
