@@ -134,7 +134,7 @@ async def test_full_sync_of_several_kinds_then_changes_flow(tmp_path: Path) -> N
                 }
             )
             account = AccountConfig(name="acc", kinds=("pod", "ConfigMap", "namespace"))
-            status: AccountWatchStatus = await env.nursery.start(_run_account, env, account)
+            status: AccountWatchStatus = await env.nursery.start(run_env_account, env, account)
             await env.receiver.wait_for(lambda: status.synced)
             assert {t.kind.kind for t in status.reflectors} == {"Pod", "ConfigMap", "Namespace"}
             assert env.receiver.names("Pod") == live_names(env.sim, "pods")
@@ -154,16 +154,21 @@ async def test_full_sync_of_several_kinds_then_changes_flow(tmp_path: Path) -> N
             assert "late" in env.receiver.names("Pod")
 
 
-async def _run_account(
-    env: Env, account: AccountConfig, *, task_status: trio.TaskStatus[AccountWatchStatus]
+async def run_env_account(
+    env: Env,
+    account: AccountConfig,
+    *,
+    discovery_interval: float = 0.5,
+    task_status: trio.TaskStatus[AccountWatchStatus],
 ) -> None:
+    """``run_account`` on the env's client and channel (for ``env.nursery.start``)."""
     await run_account(
         account,
         env.transport,
         env.send,
         caps=env.caps,
         settings=FAST,
-        discovery_interval=0.5,
+        discovery_interval=discovery_interval,
         task_status=task_status,
     )
 
@@ -263,7 +268,7 @@ async def test_a_forbidden_kind_is_reported_while_others_flow(tmp_path: Path) ->
     with trio.fail_after(20):
         async with open_env(tmp_path, grants=grants) as env:
             account = AccountConfig(name="acc", kinds=("pod", "configmap"))
-            status: AccountWatchStatus = await env.nursery.start(_run_account, env, account)
+            status: AccountWatchStatus = await env.nursery.start(run_env_account, env, account)
             await env.receiver.wait_for(lambda: status.synced)
             states = {t.kind.kind: s for t, s in status.reflectors.items()}
             assert not states["ConfigMap"].available
@@ -370,7 +375,7 @@ async def test_rediscovery_starts_new_crds_and_stops_removed_ones(tmp_path: Path
     with trio.fail_after(20):
         async with open_env(tmp_path) as env:
             account = AccountConfig(name="acc", kinds=("pod", "widget"))
-            status: AccountWatchStatus = await env.nursery.start(_run_account, env, account)
+            status: AccountWatchStatus = await env.nursery.start(run_env_account, env, account)
             assert {t.kind.kind for t in status.reflectors} == {"Pod"}
             env.sim.create(widget_crd())
             env.sim.create(

@@ -5,6 +5,7 @@ oversize list pages. Nothing of that may end a reflector (or the agent): each is
 
 from __future__ import annotations
 
+import functools
 import stat
 import sys
 from collections.abc import AsyncIterator
@@ -30,7 +31,7 @@ from agent._kube_client import open_kube_client
 from budget import ByteBudget, EventSender, open_event_channel
 
 from .reflector_harness import Receiver
-from .test_reflector import FAST, PODS, open_env, pod
+from .test_reflector import FAST, PODS, open_env, pod, run_env_account
 
 pytestmark = pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning")
 
@@ -146,15 +147,7 @@ async def test_run_account_survives_its_client_being_closed(tmp_path: Path) -> N
             env.sim.create(pod("a"))
             account = AccountConfig(name="acc", kinds=("pod",))
             status: AccountWatchStatus = await env.nursery.start(
-                lambda task_status: run_account(
-                    account,
-                    env.transport,
-                    env.send,
-                    caps=env.caps,
-                    settings=FAST,
-                    discovery_interval=0.2,
-                    task_status=task_status,
-                )
+                functools.partial(run_env_account, env, account, discovery_interval=0.2)
             )
             await env.receiver.wait_for(lambda: all(s.synced for s in status.reflectors.values()))
             await env.transport.aclose()  # rediscovery meets the closed client first
