@@ -192,6 +192,11 @@ class RegistryStore:
     async def list_accounts(self) -> list[AccountRecord]:
         return self._accounts.list()
 
+    async def run_upkeep(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        await self._store.run_upkeep(task_status=task_status)
+
     async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._store.apply_batch(account, records)
 

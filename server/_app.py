@@ -126,6 +126,7 @@ async def run_server(
         open_server_state(config, now_ms=now_ms, operations=operations) as state,
         trio.open_nursery() as nursery,
     ):
+        await nursery.start(state.store.run_upkeep)
         await nursery.start(state.accounts.run_expiry)
         if isinstance(state.operations, OperationService):
             await nursery.start(state.operations.run)  # issue 6: task runners

@@ -32,7 +32,7 @@ from typing import cast
 import apsw
 import trio
 
-from .._errors import StoreClosed, StoreError
+from .._errors import StoreError
 
 log = logging.getLogger("server.store")
 
@@ -60,7 +60,8 @@ class PassResult:
 
 class WalCheckpointer:
     """Runs checkpoint passes on its own connection; writers call ``admit`` before and
-    ``committed`` after each write. Run ``run`` in a nursery for the store's lifetime."""
+    ``committed`` after each write. ``SqliteStore.run_upkeep`` runs it and switches SQLite's
+    own checkpoint off meanwhile."""
 
     def __init__(self, path: str, page_size: int, *, max_log_bytes: int = MAX_LOG_BYTES) -> None:
         self._path = path
@@ -77,7 +78,7 @@ class WalCheckpointer:
         self._waiting = 0  # writers blocked in admit
         self._failures = 0  # passes failed in a row
         self._last_error: apsw.Error | None = None
-        self._closed = False
+        self._stopped = False
         self._wake = trio.Event()  # something was committed (or a writer waits)
         self._hurry = trio.Event()  # cut the spacing short
         self._progress = trio.Event()  # a pass finished
@@ -94,11 +95,10 @@ class WalCheckpointer:
         """Return when a write may begin: at once while the log is under its bound, else once
         every frame is in the database file (the write then restarts the log).
 
-        Raises StoreClosed once the checkpointer has stopped, StoreError when the log is over
-        its bound and the last MAX_FAILURES passes failed."""
-        if self._closed:
-            raise StoreClosed("the store is closed")
-        if self._log_bytes + self._unseen <= self._max_bytes:
+        Returns at once after the checkpointer has stopped (SQLite's own checkpoint is back
+        then). Raises StoreError when the log is over its bound and the last MAX_FAILURES
+        passes failed."""
+        if self._stopped or self._log_bytes + self._unseen <= self._max_bytes:
             return
         self._waiting += 1
         try:
@@ -111,8 +111,8 @@ class WalCheckpointer:
                 self._wake.set()
                 self._hurry.set()
                 await self._progress.wait()
-                if self._closed:
-                    raise StoreClosed("the store is closed")
+                if self._stopped:
+                    return
         finally:
             self._waiting -= 1
         self._log_bytes = 0  # the write about to begin rewinds the log
@@ -138,8 +138,8 @@ class WalCheckpointer:
                     with trio.move_on_after(MIN_INTERVAL):
                         await self._hurry.wait()
         finally:
-            self._closed = True
-            self._progress.set()  # a writer waiting in admit learns the store is closing
+            self._stopped = True
+            self._progress.set()  # a writer waiting in admit goes ahead
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._close, limiter=self._limiter)
 

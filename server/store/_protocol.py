@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import trio
+
 from wire import EventRecord
 
 from .._errors import StoreError
@@ -26,6 +28,11 @@ from ._records import (
 
 class Store(Protocol):
     """The cache store. Every method is one transaction; all raise StoreError on failure."""
+
+    async def run_upkeep(self, *, task_status: trio.TaskStatus[None] = ...) -> None:
+        """The store's background work while the server runs (SQLite: copying the write-ahead
+        log into the database file), until cancelled. Reports started at once."""
+        ...
 
     async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
         """Apply one account's records in one transaction (sync brackets, resume points).

@@ -1,5 +1,6 @@
-"""The SQLite store: SqliteCore driven from trio through one serialized worker thread, and a
-WalCheckpointer copying its commits into the database file on another."""
+"""The SQLite store: SqliteCore driven from trio through one serialized worker thread, and
+(``run_upkeep``, started by the owner) a WalCheckpointer copying its commits into the database
+file from another."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from ._records import (
     ResumePoint,
     StoredObject,
 )
-from ._sqlite_core import SqliteCore, wall_clock_ms
+from ._sqlite_core import AUTOCHECKPOINT_PAGES, SqliteCore, wall_clock_ms
+
+_CLEANUP_SECONDS = 5.0  # to hand checkpoints back to SQLite after the upkeep stops
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -37,15 +40,10 @@ class SqliteStore:
     left half done. Obtain one with ``open_sqlite_store``.
     """
 
-    def __init__(
-        self,
-        core: SqliteCore,
-        limiter: trio.CapacityLimiter,
-        checkpointer: WalCheckpointer | None = None,
-    ) -> None:
+    def __init__(self, core: SqliteCore, limiter: trio.CapacityLimiter) -> None:
         self._core: SqliteCore | None = core
         self._limiter = limiter
-        self._checkpointer = checkpointer
+        self._checkpointer: WalCheckpointer | None = None  # while run_upkeep runs
         # Held across admit and the write: a writer is admitted against the log's size only
         # once the write before it has committed (else each writer queued on the limiter
         # would be let in against the same stale size).
@@ -68,6 +66,32 @@ class SqliteStore:
                 return await self._run(fn, *args, **kwargs)
             finally:
                 checkpointer.committed(nbytes)
+
+    async def run_upkeep(
+        self,
+        *,
+        max_wal_bytes: int = MAX_LOG_BYTES,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Copy the write-ahead log into the database file from a thread of its own until
+        cancelled, keeping the log under ``max_wal_bytes`` plus one transaction (see
+        ``_checkpointer``). Without it (or for an in-memory store, where it returns at once)
+        SQLite checkpoints inside the COMMIT that crosses AUTOCHECKPOINT_PAGES, as before."""
+        core = self._c
+        if not core.wal:
+            task_status.started()
+            return
+        checkpointer = WalCheckpointer(core.path, core.page_size, max_log_bytes=max_wal_bytes)
+        await self._run(core.set_autocheckpoint, 0)
+        self._checkpointer = checkpointer
+        task_status.started()
+        try:
+            await checkpointer.run()
+        finally:
+            self._checkpointer = None
+            with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                if self._core is not None:
+                    await self._run(core.set_autocheckpoint, AUTOCHECKPOINT_PAGES)
 
     @property
     def _c(self) -> SqliteCore:
@@ -214,41 +238,19 @@ def _apply_groups(
 
 @asynccontextmanager
 async def open_sqlite_store(
-    path: str,
-    *,
-    now_ms: Callable[[], int] = wall_clock_ms,
-    max_wal_bytes: int = MAX_LOG_BYTES,
+    path: str, *, now_ms: Callable[[], int] = wall_clock_ms
 ) -> AsyncIterator[SqliteStore]:
     """Open (creating and migrating as needed) the SQLite store at ``path`` or ``":memory:"``.
 
     ``now_ms`` stamps resume points and records (wall-clock milliseconds by default, so ages
-    survive restarts). A file's write-ahead log is kept under ``max_wal_bytes`` plus one
-    transaction (see ``_checkpointer``). Raises StoreError/SchemaError when the file cannot be
-    opened or migrated. The store is closed on exit.
+    survive restarts). A server starts ``store.run_upkeep`` in its nursery. Raises
+    StoreError/SchemaError when the file cannot be opened or migrated. The store is closed on
+    exit.
     """
     limiter = trio.CapacityLimiter(1)
     core = await trio.to_thread.run_sync(SqliteCore, path, now_ms, limiter=limiter)
-    checkpointer = (
-        WalCheckpointer(path, core.page_size, max_log_bytes=max_wal_bytes) if core.wal else None
-    )
-    store = SqliteStore(core, limiter, checkpointer)
-    sole: BaseException | None = None
+    store = SqliteStore(core, limiter)
     try:
-        async with trio.open_nursery() as nursery:
-            if checkpointer is not None:
-                nursery.start_soon(checkpointer.run)
-            try:
-                yield store
-            finally:
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # The nursery wraps what the caller's block (or, on a bug, the checkpointer) raised.
-        # A single exception goes back as itself, re-raised below, outside this handler, so
-        # its own cause and context stay as they were.
-        if len(group.exceptions) != 1:
-            raise
-        sole = group.exceptions[0]
+        yield store
     finally:
         await store.aclose()
-    if sole is not None:
-        raise sole

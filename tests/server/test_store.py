@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from pathlib import Path
@@ -400,11 +401,13 @@ async def test_the_write_ahead_log_stays_under_its_bound(tmp_path: Path, writers
             largest = max(largest, (await wal.stat()).st_size)
 
     with trio.fail_after(30):
-        async with open_sqlite_store(path, max_wal_bytes=bound) as store:
+        async with open_sqlite_store(path) as store, trio.open_nursery() as upkeep:
+            await upkeep.start(functools.partial(store.run_upkeep, max_wal_bytes=bound))
             async with trio.open_nursery() as nursery:
                 for first in range(writers):  # ~6.4 MB of objects, 25 times the bound
                     nursery.start_soon(write, store, first)
             assert await store.count_objects(ACCOUNT) == 1600
+            upkeep.cancel_scope.cancel()
         # The bound plus a transaction or two (each ~290 KB of frames here: 40 objects that
         # each fill an overflow page, estimated from their ~170 KB of JSON), where an
         # unchecked log would have held all ~6.4 MB.
@@ -420,7 +423,8 @@ async def test_a_log_over_its_bound_with_failing_checkpoints_refuses_writes(
     tmp_path: Path,
 ) -> None:
     # A checkpointer whose passes fail (here it cannot open its file) must not let the log
-    # grow without a bound: after MAX_FAILURES passes in a row, a write over it fails.
+    # grow without a bound: after MAX_FAILURES passes in a row, a write over it fails. Once
+    # it has stopped (SQLite checkpoints by itself again), writers go ahead.
     checkpointer = WalCheckpointer(str(tmp_path / "missing" / "cache.db"), 4096, max_log_bytes=1)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -430,8 +434,7 @@ async def test_a_log_over_its_bound_with_failing_checkpoints_refuses_writes(
             with pytest.raises(StoreError, match=r"the last 3 checkpoints failed: .*"):
                 await checkpointer.admit()
             nursery.cancel_scope.cancel()
-        with pytest.raises(StoreClosed):
-            await checkpointer.admit()
+        await checkpointer.admit()
 
 
 async def test_an_error_leaving_the_store_block_keeps_its_cause(tmp_path: Path) -> None:
