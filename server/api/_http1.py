@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from typing import Any
@@ -41,6 +42,7 @@ __all__ = ["serve_http1"]
 log = logging.getLogger("server.api")
 
 MAX_HEAD = 64 * 1024
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")  # under 2**60: a size, not a number game
 KEEP_ALIVE_SECONDS = 5.0
 BODY_SECONDS = 30.0
 _REAP_SECONDS = 0.5  # how often idle connections are looked for
@@ -370,10 +372,11 @@ class _Connection:
         size_total = 0
         while True:
             size_text = (await self._line()).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise _BadRequest(400, "malformed chunk size") from None
+            # Hex digits only: int(..., 16) also takes "-7", "+5", "0x5" and "1_0", and a
+            # negative size would hand _body a slice of whatever is buffered.
+            if not _CHUNK_SIZE.fullmatch(size_text):
+                raise _BadRequest(400, "malformed chunk size")
+            size = int(size_text, 16)
             if size == 0:
                 while await self._line():  # trailers (ignored) up to the blank line
                     pass

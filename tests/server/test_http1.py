@@ -142,6 +142,10 @@ async def test_limits_malformed_requests_and_failures() -> None:
                 b"GET / HTTP/1.1\r\nno-colon\r\n\r\n",
                 b"GET / HTTP/1.1\r\ncontent-length: x\r\n\r\n",
                 b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+                # int(_, 16) takes these; a negative size once returned buffered bytes.
+                b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n-7\r\nabc\r\n0\r\n\r\n",
+                b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n0x3\r\nabc\r\n0\r\n\r\n",
+                b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n+3\r\nabc\r\n0\r\n\r\n",
             ):
                 assert (await exchange(port, bad)).startswith(b"HTTP/1.1 400 "), bad
             raw = await exchange(port, b"GET /fail HTTP/1.1\r\n\r\n")
