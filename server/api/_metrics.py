@@ -16,6 +16,9 @@ from .._feed import ChangeFeed
 __all__ = ["ApiMetrics", "MetricsMiddleware"]
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 class _FeedCollector(Collector):
     """The feed's counters, read at scrape time (the feed itself stays free of metrics)."""
 
@@ -68,7 +71,11 @@ class ApiMetrics:
         self._timers: dict[tuple[str, str], Any] = {}
 
     def note(self, method: str, route: str, status: int, seconds: float) -> None:
-        """Count one answered request and its time, by route template."""
+        """Count one answered request and its time, by route template. A method outside
+        HTTP's usual ones counts as OTHER: the client chooses it, and every label value is a
+        series the registry (and these caches) keep for good."""
+        if method not in _METHODS:
+            method = "OTHER"
         key = (method, route, str(status))
         counter = self._counters.get(key)
         if counter is None:

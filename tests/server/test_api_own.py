@@ -102,7 +102,11 @@ async def test_health_metrics_and_openapi_over_a_real_socket(tmp_path: Path) -> 
             r = await api.client.get("/health")
             assert r.json() == {"status": "UP", "serverId": "srv-1"}
             await api.client.get(f"/credentials/{ACCOUNT}")  # a 404, counted by route template
+            for invented in ("BREW", "WHEN"):  # the client's choice: one OTHER series
+                await api.client.request(invented, "/health")
             text = (await api.client.get("/metrics")).text
+            assert 'method="OTHER",route="/health"' in text
+            assert "BREW" not in text
             assert (
                 'kubesvc_server_http_requests_total{method="GET",route="/health",status="200"} 1.0'
                 in text
