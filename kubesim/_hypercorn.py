@@ -201,6 +201,7 @@ class ConnectionServer(TCPServer):
     """
 
     _idle_scope: trio.CancelScope
+    _ended = False  # run's reading ended: the idle task stops without closing
 
     def _idle_deadline(self) -> float:
         return trio.current_time() + self.config.keep_alive_timeout
@@ -214,6 +215,8 @@ class ConnectionServer(TCPServer):
     async def _idle_watch(self) -> None:
         with self._idle_scope:
             await trio.sleep_forever()
+        if self._ended:  # the connection ended first (run): no close due
+            return
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()
 
@@ -251,7 +254,13 @@ class ConnectionServer(TCPServer):
                 self._idle_scope = trio.CancelScope(deadline=self._idle_deadline())
                 task_group.spawn(self._idle_watch)
                 await self.protocol.initiate()
-                await self._read_data()
+                try:
+                    await self._read_data()
+                finally:
+                    # The client is gone (or we are): the idle task must not hold the
+                    # connection's task group open until the keep-alive timeout.
+                    self._ended = True
+                    self._idle_scope.cancel()
         except OSError:
             pass
         finally:

@@ -75,6 +75,11 @@ class Server:
             self._serving = self.ca.issue_server([host, "localhost", "127.0.0.1"])
             self._ssl_context = self._make_ssl_context(self.ca, self._serving)
 
+    @property
+    def open_connections(self) -> int:
+        """Client connections being served now (one ends when its client hangs up)."""
+        return len(self._sockets)
+
     @staticmethod
     def _make_ssl_context(ca: CertificateAuthority, serving: KeyPair) -> ssl.SSLContext:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

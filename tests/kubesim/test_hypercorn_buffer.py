@@ -1,13 +1,16 @@
-"""kubesim's bounded HTTP/2 stream buffer (kubesim/_hypercorn.py): a writer waits until the
-sender has taken the buffer below the low-water mark, so a stream never holds more than the
-high-water mark plus one write (Hypercorn's own push let it grow without limit)."""
+"""kubesim's Hypercorn changes (kubesim/_hypercorn.py): the bounded HTTP/2 stream buffer (a
+writer waits until the sender has taken the buffer below the low-water mark, so a stream never
+holds more than the high-water mark plus one write; Hypercorn's own push let it grow without
+limit), and the keep-alive task that ends with its connection."""
 
 from __future__ import annotations
 
+import httpx
 import trio
 from hypercorn.protocol.h2 import BUFFER_HIGH_WATER, BUFFER_LOW_WATER, StreamBuffer
 from hypercorn.trio.worker_context import EventWrapper
 
+import kubesim
 from kubesim._hypercorn import _pop_as_frames, _push
 
 CHUNK = 256 * 1024
@@ -57,3 +60,19 @@ async def test_closing_the_stream_lets_a_waiting_writer_go() -> None:
         await buffer.close()
         with trio.fail_after(5):
             await done.wait()
+
+
+async def test_a_connection_ends_when_its_client_hangs_up() -> None:
+    # The keep-alive timeout is an hour; the connection's idle task must end with the
+    # connection, not hold it (and its bookkeeping) until then.
+    with trio.fail_after(10):
+        async with kubesim.open_server(kubesim.Cluster()) as server:
+            token = server.users["admin"].token
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{server.port}",
+                headers={"authorization": f"Bearer {token}"},
+            ) as http:
+                assert (await http.get("/version")).status_code == 200
+                assert server.open_connections == 1
+            while server.open_connections:
+                await trio.sleep(0.01)
