@@ -13,6 +13,10 @@ List pages (``decode_list_page``) are decoded the same way: ``items`` as raw val
 metadata (resourceVersion, continue) parsed. Typed list items carry no apiVersion/kind; those
 are spliced in front so that every object the agent sends describes itself.
 
+With managedFields stripped (the default), an object is parsed only up to the end of its
+managedFields and taken to end where the envelope does: metav1.WatchEvent has no field after
+``object`` (see ``_stripped_event``, which states what an envelope breaking that would do).
+
 No I/O and no event loop here; the reflector feeds bytes in and moves the events on.
 """
 
@@ -218,8 +222,12 @@ def _stripped_event(event_type: str, buf: bytes, start: int, end: int) -> WatchE
 
     What is not parsed is the rest of the object (spec, status, ...): it travels as the API
     server sent it, as the design wants, and the object is taken to end where the envelope
-    does (metav1.WatchEvent has no field after ``object``; an envelope that ends in anything
-    but ``}}`` falls back). Secrets are decoded whole all the same (Scrubber).
+    does. That is an assumption, not a check: metav1.WatchEvent has no field after
+    ``object``, and API servers write it as ``{"type":...,"object":...}``; an envelope with
+    a field after the object (``...}},"x":{}}``) would be cut wrongly here and the server
+    would refuse the batch (it parses every object). Checking would mean scanning the
+    spec and status, the very cost this path avoids. Secrets are decoded whole all the same
+    (Scrubber).
     """
     if buf[end - 1] != _CLOSE_BRACE:
         return None  # not one object: the envelope carries more than type and object

@@ -108,6 +108,18 @@ def test_an_envelope_with_more_than_type_and_object_is_parsed_whole(extra: bytes
     assert json.loads(event.object) == _cm({"name": "a"}, data={"k": "v"})
 
 
+def test_an_extra_object_after_the_object_is_taken_as_part_of_it() -> None:
+    # The assumption above, pinned (and proof that the short parse, not the whole one, ran:
+    # the whole parse would give the object alone). API servers never write such a line; if
+    # one did, the server's ingest would refuse the batch, since this is not one JSON value.
+    obj = _cm({"name": "a", "managedFields": MANAGED}, data={"k": "v"})
+    line = _line(obj)[:-2] + b',"extra":{"x":1}}\n'
+    (event,) = WatchDecoder(strip_managed_fields=True).feed(line)
+    assert event.object.endswith(b'"data":{"k":"v"}},"extra":{"x":1}')
+    (whole,) = WatchDecoder(strip_managed_fields=False).feed(line)
+    assert json.loads(whole.object)["data"] == {"k": "v"}
+
+
 def test_the_short_parse_reads_every_metadata_field_around_the_list() -> None:
     obj = _cm(
         {
