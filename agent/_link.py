@@ -59,6 +59,10 @@ MAX_PENDING_RESULTS = 256
 MAX_RESULTS_PER_WRITE = 32
 #: Operations running at once; past this the agent answers Unavailable at once.
 MAX_OPERATIONS_IN_FLIGHT = 512
+#: At most the bytes an operation result's tags and lengths and its AgentMessage envelope
+#: add to its strings (the size is reckoned from the strings: no encoding twice).
+_RESULT_OVERHEAD = 64
+
 #: Marks an object that was too large to send: only its metadata reached the server.
 OVERSIZE_ANNOTATION = "kubesvc.io/oversize"
 
@@ -585,6 +589,10 @@ class _Session:
                     link._unsent.append(results.receive_nowait())
                 except trio.WouldBlock:
                     break
+            # A result too large for the server is reported as a failure: sent as it is, it
+            # would be refused (or fail the write) with every session, and hold back the
+            # results behind it.
+            link._unsent = [reportable(r, self._max_message) for r in link._unsent]
             async with self._send_lock:
                 await self._stream.send_operation_results(link._unsent)
             link._unsent = []
@@ -595,6 +603,33 @@ class _Session:
             await trio.sleep(period)
             now_ms = int(time.time() * 1000)
             await self.send(messages.AgentMessage(heartbeat=messages.Heartbeat(sent_at_ms=now_ms)))
+
+
+def reportable(result: messages.OperationResult, max_message: int) -> messages.OperationResult:
+    """``result``, or a failed result saying so when it cannot fit in a ``max_message``-byte
+    message (the operation ran; what it returned is not reported)."""
+    size = _RESULT_OVERHEAD + sum(
+        len(text.encode())
+        for text in (
+            result.id,
+            result.account,
+            result.result_json,
+            result.error_message,
+            result.error_code,
+        )
+    )
+    if size <= max_message:
+        return result
+    return messages.OperationResult(
+        id=result.id,
+        account=result.account,
+        ok=False,
+        error_code="ResultTooLarge",
+        error_message=(
+            f"the operation ran, but its result ({size} bytes) is larger than the largest "
+            f"message the server takes ({max_message} bytes), so it is not reported"
+        ),
+    )
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
