@@ -285,26 +285,15 @@ class KubeClient:
     ) -> H2WatchStream | None:
         """A watch on the agent's HTTP/2 connections, or None when the server has no h2."""
         assert self._h2_pool is not None
-        target = f"{path}?{httpx.QueryParams(params)}"
+        target = self._target(path, params)  # with the server URL's path, as requests have
         for attempt in range(2):
             # Credentials first: an exec plugin's client certificate must be in the TLS
             # context before the connection is made.
             auth_headers, credential = await self._auth.headers()
-            try:
-                with trio.fail_after(CONNECT_TIMEOUT):
-                    connection = await self._h2_pool.acquire()
-            except trio.TooSlowError as exc:
-                raise KubeTimeoutError(
-                    f"{method} {path}: timeout connecting to {self.host}"
-                ) from exc
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise KubeConnectionError(
-                    f"{method} {path}: {self.host}: cannot connect: {explain(exc)}"
-                ) from exc
+            connection = await self._h2_connection(self._h2_pool, method, path)
             if connection is None:
                 return None
-            merged = {"accept": "application/json", "user-agent": "kubesvc-agent"}
-            merged.update({k.lower(): v for k, v in (headers or {}).items()})
+            merged = _short_request_headers(headers)
             merged.update({k.lower(): v for k, v in auth_headers.items()})
             state = connection.begin(target, merged)
             try:

@@ -163,6 +163,23 @@ async def test_a_server_without_h2_gets_http1_watches(pki: Pki) -> None:
             assert client.watch_connections == 0
 
 
+async def test_a_watch_keeps_the_server_urls_path(pki: Pki) -> None:
+    # A cluster behind a proxy (https://proxy/k8s/clusters/c1): watches, like requests, go
+    # under the server URL's path.
+    async def answer(seen: Seen) -> Reply:
+        return 200, {}, json.dumps({"type": "ADDED", "path": seen.path}).encode() + b"\n"
+
+    with trio.fail_after(30):
+        async with (
+            serve_api(answer, pki=pki) as server,
+            _client(f"{server.url}/k8s/clusters/c1", pki) as client,
+        ):
+            async with client.stream("GET", "/api/v1/pods", params=WATCH) as response:
+                assert response.http_version == "HTTP/2"
+                body = json.loads(await response.read())
+            assert body["path"] == "/k8s/clusters/c1/api/v1/pods"
+
+
 async def test_a_rotated_token_is_used_after_a_401_on_a_watch(pki: Pki, tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("old")
