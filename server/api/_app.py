@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import trio
 from hypercorn.config import Config
@@ -269,36 +269,38 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 )
 
 
-class _Api(Starlette):
+class ApiApp(Starlette):
     """Starlette, with the task polls and operation submits answered first (server/api/_hot.py)."""
 
-    hot: HotRoutes | None = None
+    def __init__(self, hot: HotRoutes, **starlette: Any) -> None:
+        super().__init__(**starlette)
+        self.hot = hot
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.hot is not None and self.hot.wants(scope):
+        if self.hot.wants(scope):
             await self.hot(scope, receive, send, super().__call__)
         else:
             await super().__call__(scope, receive, send)
 
 
-def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> Starlette:
+def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> ApiApp:
     """The ASGI app over `state`. Metrics go to `registry` (a new one when None), never to the
     process-global registry, so that several servers can live in one process (the tests)."""
     if registry is None:
         registry = CollectorRegistry(auto_describe=True)
     metrics = ApiMetrics(registry, state.feed)
-    app = _Api(
-        routes=routes_for(ENDPOINTS),
-        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
-        exception_handlers=EXCEPTION_HANDLERS,
-        max_body_size=MAX_BODY_BYTES,
-    )
 
     def operations() -> OperationService | None:
         service = getattr(state, "operations", None)
         return service if isinstance(service, OperationService) else None
 
-    app.hot = HotRoutes(operations, metrics, MAX_BODY_BYTES)
+    app = ApiApp(
+        HotRoutes(operations, metrics, MAX_BODY_BYTES),
+        routes=routes_for(ENDPOINTS),
+        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
+        exception_handlers=EXCEPTION_HANDLERS,
+        max_body_size=MAX_BODY_BYTES,
+    )
     app.state.ctx = ApiContext(state=state, metrics=metrics)
     app.state.openapi = openapi_document(ENDPOINTS, title="kubesvc server", version=API_VERSION)
     return app
@@ -327,12 +329,8 @@ async def serve_api(
             binds: list[str] = await nursery.start(_serve_forever, app, config)
             task_status.started(int(binds[0].rsplit(":", 1)[1]))
         else:
-            hot = getattr(app, "hot", None)
             serve = functools.partial(
-                serve_http1,
-                max_body=MAX_BODY_BYTES,
-                config=config,
-                poll=hot.poll if isinstance(hot, HotRoutes) else None,
+                serve_http1, max_body=MAX_BODY_BYTES, config=config, poll=app.hot.poll
             )
             task_status.started(await nursery.start(serve, app, host, port))
 

@@ -53,6 +53,7 @@ class HotRoutes:
         self._operations = operations
         self._metrics = metrics
         self._limit = limit
+        self.answered = 0  # requests these routes answered themselves (not handed over)
 
     def wants(self, scope: Scope) -> bool:
         """Whether the request is one of the hot routes (cheap: no parsing)."""
@@ -79,6 +80,7 @@ class HotRoutes:
             return None
         body = task.encoded()
         self._metrics.note("GET", "/task/{id}", 200, time.monotonic() - started)
+        self.answered += 1
         return body
 
     async def __call__(
@@ -100,6 +102,7 @@ class HotRoutes:
                 return
             await _respond(send, 200, task.encoded())
             self._metrics.note("GET", "/task/{id}", 200, time.monotonic() - started)
+            self.answered += 1
             return
         await self._submit(service, scope, receive, send, fallback, started)
 
@@ -139,6 +142,7 @@ class HotRoutes:
             status, answer = 200, _encode({"id": task.id, "resourceUri": f"/task/{task.id}"})
         await _respond(send, status, answer)
         self._metrics.note("POST", path, status, time.monotonic() - started)
+        self.answered += 1
 
     async def _read_body(self, scope: Scope, receive: Receive, read: list[Message]) -> bytes | None:
         """The whole body, or None when the Starlette app must see the request (a body over or

@@ -70,6 +70,30 @@ async def test_hot_routes_answer_like_the_starlette_routes(tmp_path: Path) -> No
             assert (await env.task(chunked.json()["id"]))["status"]["completed"]
 
 
+async def test_the_hot_routes_answer_themselves(tmp_path: Path) -> None:
+    # The test above holds whichever route answers; this one fails if the hot routes hand
+    # everything over (the Starlette routes would answer the same).
+    with trio.fail_after(30):
+        async with open_env(tmp_path) as env:
+            await env.agent(deployed)
+            app = build_app(env.server.state, registry=CollectorRegistry())
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as local:
+                posted = await local.post("/kubernetes/ops", json=DEPLOY)
+                assert posted.status_code == 200
+                assert app.hot.answered == 1
+                task_id = posted.json()["id"]
+                await env.task(task_id)
+                assert (await local.get(f"/task/{task_id}")).status_code == 200
+                assert app.hot.answered == 2
+                assert (await local.get("/task/unknown-id")).status_code == 404
+                assert app.hot.answered == 2  # handed over: not one this server holds
+            body = app.hot.poll(f"/task/{task_id}".encode())
+            assert body is not None
+            assert json.loads(body)["status"]["completed"]
+            assert app.hot.answered == 3
+
+
 async def test_handed_over_requests_keep_their_answers(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with open_env(tmp_path) as env:
