@@ -20,7 +20,8 @@ If a reused connection still breaks before any byte of the answer, an idempotent
 sent once more on a new connection (what Go's client does); anything else is reported.
 
 Errors: :class:`Http1Error` with ``stage`` "connect" (nothing was sent: safe to retry
-anything), "send"/"receive" (the peer or network broke it) or "protocol" (a malformed answer).
+anything), "receive" (the peer or network broke the exchange, while it was sent or read) or
+"protocol" (a malformed answer).
 The client (``_kube_client.py``) turns them into its KubeError tree.
 """
 
@@ -42,7 +43,7 @@ _NO_BODY_STATUS = frozenset({204, 304})
 
 
 class Http1Error(Exception):
-    """A request failed below HTTP: ``stage`` is connect, send, receive or protocol."""
+    """A request failed below HTTP: ``stage`` is connect, receive or protocol."""
 
     def __init__(self, stage: str, message: str, *, timeout: bool = False) -> None:
         super().__init__(message)
@@ -268,15 +269,6 @@ class Http1Pool:
         self._slots = trio.Semaphore(max_connections)
         self._connect_timeout = connect_timeout
         self._closed = False
-        self.connections_opened = 0
-
-    @property
-    def authority(self) -> str:
-        return self._authority
-
-    @property
-    def idle_connections(self) -> int:
-        return len(self._idle)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -306,7 +298,6 @@ class Http1Pool:
         except OSError as exc:
             raise Http1Error("connect", f"ConnectError: {exc}") from exc
         stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
-        self.connections_opened += 1
         return _Connection(stream)
 
     async def request(

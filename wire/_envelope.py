@@ -50,9 +50,7 @@ def encode_agent_message(message: AgentMessage) -> bytes:
     """Serialize ``message`` as protobuf (what ``bytes(message)`` gives, faster for batches)."""
     name, batch = betterproto.which_one_of(message, "message")
     if name == "operation_result" and isinstance(batch, OperationResult):
-        return _framed(
-            _RESULT_TAG, encode_flat(_RESULT_FIELDS, batch.__dict__, betterproto.PLACEHOLDER)
-        ) or bytes(message)
+        return encode_operation_result(batch)
     if name != "event_batch" or not isinstance(batch, EventBatch):
         return bytes(message)
     encoded = encode_event_batch(batch.seq, batch.records, batch.count)
