@@ -237,15 +237,52 @@ def construct(cls: type[_Message], values: dict[str, Any]) -> _Message:
 
 
 def checked(message: _Message) -> _Message:
-    """``message`` once it is known to be whole.
+    """``message`` once every field holds what its type says; raises TypeError naming the
+    first that does not.
 
-    betterproto's ``parse`` accepts some malformed nested messages (a truncated entry of a
-    repeated field becomes ``None``) that only fail later, wherever the message is used.
-    Serializing it again walks every field, so such input fails here, at the edge, instead.
-    Control messages are small; event batches never come this way.
+    betterproto's ``parse`` accepts malformed input that only fails later, wherever the
+    message is used: a truncated entry of a repeated field becomes ``None``, and a field sent
+    with another wire type keeps the other type's value (an integer in a message field).
+    Serializing it again to find out, as this once did, is not safe: betterproto turns such
+    an integer into ``bytes(value)``, so 50 bytes naming 2**60 made the server allocate that
+    much. This walks the fields and checks types instead. Control messages are small; event
+    batches never come this way.
     """
-    bytes(message)
+    _check_fields(message, type(message).__name__)
     return message
+
+
+# Python types the non-message proto types parse to (every integer kind is an int).
+_SCALAR_TYPES: dict[str, type | tuple[type, ...]] = {
+    betterproto.TYPE_STRING: str,
+    betterproto.TYPE_BYTES: bytes,
+    betterproto.TYPE_BOOL: bool,
+    betterproto.TYPE_DOUBLE: float,
+    betterproto.TYPE_FLOAT: float,
+}
+
+
+def _check_fields(message: betterproto.Message, where: str) -> None:
+    # betterproto types _betterproto as a classproperty mypy cannot apply to a Message.
+    fields = message._betterproto.meta_by_field_name  # type: ignore[arg-type]
+    for name, meta in fields.items():
+        # The stored value: reading the attribute builds defaults, and raises for a oneof
+        # member that is not the one set. Unset fields hold betterproto's placeholder.
+        value = message.__dict__.get(name, betterproto.PLACEHOLDER)
+        if value is betterproto.PLACEHOLDER:
+            continue
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            path = f"{where}.{name}"
+            if meta.proto_type == betterproto.TYPE_MESSAGE:
+                if not isinstance(item, betterproto.Message):
+                    raise TypeError(f"{path}: {type(item).__name__} where a message belongs")
+                _check_fields(item, path)
+            elif meta.proto_type == betterproto.TYPE_MAP:
+                if not isinstance(item, dict):
+                    raise TypeError(f"{path}: {type(item).__name__} where a map belongs")
+            elif not isinstance(item, _SCALAR_TYPES.get(meta.proto_type, int)):
+                raise TypeError(f"{path}: {type(item).__name__} where {meta.proto_type} belongs")
 
 
 def _parse_event_batch(data: bytes) -> EventBatch | None:
