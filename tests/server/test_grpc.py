@@ -45,8 +45,8 @@ def make_config(store_path: str = ":memory:", **sections: Any) -> ServerConfig:
             "auth": {"jwt": {"enabled": True, "secret": SECRET, "audience": AUDIENCE}},
         },
         "store": {"path": store_path},
-        # A short server heartbeat: the server also notices a vanished agent when a send fails
-        # (until wire cancels a pending receive on a client reset: REQUEST in contracts.md).
+        # A short server heartbeat (docs/protocol.md §10), so the sessions of these tests are
+        # never quiet for long.
         "sessions": {"helloTimeoutSeconds": 5, "heartbeatSeconds": 0.2},
     }
     data.update(sections)
