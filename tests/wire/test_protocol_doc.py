@@ -400,3 +400,43 @@ async def test_a_client_written_from_the_document_talks_to_the_real_server(
                 account = (await api.get("/armory/accounts/prod")).json()
                 assert account["kubeHost"] == "10.9.9.9:6443"
             nursery.cancel_scope.cancel()
+
+
+# -- the document covers the whole schema ---------------------------------------------------------
+
+_MESSAGE = re.compile(r"^message (\w+) \{(.*?)^\}", re.DOTALL | re.MULTILINE)
+_FIELD = re.compile(r"^\s+(?:repeated )?[\w.]+ (\w+) = (\d+);", re.MULTILINE)
+
+
+def _described(message: str, text: str) -> str:
+    """The part of the document that describes ``message``: from its bold heading (or, for
+    the two envelopes, "`X` is a oneof") to the next bold heading or section."""
+    start = text.find(f"**`{message}`**")
+    if start < 0:
+        start = text.index(f"`{message}` is a oneof")
+    ends = [i for i in (text.find("**`", start + 4), text.find("\n#", start)) if i > 0]
+    return text[start : min(ends)]
+
+
+def test_every_message_and_field_of_the_proto_is_described_with_its_number() -> None:
+    proto, text = PROTO.read_text(), DOC.read_text()
+    messages = _MESSAGE.findall(proto)
+    assert len(messages) >= 15
+    for message, body in messages:
+        part = _described(message, text)
+        for name, number in _FIELD.findall(body):
+            in_table = f"| {number} | `{name}` |" in part
+            inline = f"`{name}` = {number}" in part
+            assert in_table or inline, (
+                f"docs/protocol.md does not describe {message}.{name} = {number}"
+            )
+
+
+def test_every_enum_value_of_the_proto_is_described_with_its_number() -> None:
+    proto, text = PROTO.read_text(), DOC.read_text()
+    values = re.findall(r"^\s+([A-Z_]+) = (\d+);", proto, re.MULTILINE)
+    assert ("PRIMARY", "1") in values
+    for name, number in values:
+        if name.endswith("_UNSPECIFIED") and number == "0":
+            continue  # proto3's zero value, never sent
+        assert f"`{name}` = {number}" in text, f"docs/protocol.md does not give {name} = {number}"
