@@ -3,22 +3,19 @@ document alone talking to the real server.
 
 Each ``<!-- example: NAME -->`` block of the document is extracted here and checked against
 our record encoder and decoder, the protobuf envelopes, the JWT check, the operation
-description parser, the result parser and the agent's executor (on kubesim). The last test is
-a second implementation in miniature: grpcio stubs generated from wire/kubesvc.proto at test
-time and records built by hand with msgspec's msgpack (no wire code on the client's side),
-against the real server on loopback; the object it sends is then read back through the REST
-API.
+description parser, the result parser and the agent's executor (on kubesim); and the
+document must describe every field and enum value of the .proto. The client test runs a second
+implementation in miniature (tests/wire/_doc_client.py, its own process, importing nothing of
+ours: grpcio stubs generated from wire/kubesvc.proto at test time, records built by hand with
+msgpack) against the real server on loopback, then reads its object back through the REST API.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import queue
 import re
 import sys
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -50,6 +47,7 @@ from ._loop import in_loop
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 PROTO = Path(__file__).resolve().parents[2] / "wire" / "kubesvc.proto"
+DOC_CLIENT = Path(__file__).resolve().parent / "_doc_client.py"
 _EXAMPLE = re.compile(r"<!-- example: ([\w-]+) -->\n```\w*\n(.*?)\n```", re.DOTALL)
 _HEX_BYTE = re.compile(r"[0-9a-f]{2}")
 
@@ -265,114 +263,29 @@ def test_every_status_the_document_names_exists() -> None:
 SECRET = "a-shared-secret-for-the-doc-client-0123456789"
 
 
-def _stubs(tmp_path: Path) -> tuple[Any, Any]:
-    """kubesvc_pb2 and kubesvc_pb2_grpc, generated from the .proto into ``tmp_path``."""
+def _stubs(folder: Path) -> None:
+    """kubesvc_pb2 and kubesvc_pb2_grpc, generated from the .proto into ``folder``."""
     from grpc_tools import protoc  # a test dependency (pyproject's test extra)
 
     status = protoc.main(
         [
             "protoc",
             f"-I{PROTO.parent}",
-            f"--python_out={tmp_path}",
-            f"--grpc_python_out={tmp_path}",
+            f"--python_out={folder}",
+            f"--grpc_python_out={folder}",
             str(PROTO),
         ]
     )
     assert status == 0, "protoc failed"
-    sys.path.insert(0, str(tmp_path))
-    try:
-        return importlib.import_module("kubesvc_pb2"), importlib.import_module("kubesvc_pb2_grpc")
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in ("kubesvc_pb2", "kubesvc_pb2_grpc"):
-            sys.modules.pop(name, None)
-
-
-def _doc_client(pb: Any, pb_grpc: Any, port: int, token: str) -> list[str]:
-    """Hello, Welcome, one EventBatch (a sync bracket around one ConfigMap), its Ack, a
-    Heartbeat and its answer, then a clean half-close. Blocking (grpcio), run in a thread;
-    returns what it saw."""
-    import grpc
-
-    outbox: queue.Queue[Any] = queue.Queue()
-
-    def requests() -> Iterator[Any]:
-        while (message := outbox.get(timeout=20)) is not None:
-            yield message
-
-    seen: list[str] = []
-    obj = json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "app", "namespace": "shop", "uid": "u1", "resourceVersion": "42"},
-            "data": {"color": "blue"},
-        }
-    ).encode()
-    # §6: [type, account, api_version, kind, namespace, name, uid, resource_version, object
-    # (bin), scope]; §7.1: SYNC_BEGIN ... SYNC_END with the list's resourceVersion.
-    records = msgspec.msgpack.encode(
-        [
-            [5, "prod", "v1", "ConfigMap", "", "", "", "", b"", ""],
-            [1, "prod", "v1", "ConfigMap", "shop", "app", "u1", "42", obj, ""],
-            [6, "prod", "v1", "ConfigMap", "", "", "", "42", b"", ""],
-        ]
-    )
-    properties = {"namespaces": ["shop"], "permissions": {"READ": ["dev"], "WRITE": ["dev"]}}
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.AgentStub(channel)
-            responses = stub.Connect(
-                requests(), metadata=[("authorization", f"Bearer {token}")], timeout=20
-            )
-
-            def next_of(kind: str) -> Any:
-                for message in responses:
-                    which = message.WhichOneof("message")
-                    seen.append(which)
-                    if which == kind:
-                        return getattr(message, kind)
-                raise AssertionError(f"the stream ended before a {kind}")
-
-            outbox.put(
-                pb.AgentMessage(
-                    hello=pb.Hello(
-                        protocol_version=pb.PROTOCOL_VERSION_CURRENT,
-                        agent_id="doc-client",
-                        instance_id="i-doc",
-                        agent_version="doc",
-                        accounts=[
-                            pb.AccountInfo(
-                                name="prod",
-                                kube_host="10.9.9.9:6443",
-                                cert_fingerprint="cd" * 32,
-                                kube_version="v1.30.0",
-                                properties_json=json.dumps(properties),
-                            )
-                        ],
-                    )
-                )
-            )
-            welcome = next_of("welcome")
-            assert [(a.name, a.role) for a in welcome.accounts] == [("prod", pb.PRIMARY)]
-            assert welcome.limits.max_message_size == 4 * 2**20
-            outbox.put(pb.AgentMessage(event_batch=pb.EventBatch(seq=1, records=records, count=3)))
-            assert next_of("ack").seq == 1
-            outbox.put(pb.AgentMessage(heartbeat=pb.Heartbeat(sent_at_ms=int(time.time() * 1000))))
-            assert next_of("heartbeat").sent_at_ms > 0
-            outbox.put(None)  # half-close: the server ends the call with OK
-            seen.extend(message.WhichOneof("message") for message in responses)
-            assert responses.code() == grpc.StatusCode.OK
-    finally:
-        outbox.put(None)
-    return seen
 
 
 @in_loop
 async def test_a_client_written_from_the_document_talks_to_the_real_server(
     tmp_path: Path,
 ) -> None:
-    pb, pb_grpc = _stubs(tmp_path)
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    _stubs(stubs)
     config = parse_server_config(
         {
             "grpc": {
@@ -386,12 +299,27 @@ async def test_a_client_written_from_the_document_talks_to_the_real_server(
     )
     claims = {"sub": "doc-client", "aud": "kubesvc", "exp": int(time.time()) + 300}
     token = jwt.encode({**claims, "accounts": ["prod"]}, SECRET, algorithm="HS256")
-    with trio.fail_after(40):
+    with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             server: RunningServer = await nursery.start(
                 partial(run_server, config, serve_api=serve_api)
             )
-            seen = await trio.to_thread.run_sync(_doc_client, pb, pb_grpc, server.grpc_port, token)
+            # Its own process: grpcio never loads into the test process, and the client can
+            # import nothing of ours. Cancelling run_process kills and waits for it.
+            client = await trio.run_process(
+                [
+                    sys.executable,
+                    str(DOC_CLIENT),
+                    str(stubs),
+                    f"127.0.0.1:{server.grpc_port}",
+                    token,
+                ],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert client.returncode == 0, client.stderr.decode(errors="replace")[-3000:]
+            seen = json.loads(client.stdout.decode().splitlines()[-1])["seen"]
             assert seen[:2] == ["welcome", "ack"]
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.api_port}") as api:
                 found = await api.get("/manifests/prod/shop/configMap%20app")
