@@ -3,8 +3,9 @@ tests/wire/test_protocol_doc.py.
 
 It imports nothing of kubesvc: grpcio with stubs that protoc generated from wire/kubesvc.proto
 (their folder is the first argument) and msgspec's msgpack for the event records, built by
-hand as §6 describes. It says Hello, expects a Welcome with the account PRIMARY, sends one
-EventBatch (a sync bracket around one ConfigMap), expects its Ack, sends a Heartbeat and
+hand as §6 describes. It says Hello, expects a Welcome with the account PRIMARY, sends two
+EventBatches (a listing of two ConfigMaps, then a relist without one of them) and expects their
+Acks, sends a Heartbeat and
 expects one back, half-closes and expects the call to end with OK. It prints what it received
 as one JSON line and exits 0, or raises (exit 1) saying what went wrong.
 
@@ -24,7 +25,7 @@ from typing import Any
 import grpc
 import msgspec
 
-CONFIGMAP = {
+CONFIGMAP: dict[str, Any] = {
     "apiVersion": "v1",
     "kind": "ConfigMap",
     "metadata": {"name": "app", "namespace": "shop", "uid": "u1", "resourceVersion": "42"},
@@ -32,17 +33,20 @@ CONFIGMAP = {
 }
 
 
-def records() -> bytes:
+def configmap(name: str, resource_version: str) -> list[Any]:
     """§6: [type, account, api_version, kind, namespace, name, uid, resource_version, object
-    (bin), scope]; §7.1: SYNC_BEGIN, the listed objects, SYNC_END with the list's version."""
-    body = json.dumps(CONFIGMAP).encode()
-    return msgspec.msgpack.encode(
-        [
-            [5, "prod", "v1", "ConfigMap", "", "", "", "", b"", ""],
-            [1, "prod", "v1", "ConfigMap", "shop", "app", "u1", "42", body, ""],
-            [6, "prod", "v1", "ConfigMap", "", "", "", "42", b"", ""],
-        ]
-    )
+    (bin), scope]: an ADDED ConfigMap seen by a cluster-wide watch."""
+    obj = {**CONFIGMAP, "metadata": {**CONFIGMAP["metadata"], "name": name, "uid": f"u-{name}"}}
+    obj["metadata"]["resourceVersion"] = resource_version
+    body = json.dumps(obj).encode()
+    return [1, "prod", "v1", "ConfigMap", "shop", name, f"u-{name}", resource_version, body, ""]
+
+
+def listing(*objects: list[Any], version: str) -> bytes:
+    """§7.1: SYNC_BEGIN, the listed objects, SYNC_END with the list's resourceVersion."""
+    begin = [5, "prod", "v1", "ConfigMap", "", "", "", "", b"", ""]
+    end = [6, "prod", "v1", "ConfigMap", "", "", "", version, b"", ""]
+    return msgspec.msgpack.encode([begin, *objects, end])
 
 
 def run(pb: Any, pb_grpc: Any, target: str, token: str) -> list[str]:
@@ -87,10 +91,15 @@ def run(pb: Any, pb_grpc: Any, target: str, token: str) -> list[str]:
             roles = [(a.name, a.role) for a in welcome.accounts]
             assert roles == [("prod", pb.PRIMARY)], roles
             assert welcome.limits.max_message_size > 0, welcome.limits
-            batch = pb.EventBatch(seq=1, records=records(), count=3)
-            outbox.put(pb.AgentMessage(event_batch=batch))
-            ack = next_of("ack")
-            assert ack.seq == 1, ack
+            # A first listing with two ConfigMaps, then a relist that no longer has "old":
+            # its SYNC_END deletes "old" on the server (§7.1). Seqs 1 and 2 (§8).
+            first = listing(configmap("app", "41"), configmap("old", "40"), version="41")
+            second = listing(configmap("app", "42"), version="42")
+            for seq, data, count in ((1, first, 4), (2, second, 3)):
+                batch = pb.EventBatch(seq=seq, records=data, count=count)
+                outbox.put(pb.AgentMessage(event_batch=batch))
+                ack = next_of("ack")
+                assert ack.seq == seq, (ack, seq)
             beat = pb.Heartbeat(sent_at_ms=int(time.time() * 1000))
             outbox.put(pb.AgentMessage(heartbeat=beat))
             assert next_of("heartbeat").sent_at_ms > 0

@@ -320,11 +320,14 @@ async def test_a_client_written_from_the_document_talks_to_the_real_server(
             )
             assert client.returncode == 0, client.stderr.decode(errors="replace")[-3000:]
             seen = json.loads(client.stdout.decode().splitlines()[-1])["seen"]
-            assert seen[:2] == ["welcome", "ack"]
+            assert seen[:3] == ["welcome", "ack", "ack"]
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.api_port}") as api:
                 found = await api.get("/manifests/prod/shop/configMap%20app")
                 assert found.status_code == 200, found.text
                 assert found.json()["manifest"]["data"] == {"color": "blue"}
+                assert found.json()["manifest"]["metadata"]["resourceVersion"] == "42"
+                swept = await api.get("/manifests/prod/shop/configMap%20old")
+                assert swept.status_code == 404, swept.text
                 account = (await api.get("/armory/accounts/prod")).json()
                 assert account["kubeHost"] == "10.9.9.9:6443"
             nursery.cancel_scope.cancel()
