@@ -5,7 +5,8 @@ libraries underneath (httpx, ssl, yaml, OS errors) are translated at the edge th
 with ``raise ... from exc`` so the original stays visible in tracebacks. Dependency exceptions
 are never subclassed.
 
-The tree (other engineers add subclasses; see /work/contracts.md)::
+The tree (operation errors add their own branch, with the ``error_code`` each reports:
+docs/protocol.md §11.3)::
 
     AgentError
     ├── ConfigError                 a config file is invalid: file, path, what was expected

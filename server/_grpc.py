@@ -242,10 +242,14 @@ class ConnectHandler:
     async def _batch(
         self, session: Session, batch: messages.EventBatch, last_seq: int, peer: str
     ) -> int:
-        if batch.seq <= last_seq:
+        if batch.seq != last_seq + 1:
+            # docs/protocol.md, "Sequence numbers and acks": a gap or a repeat means the two
+            # sides disagree about what was sent. Nothing is applied; the agent reconnects and
+            # its new session resends, from the stored resume points, all it did not get acked.
             raise _refuse(
-                wire.Status.INVALID_ARGUMENT,
-                f"batch seq {batch.seq} does not follow seq {last_seq}",
+                wire.Status.ABORTED,
+                f"batch seq {batch.seq} does not follow seq {last_seq} (expected "
+                f"{last_seq + 1}: seqs start at 1 in each session and grow by 1 per batch)",
                 peer,
             )
         try:

@@ -5,7 +5,8 @@ the per-event budget, so events never travel one protobuf message each. A batch 
 one msgpack array of records; each record is itself an array (no field names on the wire):
 ``[type, account, api_version, kind, namespace, name, uid, resource_version, object, scope]``
 where ``object`` is the API server's raw JSON bytes as a msgpack ``bin``. msgspec encodes and
-decodes this in C, at millions of small records per second.
+decodes this in C, at millions of small records per second. The framing as a contract for other
+implementations, with byte examples: docs/protocol.md §6.
 
 Sans-I/O: these are pure functions on bytes. Both directions enforce :class:`RecordLimits`
 (events per batch, bytes per batch, bytes per object) and raise :class:`RecordError` naming the

@@ -2,7 +2,7 @@
 
 ``OperationExecutor(client_for_account, ...)`` is what ``Link(operations=...)`` calls for
 each ``messages.Operation``; it answers a ``messages.OperationResult`` whose ``result_json``
-is ``{"result", "phases", "objects", "deleted"}`` (contracts.md, "Operations contract").
+is ``{"result", "phases", "objects", "deleted"}`` (docs/protocol.md §11.2).
 Modules: ``_executor`` (dedup, concurrency, deadlines, dispatch), ``_kinds`` (kind ->
 resource via discovery), ``_manifests`` (sans-I/O deploy preparation), ``_threeway``
 (client-side apply's patch), ``_apply`` / ``_deploy`` / ``_delete`` / ``_rollout`` (the

@@ -3,7 +3,7 @@
 What Orca posts is a stage context, not a schema: unknown keys are ignored, numbers and
 booleans may be strings ("3", "true"), explicit nulls mean "not given", ``credentials`` is an
 alias of ``account`` (and wins), ``manifestName`` is "<kind> <name>". This module turns one
-description into the payload the agent receives (contracts.md, "Operations contract"):
+description into the payload the agent receives (docs/protocol.md §11.4):
 ``account``, ``namespace``, ``kind``, ``name`` plus the operation's own fields in camelCase as
 Clouddriver names them. Anything it cannot make sense of raises InvalidDescription naming the
 field (``deployManifest.manifests[1]``); nothing here does I/O.

@@ -1,6 +1,6 @@
 """An agent's OperationResult, read tolerantly, and the cache records it implies. Pure.
 
-result_json (contracts.md): {"result": ..., "phases": [{phase, status}], "objects": [...],
+result_json (docs/protocol.md §11.2): {"result": ..., "phases": [{phase, status}], "objects": [...],
 "deleted": [{apiVersion, kind, namespace, name}]}. The objects are what the API server
 returned, so the cache can show a deployed object before its watch event arrives.
 """

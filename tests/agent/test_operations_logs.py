@@ -1,7 +1,7 @@
 """podLogs (the server's log routes): refusals that the server maps to 404/400.
 
-kubesim serves no ``pods/{name}/log`` yet (REQUEST in contracts.md), so reading actual log
-text is covered only once it does.
+The operation's payload and result are in docs/protocol.md §11.4; kubesim's
+``pods/{name}/log`` itself is tested in tests/kubesim/test_writes_http.py.
 """
 
 from __future__ import annotations

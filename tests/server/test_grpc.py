@@ -45,8 +45,8 @@ def make_config(store_path: str = ":memory:", **sections: Any) -> ServerConfig:
             "auth": {"jwt": {"enabled": True, "secret": SECRET, "audience": AUDIENCE}},
         },
         "store": {"path": store_path},
-        # A short server heartbeat: the server also notices a vanished agent when a send fails
-        # (until wire cancels a pending receive on a client reset: REQUEST in contracts.md).
+        # A short server heartbeat (docs/protocol.md §10), so the sessions of these tests are
+        # never quiet for long.
         "sessions": {"helloTimeoutSeconds": 5, "heartbeatSeconds": 0.2},
     }
     data.update(sections)
@@ -264,13 +264,14 @@ async def test_protocol_violations_end_the_call_and_keep_the_store_whole() -> No
             bad_json = EventRecord(1, "prod", "v1", "Pod", "default", "bad", "u", "1", b"{nope", "")
             err = await after_welcome(batch(1, [pod("ok", "1"), bad_json]))
             assert "not valid Kubernetes JSON" in err.message
-            err = await after_welcome(batch(2, [pod("ok", "1")]), batch(2, [pod("ok", "2")]))
+            err = await after_welcome(batch(1, [pod("ok", "1")]), batch(1, [pod("ok", "2")]))
+            assert err.status is wire.Status.ABORTED
             assert "does not follow" in err.message
             wrong_count = batch(1, [pod("ok", "1")])
             wrong_count.event_batch.count = 5
             err = await after_welcome(wrong_count)
             assert "says 5 records" in err.message
-            # only the one good batch (seq 2 above) was stored, whole
+            # only the one good batch (the first seq 1 above) was stored, whole
             page = await server.state.store.query_objects()
             assert [(o.name, o.resource_version) for o in page.objects] == [("ok", "1")]
 

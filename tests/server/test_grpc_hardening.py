@@ -90,8 +90,8 @@ async def test_a_session_ends_when_its_bearer_token_expires() -> None:
             async with wire.open_connection("127.0.0.1", server.grpc_port, metadata=meta) as s:
                 await s.send(hello(account()))
                 await receive_kind(s, "welcome")
-                # The stream may be reset before the status arrives (see the wire REQUEST in
-                # contracts.md); either way the call ends and the session is gone.
+                # The call may end by a reset as well as by a status (docs/protocol.md §12);
+                # either way the call ends and the session is gone.
                 with pytest.raises((wire.ConnectionLost, wire.RemoteRefused)) as info:
                     await drain(s)
             if isinstance(info.value, wire.RemoteRefused):
