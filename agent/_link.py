@@ -23,6 +23,10 @@ Operations themselves run in the link's own nursery, not the session's: one stil
 when the stream drops finishes, and its result waits in a bounded outbox for the next session
 (the executor de-duplicates by id, so an operation the server sends again never runs twice).
 
+Any failure to open, use or keep the stream (wire's ConnectionLost, a refusal, no Welcome or
+no message in time, a protocol violation) ends the session with one log line, and the link
+reconnects after the backoff: only cancellation and bugs of our own end ``run``.
+
 When the session ends for any reason, the whole nursery goes: runners stop, the channel is
 closed and every byte it held returns to the budget. Nothing is lost by that: the server
 stores a kind's resourceVersion in the same transaction as the objects it acknowledges, so
@@ -34,7 +38,8 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -190,20 +195,24 @@ class Link:
             try:
                 await self._one_session(backoff)
             except* (wire.WireError, trio.TooSlowError, _SessionEnded, AgentError) as group:
+                # Whatever the network or the server did: one line, then the backoff.
                 reason = "; ".join(dict.fromkeys(_describe(exc) for exc in _leaves(group)))
                 if self.status.connected:
                     self.status.disconnections += 1
                 self.status.last_error = reason
-                log.warning(
-                    "link to %s:%d lost: %s", self._settings.host, self._settings.port, reason
-                )
             finally:
                 self.status.connected = False
                 self.status.roles.clear()
                 self.status.role_reasons.clear()
                 self._session = None
             delay = backoff.next_delay()
-            log.info("reconnecting in %.1f s", delay)
+            log.warning(
+                "link to %s:%d lost: %s; reconnecting in %.2f s",
+                self._settings.host,
+                self._settings.port,
+                self.status.last_error,
+                delay,
+            )
             await trio.sleep(delay)
 
     async def accounts_changed(
@@ -283,14 +292,7 @@ class Link:
             accounts=accounts,
             session_token=self._session_token,
         )
-        async with wire.open_connection(
-            settings.host,
-            settings.port,
-            ssl_context=settings.ssl_context,
-            server_hostname=settings.server_hostname,
-            metadata=metadata,
-            max_message_size=settings.max_message_size,
-        ) as stream:
+        async with _open_stream(settings, metadata) as stream:
             try:
                 await stream.send(messages.AgentMessage(hello=hello))
                 with trio.fail_after(settings.welcome_timeout_seconds):
@@ -320,8 +322,37 @@ class Link:
                         nursery.start_soon(session.heartbeats)
 
 
+@asynccontextmanager
+async def _open_stream(
+    settings: LinkSettings, metadata: Mapping[str, str]
+) -> AsyncIterator[wire.ClientStream]:
+    """``wire.open_connection`` to the server, given ``welcome_timeout_seconds`` to connect: an
+    address that accepts and then says nothing (a TLS handshake that never ends) is a broken
+    link like any other. Raises _SessionEnded when the time runs out, and what
+    open_connection raises."""
+    async with AsyncExitStack() as stack:
+        with trio.move_on_after(settings.welcome_timeout_seconds) as deadline:
+            stream = await stack.enter_async_context(
+                wire.open_connection(
+                    settings.host,
+                    settings.port,
+                    ssl_context=settings.ssl_context,
+                    server_hostname=settings.server_hostname,
+                    metadata=metadata,
+                    max_message_size=settings.max_message_size,
+                )
+            )
+        if deadline.cancelled_caught:
+            raise _SessionEnded(
+                f"could not connect within {settings.welcome_timeout_seconds:g} s "
+                "(TCP and TLS handshake)"
+            )
+        yield stream
+
+
 class _SessionEnded(Exception):
-    """The session ended for a reason of the protocol (not the network): reconnect."""
+    """The session ended, or never began, for a reason wire does not raise itself (the
+    protocol, or a connect that took too long): reconnect."""
 
 
 class _Session:
