@@ -25,7 +25,9 @@ when the stream drops finishes, and its result waits in a bounded outbox for the
 
 Any failure to open, use or keep the stream (wire's ConnectionLost, a refusal, no Welcome or
 no message in time, a protocol violation) ends the session with one log line, and the link
-reconnects after the backoff: only cancellation and bugs of our own end ``run``.
+reconnects after the backoff: only cancellation and bugs of our own end ``run``. A message kind
+or field this version does not know is skipped, counted (``status.unknown_fields``) and logged
+once per field number: the next version of the server may send it.
 
 When the session ends for any reason, the whole nursery goes: runners stop, the channel is
 closed and every byte it held returns to the budget. Nothing is lost by that: the server
@@ -135,6 +137,8 @@ class LinkStatus:
     bytes_sent: int = 0
     oversize_dropped: int = 0
     events_by_kind: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # Fields and message kinds from the server this version does not know (skipped).
+    unknown_fields: wire.UnknownFieldCounter = field(default_factory=wire.UnknownFieldCounter)
 
 
 class Link:
@@ -297,9 +301,13 @@ class Link:
                 await stream.send(messages.AgentMessage(hello=hello))
                 with trio.fail_after(settings.welcome_timeout_seconds):
                     first = await stream.receive()
+                    while not _kind(first) and self._skipped_unknown(first):
+                        first = await stream.receive()  # a newer server's message kind
             except wire.ConnectionLost as exc:
                 raise wire.ConnectionLost(_before_welcome(exc, settings)) from exc
             name, welcome = betterproto.which_one_of(first, "message")
+            if name:
+                self._skipped_unknown(first)  # fields inside a known message
             if name != "welcome" or not isinstance(welcome, messages.Welcome):
                 raise _SessionEnded(f"the server answered Hello with {name or 'nothing'}")
             self._session_token = welcome.session_token
@@ -320,6 +328,21 @@ class Link:
                     nursery.start_soon(session.send_results)
                     if settings.heartbeat_seconds > 0:
                         nursery.start_soon(session.heartbeats)
+
+    def _skipped_unknown(self, message: messages.ServerMessage) -> bool:
+        """Count the fields of ``message`` this version does not know (an unknown oneof
+        member is one of ServerMessage's), log each the first time; whether there were any."""
+        found = wire.unknown_fields(message)
+        if not found:
+            return False
+        counter = self.status.unknown_fields
+        for key in counter.note(found):
+            log.warning(
+                "the server sent %s, which this agent does not know: skipped (logged once; "
+                "counted in kubesvc_protocol_unknown_fields_total)",
+                counter.describe(key),
+            )
+        return True
 
 
 @asynccontextmanager
@@ -585,6 +608,7 @@ class _Session:
 
     async def _dispatch(self, message: messages.ServerMessage) -> None:
         name, body = betterproto.which_one_of(message, "message")
+        skipped = self._link._skipped_unknown(message)  # counted and logged once; then skipped
         if isinstance(body, messages.Ack):
             self._acknowledged(body.seq)
         elif isinstance(body, messages.Assignment):
@@ -594,8 +618,10 @@ class _Session:
             self._link._operations_nursery.start_soon(self._link._run_operation, body)
         elif isinstance(body, messages.Heartbeat):
             pass  # its arrival already moved the deadline
-        else:
-            raise _SessionEnded(f"unexpected {name or 'empty'} message from the server")
+        elif name:
+            raise _SessionEnded(f"unexpected {name} message from the server")
+        elif not skipped:  # a kind this version does not know is skipped, not an error
+            raise _SessionEnded("an empty message from the server")
 
     def _acknowledged(self, seq: int) -> None:
         batch = self._unacked.pop(seq, None)
@@ -661,6 +687,12 @@ def reportable(result: messages.OperationResult, max_message: int) -> messages.O
             f"message the server takes ({max_message} bytes), so it is not reported"
         ),
     )
+
+
+def _kind(message: messages.ServerMessage) -> str:
+    """The name of the oneof member ``message`` carries; "" for none this version knows."""
+    name: str = betterproto.which_one_of(message, "message")[0]
+    return name
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
