@@ -10,6 +10,8 @@ The tree (other engineers add subclasses; see /work/contracts.md)::
     AgentError
     ├── ConfigError                 a config file is invalid: file, path, what was expected
     │   └── KubeconfigError         ... the file is a kubeconfig
+    ├── LinkTimeoutError            the server's address took too long to connect (TCP, TLS);
+    │                               the link's other failures are wire's (wire.WireError)
     └── KubeError                   talking to a Kubernetes API server failed
         ├── KubeClosedError         we closed the client; nothing was sent
         ├── KubeCredentialError     no credentials (exec plugin, token file failed)
@@ -47,6 +49,7 @@ __all__ = [
     "KubeTooManyRequestsError",
     "KubeUnauthorizedError",
     "KubeconfigError",
+    "LinkTimeoutError",
     "status_error",
 ]
 
@@ -72,6 +75,10 @@ class ConfigError(AgentError):
 
 class KubeconfigError(ConfigError):
     """A kubeconfig file is invalid or does not contain what the account asks for."""
+
+
+class LinkTimeoutError(AgentError):
+    """The server's address accepted no connection, or finished no TLS handshake, in time."""
 
 
 class KubeError(AgentError):

@@ -40,8 +40,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -55,6 +54,7 @@ from wire import messages
 
 from ._backoff import Backoff
 from ._errors import AgentError
+from ._link_edge import known_role, message_kind, open_stream, skipped_unknown
 
 log = logging.getLogger("agent.link")
 
@@ -296,18 +296,27 @@ class Link:
             accounts=accounts,
             session_token=self._session_token,
         )
-        async with _open_stream(settings, metadata) as stream:
+        async with open_stream(
+            settings.host,
+            settings.port,
+            ssl_context=settings.ssl_context,
+            server_hostname=settings.server_hostname,
+            metadata=metadata,
+            max_message_size=settings.max_message_size,
+            connect_seconds=settings.welcome_timeout_seconds,
+        ) as stream:
+            unknown = self.status.unknown_fields
             try:
                 await stream.send(messages.AgentMessage(hello=hello))
                 with trio.fail_after(settings.welcome_timeout_seconds):
                     first = await stream.receive()
-                    while not _kind(first) and self._skipped_unknown(first):
+                    while not message_kind(first) and skipped_unknown(unknown, first):
                         first = await stream.receive()  # a newer server's message kind
             except wire.ConnectionLost as exc:
                 raise wire.ConnectionLost(_before_welcome(exc, settings)) from exc
             name, welcome = betterproto.which_one_of(first, "message")
             if name:
-                self._skipped_unknown(first)  # fields inside a known message
+                skipped_unknown(unknown, first)  # fields inside a known message
             if name != "welcome" or not isinstance(welcome, messages.Welcome):
                 raise _SessionEnded(f"the server answered Hello with {name or 'nothing'}")
             self._session_token = welcome.session_token
@@ -329,53 +338,9 @@ class Link:
                     if settings.heartbeat_seconds > 0:
                         nursery.start_soon(session.heartbeats)
 
-    def _skipped_unknown(self, message: messages.ServerMessage) -> bool:
-        """Count the fields of ``message`` this version does not know (an unknown oneof
-        member is one of ServerMessage's), log each the first time; whether there were any."""
-        found = wire.unknown_fields(message)
-        if not found:
-            return False
-        counter = self.status.unknown_fields
-        for key in counter.note(found):
-            log.warning(
-                "the server sent %s, which this agent does not know: skipped (logged once; "
-                "counted in kubesvc_protocol_unknown_fields_total)",
-                counter.describe(key),
-            )
-        return True
-
-
-@asynccontextmanager
-async def _open_stream(
-    settings: LinkSettings, metadata: Mapping[str, str]
-) -> AsyncIterator[wire.ClientStream]:
-    """``wire.open_connection`` to the server, given ``welcome_timeout_seconds`` to connect: an
-    address that accepts and then says nothing (a TLS handshake that never ends) is a broken
-    link like any other. Raises _SessionEnded when the time runs out, and what
-    open_connection raises."""
-    async with AsyncExitStack() as stack:
-        with trio.move_on_after(settings.welcome_timeout_seconds) as deadline:
-            stream = await stack.enter_async_context(
-                wire.open_connection(
-                    settings.host,
-                    settings.port,
-                    ssl_context=settings.ssl_context,
-                    server_hostname=settings.server_hostname,
-                    metadata=metadata,
-                    max_message_size=settings.max_message_size,
-                )
-            )
-        if deadline.cancelled_caught:
-            raise _SessionEnded(
-                f"could not connect within {settings.welcome_timeout_seconds:g} s "
-                "(TCP and TLS handshake)"
-            )
-        yield stream
-
 
 class _SessionEnded(Exception):
-    """The session ended, or never began, for a reason wire does not raise itself (the
-    protocol, or a connect that took too long): reconnect."""
+    """The session ended for a reason of the protocol (not the network): reconnect."""
 
 
 class _Session:
@@ -421,8 +386,10 @@ class _Session:
 
     def assign(self, assignments: Sequence[messages.AccountAssignment]) -> None:
         for assignment in assignments:
-            role = messages.Role(assignment.role)
-            self._link.status.roles[assignment.name] = role.name
+            role = known_role(assignment.role)
+            self._link.status.roles[assignment.name] = (
+                role.name if role is not None else f"UNKNOWN({int(assignment.role)})"
+            )
             if assignment.reason:
                 self._link.status.role_reasons[assignment.name] = assignment.reason
             else:
@@ -434,6 +401,14 @@ class _Session:
                     log.error(
                         "account %s rejected by the server: %s",
                         assignment.name,
+                        assignment.reason or "no reason given",
+                    )
+                elif role is None:  # a newer server's role: run nothing, as for STANDBY
+                    log.warning(
+                        "account %s: the server gave it role %d, which this agent does not "
+                        "know: running nothing for it (%s)",
+                        assignment.name,
+                        int(assignment.role),
                         assignment.reason or "no reason given",
                     )
                 self.stop_account(assignment.name)
@@ -608,7 +583,7 @@ class _Session:
 
     async def _dispatch(self, message: messages.ServerMessage) -> None:
         name, body = betterproto.which_one_of(message, "message")
-        skipped = self._link._skipped_unknown(message)  # counted and logged once; then skipped
+        skipped = skipped_unknown(self._link.status.unknown_fields, message)  # counted, logged
         if isinstance(body, messages.Ack):
             self._acknowledged(body.seq)
         elif isinstance(body, messages.Assignment):
@@ -687,12 +662,6 @@ def reportable(result: messages.OperationResult, max_message: int) -> messages.O
             f"message the server takes ({max_message} bytes), so it is not reported"
         ),
     )
-
-
-def _kind(message: messages.ServerMessage) -> str:
-    """The name of the oneof member ``message`` carries; "" for none this version knows."""
-    name: str = betterproto.which_one_of(message, "message")[0]
-    return name
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

@@ -37,13 +37,13 @@ def _welcome_with_unknown_fields() -> bytes:
 
 
 class _FutureServer:
-    """Answers Hello with frames of a newer protocol, then sends an Operation and records the
-    result the agent sends back."""
+    """Answers Hello with frames of a newer protocol, then sends Operations (and a Role from the
+    future) and records the results the agent sends back."""
 
     def __init__(self) -> None:
         self.sessions = 0
         self.results: list[m.OperationResult] = []
-        self.result_seen = trio.Event()
+        self.done = trio.Event()
 
     async def handler(self, stream: wire.ServerStream, call: wire.CallInfo) -> None:
         self.sessions += 1
@@ -55,11 +55,21 @@ class _FutureServer:
         await stream.send(as_sent(m.ServerMessage, bytes_field(31, b"")))  # another, empty
         await stream.send(m.ServerMessage(heartbeat=m.Heartbeat(sent_at_ms=1)))
         await stream.send(m.ServerMessage(operation=m.Operation(id="op-1", account="k1")))
+        await self._result(stream)
+        # A Role value from the future (7): the account runs nothing, the session goes on.
+        future_role = m.AccountAssignment(name="k1", role=7)
+        await stream.send(m.ServerMessage(assignment=m.Assignment(accounts=[future_role])))
+        await stream.send(m.ServerMessage(operation=m.Operation(id="op-2", account="k1")))
+        await self._result(stream)
+        self.done.set()
+        await trio.sleep_forever()
+
+    async def _result(self, stream: wire.ServerStream) -> None:
         while True:
             message = await stream.receive()
             if message.is_set("operation_result"):
                 self.results.append(message.operation_result)
-                self.result_seen.set()
+                return
 
 
 @in_loop
@@ -68,7 +78,7 @@ async def test_unknown_kinds_and_fields_from_the_server_are_skipped(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="agent.link")
     future = _FutureServer()
-    primary = trio.Event()
+    primary, stopped = trio.Event(), trio.Event()
 
     async def accounts() -> list[m.AccountInfo]:
         return [m.AccountInfo(name="k1")]
@@ -81,7 +91,10 @@ async def test_unknown_kinds_and_fields_from_the_server_are_skipped(
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         primary.set()
-        await trio.sleep_forever()
+        try:
+            await trio.sleep_forever()
+        finally:
+            stopped.set()
 
     async def operations(operation: m.Operation) -> m.OperationResult:
         return m.OperationResult(id=operation.id, account=operation.account, ok=True)
@@ -108,10 +121,12 @@ async def test_unknown_kinds_and_fields_from_the_server_are_skipped(
             )
             await nursery.start(link.run)
             await primary.wait()  # the Welcome with unknown fields was taken
-            await future.result_seen.wait()  # messages after the unknown ones still flow
+            await future.done.wait()  # messages after the unknown ones still flow
             assert link.status.connected
+            assert link.status.roles == {"k1": "UNKNOWN(7)"}
+            await stopped.wait()  # the unknown role stopped the account's runner
             nursery.cancel_scope.cancel()
-    assert [(r.id, r.ok) for r in future.results] == [("op-1", True)]
+    assert [(r.id, r.ok) for r in future.results] == [("op-1", True), ("op-2", True)]
     assert (future.sessions, link.status.sessions, link.status.disconnections) == (1, 1, 0)
     assert link.status.unknown_fields.counts == {
         ("ServerMessage", 30): 2,
@@ -119,8 +134,9 @@ async def test_unknown_kinds_and_fields_from_the_server_are_skipped(
         ("AccountAssignment", 9): 1,
         ("ServerMessage", 31): 1,
     }
-    logged = [r.getMessage() for r in caplog.records if "does not know" in r.getMessage()]
+    logged = [r.getMessage() for r in caplog.records if "sent field" in r.getMessage()]
     assert len(logged) == 4, logged  # once per (message, field number)
+    assert any("role 7, which this agent does not know" in r.getMessage() for r in caplog.records)
     metrics = render_metrics(metrics_registry(AgentStatus(link=link.status), process=False))
     family = "kubesvc_protocol_unknown_fields_total"
     assert f'{family}{{field="30",message="ServerMessage"}} 2.0'.encode() in metrics
