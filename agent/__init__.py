@@ -43,6 +43,7 @@ from ._errors import (
     KubeTimeoutError,
     KubeTooManyRequestsError,
     KubeUnauthorizedError,
+    LinkTimeoutError,
 )
 from ._health import health_app, metrics_app, serve_http
 from ._kube_client import (
@@ -111,6 +112,7 @@ __all__ = [
     "Link",
     "LinkSettings",
     "LinkStatus",
+    "LinkTimeoutError",
     "ListCaps",
     "OperationExecutor",
     "OperationRecord",

@@ -11,6 +11,8 @@ docs/protocol.md §11.3)::
     AgentError
     ├── ConfigError                 a config file is invalid: file, path, what was expected
     │   └── KubeconfigError         ... the file is a kubeconfig
+    ├── LinkTimeoutError            the server's address took too long to connect (TCP, TLS);
+    │                               the link's other failures are wire's (wire.WireError)
     └── KubeError                   talking to a Kubernetes API server failed
         ├── KubeClosedError         we closed the client; nothing was sent
         ├── KubeCredentialError     no credentials (exec plugin, token file failed)
@@ -48,6 +50,7 @@ __all__ = [
     "KubeTooManyRequestsError",
     "KubeUnauthorizedError",
     "KubeconfigError",
+    "LinkTimeoutError",
     "status_error",
 ]
 
@@ -73,6 +76,10 @@ class ConfigError(AgentError):
 
 class KubeconfigError(ConfigError):
     """A kubeconfig file is invalid or does not contain what the account asks for."""
+
+
+class LinkTimeoutError(AgentError):
+    """The server's address accepted no connection, or finished no TLS handshake, in time."""
 
 
 class KubeError(AgentError):

@@ -23,6 +23,12 @@ Operations themselves run in the link's own nursery, not the session's: one stil
 when the stream drops finishes, and its result waits in a bounded outbox for the next session
 (the executor de-duplicates by id, so an operation the server sends again never runs twice).
 
+Any failure to open, use or keep the stream (wire's ConnectionLost, a refusal, no Welcome or
+no message in time, a protocol violation) ends the session with one log line, and the link
+reconnects after the backoff: only cancellation and bugs of our own end ``run``. A message kind
+or field this version does not know is skipped, counted (``status.unknown_fields``) and logged
+once per field number: the next version of the server may send it.
+
 When the session ends for any reason, the whole nursery goes: runners stop, the channel is
 closed and every byte it held returns to the budget. Nothing is lost by that: the server
 stores a kind's resourceVersion in the same transaction as the objects it acknowledges, so
@@ -48,6 +54,7 @@ from wire import messages
 
 from ._backoff import Backoff
 from ._errors import AgentError
+from ._link_edge import known_role, message_kind, open_stream, skipped_unknown
 
 log = logging.getLogger("agent.link")
 
@@ -130,6 +137,8 @@ class LinkStatus:
     bytes_sent: int = 0
     oversize_dropped: int = 0
     events_by_kind: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # Fields and message kinds from the server this version does not know (skipped).
+    unknown_fields: wire.UnknownFieldCounter = field(default_factory=wire.UnknownFieldCounter)
 
 
 class Link:
@@ -190,20 +199,24 @@ class Link:
             try:
                 await self._one_session(backoff)
             except* (wire.WireError, trio.TooSlowError, _SessionEnded, AgentError) as group:
+                # Whatever the network or the server did: one line, then the backoff.
                 reason = "; ".join(dict.fromkeys(_describe(exc) for exc in _leaves(group)))
                 if self.status.connected:
                     self.status.disconnections += 1
                 self.status.last_error = reason
-                log.warning(
-                    "link to %s:%d lost: %s", self._settings.host, self._settings.port, reason
-                )
             finally:
                 self.status.connected = False
                 self.status.roles.clear()
                 self.status.role_reasons.clear()
                 self._session = None
             delay = backoff.next_delay()
-            log.info("reconnecting in %.1f s", delay)
+            log.warning(
+                "link to %s:%d lost: %s; reconnecting in %.2f s",
+                self._settings.host,
+                self._settings.port,
+                self.status.last_error,
+                delay,
+            )
             await trio.sleep(delay)
 
     async def accounts_changed(
@@ -283,21 +296,27 @@ class Link:
             accounts=accounts,
             session_token=self._session_token,
         )
-        async with wire.open_connection(
+        async with open_stream(
             settings.host,
             settings.port,
             ssl_context=settings.ssl_context,
             server_hostname=settings.server_hostname,
             metadata=metadata,
             max_message_size=settings.max_message_size,
+            connect_seconds=settings.welcome_timeout_seconds,
         ) as stream:
+            unknown = self.status.unknown_fields
             try:
                 await stream.send(messages.AgentMessage(hello=hello))
                 with trio.fail_after(settings.welcome_timeout_seconds):
                     first = await stream.receive()
+                    while not message_kind(first) and skipped_unknown(unknown, first):
+                        first = await stream.receive()  # a newer server's message kind
             except wire.ConnectionLost as exc:
                 raise wire.ConnectionLost(_before_welcome(exc, settings)) from exc
             name, welcome = betterproto.which_one_of(first, "message")
+            if name:
+                skipped_unknown(unknown, first)  # fields inside a known message
             if name != "welcome" or not isinstance(welcome, messages.Welcome):
                 raise _SessionEnded(f"the server answered Hello with {name or 'nothing'}")
             self._session_token = welcome.session_token
@@ -367,8 +386,10 @@ class _Session:
 
     def assign(self, assignments: Sequence[messages.AccountAssignment]) -> None:
         for assignment in assignments:
-            role = messages.Role(assignment.role)
-            self._link.status.roles[assignment.name] = role.name
+            role = known_role(assignment.role)
+            self._link.status.roles[assignment.name] = (
+                role.name if role is not None else f"UNKNOWN({int(assignment.role)})"
+            )
             if assignment.reason:
                 self._link.status.role_reasons[assignment.name] = assignment.reason
             else:
@@ -380,6 +401,14 @@ class _Session:
                     log.error(
                         "account %s rejected by the server: %s",
                         assignment.name,
+                        assignment.reason or "no reason given",
+                    )
+                elif role is None:  # a newer server's role: run nothing, as for STANDBY
+                    log.warning(
+                        "account %s: the server gave it role %d, which this agent does not "
+                        "know: running nothing for it (%s)",
+                        assignment.name,
+                        int(assignment.role),
                         assignment.reason or "no reason given",
                     )
                 self.stop_account(assignment.name)
@@ -554,6 +583,7 @@ class _Session:
 
     async def _dispatch(self, message: messages.ServerMessage) -> None:
         name, body = betterproto.which_one_of(message, "message")
+        skipped = skipped_unknown(self._link.status.unknown_fields, message)  # counted, logged
         if isinstance(body, messages.Ack):
             self._acknowledged(body.seq)
         elif isinstance(body, messages.Assignment):
@@ -563,8 +593,10 @@ class _Session:
             self._link._operations_nursery.start_soon(self._link._run_operation, body)
         elif isinstance(body, messages.Heartbeat):
             pass  # its arrival already moved the deadline
-        else:
-            raise _SessionEnded(f"unexpected {name or 'empty'} message from the server")
+        elif name:
+            raise _SessionEnded(f"unexpected {name} message from the server")
+        elif not skipped:  # a kind this version does not know is skipped, not an error
+            raise _SessionEnded("an empty message from the server")
 
     def _acknowledged(self, seq: int) -> None:
         batch = self._unacked.pop(seq, None)

@@ -5,7 +5,9 @@ process) holds one custom collector that turns the live status into the metric n
 Armory agent -- ``kubesvc_connection_count``, ``kubesvc_disconnection_total``,
 ``kubesvc_events_sent_total`` and ``kubesvc_events_bytes_sent_total`` (labels ``event_kind``,
 ``event_group``), ``kubesvc_resource_agent_total``, ``kubesvc_kubernetes_requests``,
-``kubesvc_watches`` -- plus the budget's and the process's. Nothing is counted twice: the
+``kubesvc_watches`` -- plus the budget's, the process's, and
+``kubesvc_protocol_unknown_fields_total`` (labels ``message``, ``field``: what the server sent
+that this version does not know, skipped). Nothing is counted twice: the
 numbers are the ones the link and the reflectors already keep.
 """
 
@@ -16,6 +18,8 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+import wire
 
 from ._status import AgentStatus
 
@@ -63,6 +67,15 @@ class AgentCollector:
             sizes.add_metric([kind, _group(api_version)], size)
         yield events
         yield sizes
+        unknown = CounterMetricFamily(
+            "kubesvc_protocol_unknown_fields_total",
+            "Fields and oneof members of server messages this agent does not know, skipped.",
+            labels=["message", "field"],
+        )
+        for (message, number), count in sorted(link.unknown_fields.counts.items()):
+            label = "other" if (message, number) == wire.OTHER_UNKNOWN else str(number)
+            unknown.add_metric([message, label], count)
+        yield unknown
         yield CounterMetricFamily(
             "kubesvc_events_oversize_dropped_total",
             "Objects too large for one message, reported and not sent.",

@@ -6,7 +6,9 @@ accounts are registered (PRIMARY / STANDBY / REJECTED) and a Welcome answers wit
 token, limits, and per account the role and the resume points. Then one task receives and one
 sends: an EventBatch is decoded, its records for accounts this session serves as PRIMARY are
 applied in ONE store transaction, and only after the commit is the Ack queued; Heartbeats are
-answered; AccountsChanged re-registers; OperationResults go to the operations hook. Everything
+answered; AccountsChanged re-registers; OperationResults go to the operations hook. A message
+kind (oneof member) or field this version does not know is skipped, counted and logged once per
+field number, as protobuf promises the next version: the call goes on. Everything
 the server sends goes through the session's bounded outbound channel, so Acks, Assignments
 and Operations keep their order. Any malformed message or protocol violation ends the call
 with a gRPC status saying what and where (wire.Refuse) and a log line; the store is only ever
@@ -135,6 +137,10 @@ class ConnectHandler:
         with trio.move_on_after(timeout):
             message = await stream.receive()
             name, value = betterproto.which_one_of(message, "message")
+            while not name and self._skipped_unknown(message, peer):
+                # A newer agent's message kind: skipped here too, the Hello may follow.
+                message = await stream.receive()
+                name, value = betterproto.which_one_of(message, "message")
             if name != "hello":
                 raise _refuse(
                     wire.Status.FAILED_PRECONDITION,
@@ -142,6 +148,7 @@ class ConnectHandler:
                     peer,
                 )
             hello: messages.Hello = value
+            self._skipped_unknown(message, peer)
             if hello.protocol_version != wire.PROTOCOL_VERSION:
                 raise _refuse(
                     wire.Status.FAILED_PRECONDITION,
@@ -225,6 +232,7 @@ class ConnectHandler:
                 return
             session.last_seen_ms = _now_ms()
             name, value = betterproto.which_one_of(message, "message")
+            skipped = self._skipped_unknown(message, peer)
             if name == "event_batch":
                 last_seq = await self._batch(session, value, last_seq, peer)
             elif name == "heartbeat":
@@ -236,8 +244,25 @@ class ConnectHandler:
                 await self._state.operations.on_result(session, value)
             elif name == "hello":
                 raise _refuse(wire.Status.FAILED_PRECONDITION, "Hello sent twice", peer)
-            else:
+            elif not skipped:  # a kind this version does not know was skipped above
                 raise _refuse(wire.Status.INVALID_ARGUMENT, "an empty AgentMessage", peer)
+
+    def _skipped_unknown(self, message: messages.AgentMessage, peer: str) -> bool:
+        """Count the fields of ``message`` this version does not know (an unknown oneof
+        member is one of AgentMessage's) and log each field number the first time it is
+        seen; whether there were any. They are skipped: a newer agent may send them."""
+        found = wire.unknown_fields(message)
+        if not found:
+            return False
+        counter = self._state.unknown_fields
+        for key in counter.note(found):
+            log.warning(
+                "agent at %s sent %s, which this server does not know: skipped (logged once; "
+                "counted in kubesvc_protocol_unknown_fields_total)",
+                peer or "?",
+                counter.describe(key),
+            )
+        return True
 
     async def _batch(
         self, session: Session, batch: messages.EventBatch, last_seq: int, peer: str

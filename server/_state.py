@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import wire
 from wire import messages
 
 from ._accounts import AccountService
@@ -51,6 +52,9 @@ class ServerState:
     accounts: AccountService
     sessions: SessionManager
     operations: OperationsHook
+    # Fields and oneof members of agent messages this version does not know: skipped, and
+    # counted here (kubesvc_protocol_unknown_fields_total).
+    unknown_fields: wire.UnknownFieldCounter = field(default_factory=wire.UnknownFieldCounter)
 
     async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:
         """Send a dynamic account to a connected agent; its id, or None when none is."""

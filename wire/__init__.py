@@ -3,6 +3,8 @@
 - ``wire.messages``: the betterproto messages of kubesvc.proto (AgentMessage, ServerMessage, ...).
 - Event records (sans-I/O): :class:`EventRecord`, :func:`encode_events`, :func:`decode_events`.
 - The bridge (trio API over grpclib): :func:`open_loop`, :func:`open_connection`, :func:`serve`.
+- Forward compatibility: :func:`unknown_fields` names what a received message carries that
+  this version does not know; :class:`UnknownFieldCounter` counts it (skip, count, log once).
 - Errors: one tree rooted at :class:`WireError` (see wire._errors).
 """
 
@@ -39,6 +41,7 @@ from ._records import (
     decode_events,
     encode_events,
 )
+from ._unknown import OTHER_UNKNOWN, UnknownField, UnknownFieldCounter, unknown_fields
 
 #: Sent in Hello.protocol_version; see kubesvc.proto for when it changes.
 PROTOCOL_VERSION: int = int(messages.ProtocolVersion.CURRENT)
@@ -46,6 +49,7 @@ PROTOCOL_VERSION: int = int(messages.ProtocolVersion.CURRENT)
 __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "OTHER_UNKNOWN",
     "PROTOCOL_VERSION",
     "CallInfo",
     "ClientStream",
@@ -64,6 +68,8 @@ __all__ = [
     "ServerStream",
     "Status",
     "StreamClosed",
+    "UnknownField",
+    "UnknownFieldCounter",
     "WireError",
     "construct",
     "decode_events",
@@ -72,4 +78,5 @@ __all__ = [
     "open_connection",
     "open_loop",
     "serve",
+    "unknown_fields",
 ]

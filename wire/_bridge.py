@@ -27,6 +27,10 @@ checks the size after. Private grpclib seams used (grpclib is pinned < 0.5):
 ``Server._protocol_factory`` / ``Channel._protocol_factory`` and ``Connection._connection``
 (frame size, closing connections on shutdown), ``server.Stream._stream`` (the bounded read),
 and the client ``Stream``'s send state (``_send_framed``: a message goes out already framed).
+``Channel.__connect__`` connects before the first request, so that a connection the peer reset
+at once is seen (``Connection.is_closing()``) before grpclib creates a stream on it; where
+grpclib still reaches for a closed connection's deleted ``_transport``, the AttributeError is
+read as ConnectionLost (_closed_under_grpclib).
 """
 
 from __future__ import annotations
@@ -209,6 +213,25 @@ class _Channel(Channel):
 _BROKEN = (StreamTerminatedError, h2.exceptions.H2Error, ConnectionError, ssl.SSLError, OSError)
 
 
+_CLOSED_AT_ONCE = (
+    "the connection closed before the call began (the server reset it, or its first bytes "
+    "were not HTTP/2)"
+)
+
+
+def _closed_under_grpclib(exc: AttributeError) -> bool:
+    """Whether ``exc`` is grpclib 0.4 reaching for a connection that is already closed.
+
+    grpclib's ``Connection.close()`` deletes its ``_transport``, and some paths still use
+    it afterwards: creating the call's HTTP/2 stream on a connection the peer reset between
+    the TCP handshake and the first request (an address that accepts and resets at once: a
+    Service or load balancer whose server restarts), or giving back flow-control credit
+    after the close. That AttributeError means "the connection is gone", so the bridge
+    reports it as ConnectionLost. Nothing of ours has an attribute of that name on the
+    asyncio side, so any other AttributeError is a bug and propagates."""
+    return exc.name == "_transport"
+
+
 def _require_loop(what: str) -> None:
     if trio_asyncio.current_loop.get() is None:
         raise RuntimeError(
@@ -343,17 +366,31 @@ class ClientStream:
         metadata: Mapping[str, str],
         config: Configuration,
     ) -> None:
-        self._channel = _Channel(host, port, ssl=ssl_context, codec=_RawCodec(), config=config)
-        grpc = self._channel.request(
+        where = f"cannot open a Connect call to {host}:{port}"
+        channel = self._channel = _Channel(
+            host, port, ssl=ssl_context, codec=_RawCodec(), config=config
+        )
+        grpc = channel.request(
             CONNECT_METHOD, Cardinality.STREAM_STREAM, bytes, bytes, metadata=dict(metadata)
         )
         await grpc.__aenter__()
         self._grpc = grpc
         try:
-            # Connect and send the headers now, so a refused connection shows at open.
+            # Connect first, then look: the peer may have reset the connection while the
+            # connect's result waited for this task to run, and grpclib's send_request would
+            # create its stream on the closed connection. Once connected, send_request reaches
+            # create_stream without giving the loop a turn, so nothing can close it between.
+            protocol = await channel.__connect__()
+            if protocol.connection.is_closing():
+                raise ConnectionLost(f"{where}: {_CLOSED_AT_ONCE}")
+            # Send the headers now, so a refused connection shows at open.
             await grpc.send_request()
         except _BROKEN as exc:
-            raise _lost(exc, f"cannot open a Connect call to {host}:{port}") from exc
+            raise _lost(exc, where) from exc
+        except AttributeError as exc:
+            if not _closed_under_grpclib(exc):
+                raise
+            raise ConnectionLost(f"{where}: {_CLOSED_AT_ONCE}") from exc
 
     async def _aio_send(self, framed: bytes) -> None:
         """Send one message, its gRPC prefix included: grpclib's ``send_message`` would copy
@@ -364,6 +401,10 @@ class ClientStream:
             await _send_framed(grpc, framed)
         except _BROKEN as exc:
             await self._aio_finish(exc)
+        except AttributeError as exc:
+            if not _closed_under_grpclib(exc):
+                raise
+            await self._aio_finish(ConnectionResetError("the connection closed under a send"))
 
     async def _aio_receive(self) -> bytes:
         assert self._grpc is not None
@@ -373,6 +414,10 @@ class ClientStream:
             raise _refused(exc) from exc
         except _BROKEN as exc:
             await self._aio_finish(exc)
+        except AttributeError as exc:
+            if not _closed_under_grpclib(exc):
+                raise
+            await self._aio_finish(ConnectionResetError("the connection closed under a read"))
         if data is None:
             await self._aio_finish(None)
         assert data is not None
@@ -566,6 +611,11 @@ class ServerStream:
                 return result
             except _BROKEN as exc:
                 self._lost_reason = f"the client or the network broke the stream: {exc}"
+                raise ConnectionLost(self._lost_reason) from exc
+            except AttributeError as exc:
+                if not _closed_under_grpclib(exc):
+                    raise
+                self._lost_reason = "the client or the network closed the connection"
                 raise ConnectionLost(self._lost_reason) from exc
             except trio.Cancelled:
                 idle_receive = fn == self._aio_receive and not self._mid_message

@@ -14,12 +14,17 @@ said no"::
     │                        then used it again
     ├── EndOfStream          the peer finished the call cleanly (the client ended its side, or
     │                        the server's handler returned)
-    ├── ConnectionLost       the peer or the network broke it: connect failure, TCP reset,
-    │                        stream reset by the peer, keepalive timeout, TLS failure
+    ├── ConnectionLost       the peer or the network broke it: connect failure, TCP reset
+    │                        (also one at once after the accept), stream reset by the peer,
+    │                        keepalive timeout, TLS failure, bytes that are not HTTP/2
     ├── RemoteRefused        the other side ended the call with a gRPC status (``.status``,
     │                        ``.message``), e.g. UNAUTHENTICATED from a server handler
     └── Refuse               raised BY a server handler (not by the package) to end its call
                              with a status, which reaches the client as RemoteRefused
+
+A field or oneof member this version does not know is no error at all: the decoders keep it
+aside and the caller skips it (wire._unknown). A known field with the wrong wire type is a
+ProtocolViolation.
 
 :class:`Refuse` is an instruction rather than a failure, but it is rooted here all the same,
 so that ``except WireError`` covers every exception the package defines. The bridge checks

@@ -18,6 +18,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
+import wire
+
 from ..ops import OperationService
 from . import _armory as armory
 from . import _clouddriver as clouddriver
@@ -288,7 +290,10 @@ def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> 
     process-global registry, so that several servers can live in one process (the tests)."""
     if registry is None:
         registry = CollectorRegistry(auto_describe=True)
-    metrics = ApiMetrics(registry, state.feed)
+    unknown = getattr(state, "unknown_fields", None)  # ServerState has it, StandaloneState not
+    metrics = ApiMetrics(
+        registry, state.feed, unknown if isinstance(unknown, wire.UnknownFieldCounter) else None
+    )
 
     def operations() -> OperationService | None:
         service = getattr(state, "operations", None)

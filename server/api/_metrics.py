@@ -11,6 +11,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import wire
+
 from .._feed import ChangeFeed
 
 __all__ = ["ApiMetrics", "MetricsMiddleware"]
@@ -44,10 +46,33 @@ class _FeedCollector(Collector):
         )
 
 
+class _ProtocolCollector(Collector):
+    """What agents sent that this version does not know (skipped), read at scrape time."""
+
+    def __init__(self, unknown: wire.UnknownFieldCounter) -> None:
+        self._unknown = unknown
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily(
+            "kubesvc_protocol_unknown_fields",
+            "Fields and oneof members of agent messages this server does not know, skipped",
+            labels=["message", "field"],
+        )
+        for (message, number), count in sorted(self._unknown.counts.items()):
+            label = "other" if (message, number) == wire.OTHER_UNKNOWN else str(number)
+            family.add_metric([message, label], count)
+        yield family
+
+
 class ApiMetrics:
     """The REST API's metrics, in a registry of their own (one per server, not the global)."""
 
-    def __init__(self, registry: CollectorRegistry, feed: ChangeFeed) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        feed: ChangeFeed,
+        unknown_fields: wire.UnknownFieldCounter | None = None,
+    ) -> None:
         self.registry = registry
         self.requests = Counter(
             "kubesvc_server_http_requests",
@@ -65,6 +90,8 @@ class ApiMetrics:
             "kubesvc_server_cached_objects", "Objects in the cache store", registry=registry
         )
         registry.register(_FeedCollector(feed))
+        if unknown_fields is not None:  # a server with gRPC sessions (not a standalone API)
+            registry.register(_ProtocolCollector(unknown_fields))
         # labels() takes a lock and builds a key each call; a request notes through these
         # (as many entries as the metrics have label sets: the registry holds them anyway).
         self._counters: dict[tuple[str, str, str], Any] = {}

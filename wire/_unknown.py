@@ -1,0 +1,118 @@
+"""Fields a received message carries that this version of the protocol does not know.
+
+Theory of operation. Protobuf's promise to the next version is that an old peer skips what it
+does not know: a new oneof member of AgentMessage or ServerMessage (a new kind of message),
+or a new field inside a known message. betterproto already keeps such fields aside, as their
+raw bytes, in each message's ``_unknown_fields``; :func:`unknown_fields` walks a decoded
+message and names them, ``(message type, field number)``, and :class:`UnknownFieldCounter`
+counts them for the metrics and says which ones are new, so that the caller logs each once.
+A known field sent with the wrong wire type is not "unknown": the decoder refuses it
+(_envelope.checked). Sans-I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import betterproto
+
+from ._flat import read_varint
+
+__all__ = ["OTHER_UNKNOWN", "UnknownField", "UnknownFieldCounter", "unknown_fields"]
+
+#: (the message type that carried it, e.g. "AgentMessage" or "Hello"; its field number)
+UnknownField = tuple[str, int]
+#: Where the counter puts unknown fields once it holds ``max_distinct`` others (field 0 is
+#: never a valid field number, so it cannot clash with a real one).
+OTHER_UNKNOWN: UnknownField = ("other", 0)
+
+_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+
+
+def unknown_fields(message: betterproto.Message) -> list[UnknownField]:
+    """The unknown fields of ``message`` and of every message inside it, in the order met.
+
+    An unknown oneof member of an envelope shows as ``("AgentMessage", n)`` (the envelope's
+    ``which_one_of`` is then empty); one inside a known message as ``("Hello", n)``. Fields
+    repeated on the wire are listed once per occurrence. Costs a walk over the message's
+    set fields: cheap for the control messages, and the hot messages (batches, Acks,
+    operations) have a handful of fields."""
+    found: list[UnknownField] = []
+    _walk(message, found)
+    return found
+
+
+def _walk(message: betterproto.Message, found: list[UnknownField]) -> None:
+    state = message.__dict__
+    raw = state.get("_unknown_fields", b"")
+    if raw:
+        name = type(message).__name__
+        found.extend((name, number) for number in _field_numbers(raw))
+    # betterproto types _betterproto as a classproperty mypy cannot apply to a Message.
+    fields = message._betterproto.meta_by_field_name  # type: ignore[arg-type]
+    for attribute, meta in fields.items():
+        if meta.proto_type != betterproto.TYPE_MESSAGE:
+            continue
+        value = state.get(attribute, betterproto.PLACEHOLDER)
+        if value is betterproto.PLACEHOLDER:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, betterproto.Message):  # checked() refused anything else
+                _walk(item, found)
+
+
+def _field_numbers(raw: bytes) -> list[int]:
+    """The field numbers of the protobuf fields in ``raw`` (bytes betterproto already split
+    into whole fields, so a stop on something odd loses nothing it accepted)."""
+    numbers: list[int] = []
+    pos = 0
+    try:
+        while pos < len(raw):
+            tag, pos = read_varint(raw, pos)
+            numbers.append(tag >> 3)
+            wire_type = tag & 7
+            if wire_type == _VARINT:
+                _, pos = read_varint(raw, pos)
+            elif wire_type == _FIXED64:
+                pos += 8
+            elif wire_type == _LENGTH_DELIMITED:
+                size, pos = read_varint(raw, pos)
+                pos += size
+            elif wire_type == _FIXED32:
+                pos += 4
+            # Groups (3, 4) and invalid types carry nothing betterproto read: the next field
+            # starts after the tag, as in betterproto's own parse_fields.
+    except ValueError:
+        pass
+    return numbers
+
+
+@dataclass(slots=True)
+class UnknownFieldCounter:
+    """How many times each unknown field arrived, for a metric and a log line each.
+
+    Bounded: the peer chooses the field numbers, so past ``max_distinct`` different ones the
+    rest are counted together under :data:`OTHER_UNKNOWN`."""
+
+    max_distinct: int = 64
+    counts: dict[UnknownField, int] = field(default_factory=dict)
+
+    def describe(self, key: UnknownField) -> str:
+        """``key`` in words, for the one log line each gets."""
+        if key == OTHER_UNKNOWN:
+            return f"unknown fields beyond {self.max_distinct} different ones (counted together)"
+        return f"field {key[1]} of {key[0]}"
+
+    def note(self, found: Iterable[UnknownField]) -> list[UnknownField]:
+        """Count ``found``; return the fields seen for the first time (to log once each)."""
+        new: list[UnknownField] = []
+        counts = self.counts
+        for key in found:
+            if key not in counts and len(counts) >= self.max_distinct:
+                key = OTHER_UNKNOWN
+            if key not in counts:
+                counts[key] = 0
+                new.append(key)
+            counts[key] += 1
+        return new
