@@ -477,6 +477,11 @@ class H2Connection:
                         state.status_code = int(value)
                 fields = [(k, v) for k, v in headers if not k.startswith(b":")]
                 state.headers = httpx.Headers(fields)
+                if state.fast_path and any(k == b"content-length" for k, _ in fields):
+                    # A watch refused with a Status (429, 5xx, 410) has a length: h2 checks
+                    # it at the end of the stream, so the body must go through h2 too, or
+                    # h2 counts 0 bytes and fails the whole connection (every watch on it).
+                    state.fast_path = False
                 state.wake()
         elif isinstance(event, h2.events.DataReceived):
             length = event.flow_controlled_length or 0
