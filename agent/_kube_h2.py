@@ -431,9 +431,12 @@ class H2Connection:
         PING; no answer within PING_TIMEOUT means the connection is dead (a silent network
         or a vanished peer would otherwise hold every watch on it forever), so close it."""
         while self.error is None:
-            idle = trio.current_time() - self._last_read
-            if idle < READ_IDLE:
-                await trio.sleep(READ_IDLE - idle)
+            # Sleep *until* the due time, not *for* the difference: on a virtual clock
+            # ``now + (READ_IDLE - idle)`` can land one rounding step short of
+            # ``last_read + READ_IDLE``, and the loop then spun without time moving on.
+            due = self._last_read + READ_IDLE
+            if trio.current_time() < due:
+                await trio.sleep_until(due)
                 continue
             self._ping_answered = trio.Event()
             try:
