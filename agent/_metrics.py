@@ -98,8 +98,10 @@ class AgentCollector:
         yield agents
         yield requests
         yield watches
+        waits = 0
         if status.budget is not None:
             stats = status.budget()
+            waits = stats.waits
             for name, help_text, value in (
                 ("kubesvc_budget_capacity_bytes", "The event byte budget.", stats.capacity),
                 ("kubesvc_budget_in_use_bytes", "Bytes of events in flight.", stats.in_use),
@@ -110,7 +112,7 @@ class AgentCollector:
         yield CounterMetricFamily(
             "kubesvc_budget_waits_total",
             "Reservations that had to wait for room in the budget.",
-            value=status.budget_waits,
+            value=waits,
         )
 
 

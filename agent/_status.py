@@ -35,6 +35,8 @@ class BudgetStats(Protocol):
     def high_water(self) -> int: ...
     @property
     def waiters(self) -> int: ...
+    @property
+    def waits(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -63,7 +65,6 @@ class AgentStatus:
     budget: Callable[[], BudgetStats] | None = None
     started_at: float = field(default_factory=time.time)
     operations: deque[OperationRecord] = field(default_factory=lambda: deque(maxlen=MAX_OPERATIONS))
-    budget_waits: int = 0  # reservations that had to wait (the reflectors count them)
 
     def operation_started(self, id: str, account: str, type: str) -> OperationRecord:
         """Record a new operation (the oldest record is dropped past MAX_OPERATIONS)."""
