@@ -148,6 +148,8 @@ def watches_view(status: AgentStatus) -> list[dict[str, Any]]:
                     "events": r.events,
                     "streaming": r.streaming,
                     "lastError": r.last_error,
+                    "retries": sum(r.retries.values()),
+                    "backoffSeconds": r.backoff_seconds,
                 }
             )
     view.sort(key=lambda w: (w["account"], w["apiVersion"], w["kind"], w["namespace"]))
