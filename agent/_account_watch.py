@@ -9,6 +9,7 @@ A failed rediscovery keeps the running reflectors as they are.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -25,8 +26,11 @@ from ._reflector import Reflector, ReflectorHooks, ReflectorSettings, ReflectorS
 from ._seam import KubeTransport
 from ._tasks import ListCaps
 from ._watch_errors import WatchDecodeError
+from ._watch_retry import LogLimiter
 
 __all__ = ["AccountWatchStatus", "ResumeKey", "run_account"]
+
+log = logging.getLogger("agent.reflector")
 
 #: (api_version, kind, scope): how the server names a resume point.
 ResumeKey = tuple[str, str, str]
@@ -86,6 +90,7 @@ async def run_account(
     resume = dict(resume or {})
     running: dict[WatchTarget, _Running] = {}
     backoff = Backoff(base=1.0, max_delay=60.0)
+    quiet = LogLimiter()  # one discovery-failure line per 30 s
 
     async def reflect(reflector: Reflector, own: EventSender, scope: trio.CancelScope) -> None:
         # The task owns its sender clone from its first instant, so it is closed however
@@ -103,7 +108,21 @@ async def run_account(
                 # Any KubeError (credentials, a closed client, the network, a refusal) is
                 # retried: one account's trouble must never end the agent.
                 status.discovery_error = str(exc)
-                await trio.sleep(backoff.next_delay())
+                delay = backoff.next_delay()
+                suppressed = quiet.allow(trio.current_time())
+                if suppressed is not None:
+                    more = (
+                        f" ({suppressed} more failures since the last line)" if suppressed else ""
+                    )
+                    log.warning(
+                        "account %s: discovery failed: %s; retry %d in %.1f s%s",
+                        account.name,
+                        exc,
+                        backoff.attempts,
+                        delay,
+                        more,
+                    )
+                await trio.sleep(delay)
                 continue
             backoff.reset()
             status.discovery_error = ""

@@ -431,9 +431,12 @@ class H2Connection:
         PING; no answer within PING_TIMEOUT means the connection is dead (a silent network
         or a vanished peer would otherwise hold every watch on it forever), so close it."""
         while self.error is None:
-            idle = trio.current_time() - self._last_read
-            if idle < READ_IDLE:
-                await trio.sleep(READ_IDLE - idle)
+            # Sleep *until* the due time, not *for* the difference: on a virtual clock
+            # ``now + (READ_IDLE - idle)`` can land one rounding step short of
+            # ``last_read + READ_IDLE``, and the loop then spun without time moving on.
+            due = self._last_read + READ_IDLE
+            if trio.current_time() < due:
+                await trio.sleep_until(due)
                 continue
             self._ping_answered = trio.Event()
             try:
@@ -477,6 +480,11 @@ class H2Connection:
                         state.status_code = int(value)
                 fields = [(k, v) for k, v in headers if not k.startswith(b":")]
                 state.headers = httpx.Headers(fields)
+                if state.fast_path and any(k == b"content-length" for k, _ in fields):
+                    # A watch refused with a Status (429, 5xx, 410) has a length: h2 checks
+                    # it at the end of the stream, so the body must go through h2 too, or
+                    # h2 counts 0 bytes and fails the whole connection (every watch on it).
+                    state.fast_path = False
                 state.wake()
         elif isinstance(event, h2.events.DataReceived):
             length = event.flow_controlled_length or 0

@@ -5,9 +5,11 @@ process) holds one custom collector that turns the live status into the metric n
 Armory agent -- ``kubesvc_connection_count``, ``kubesvc_disconnection_total``,
 ``kubesvc_events_sent_total`` and ``kubesvc_events_bytes_sent_total`` (labels ``event_kind``,
 ``event_group``), ``kubesvc_resource_agent_total``, ``kubesvc_kubernetes_requests``,
-``kubesvc_watches`` -- plus the budget's, the process's, and
-``kubesvc_protocol_unknown_fields_total`` (labels ``message``, ``field``: what the server sent
-that this version does not know, skipped). Nothing is counted twice: the
+``kubesvc_watches`` -- plus the watch retries (``kubesvc_watch_retries_total`` by account,
+kind, group and reason; ``kubesvc_watch_backoff_seconds``, the delay waited now), the
+budget's, the process's, and ``kubesvc_protocol_unknown_fields_total`` (labels ``message``,
+``field``: what the server sent that this version does not know, skipped). Nothing is counted
+twice: the
 numbers are the ones the link and the reflectors already keep.
 """
 
@@ -111,8 +113,11 @@ class AgentCollector:
         yield agents
         yield requests
         yield watches
+        yield from _retry_metrics(status)
+        waits = 0
         if status.budget is not None:
             stats = status.budget()
+            waits = stats.waits
             for name, help_text, value in (
                 ("kubesvc_budget_capacity_bytes", "The event byte budget.", stats.capacity),
                 ("kubesvc_budget_in_use_bytes", "Bytes of events in flight.", stats.in_use),
@@ -123,8 +128,44 @@ class AgentCollector:
         yield CounterMetricFamily(
             "kubesvc_budget_waits_total",
             "Reservations that had to wait for room in the budget.",
-            value=status.budget_waits,
+            value=waits,
         )
+
+
+def _retry_metrics(status: AgentStatus) -> Iterator[Metric]:
+    """Watch retries by account, kind and reason, and the delay each kind waits now.
+
+    The reflectors of one kind in several namespaces are summed (retries) or their longest
+    wait shown (delay), so the series stay one per account and kind.
+    """
+    retries: dict[tuple[str, str, str, str], int] = {}
+    delays: dict[tuple[str, str, str], float] = {}
+    for name, state in status.accounts.items():
+        if state.watch is None:
+            continue
+        for r in state.watch.reflectors.values():
+            kind = (name, r.target.kind.kind, r.target.kind.group or "core")
+            delays[kind] = max(delays.get(kind, 0.0), r.backoff_seconds)
+            for reason, count in r.retries.items():
+                key = (*kind, str(reason))
+                retries[key] = retries.get(key, 0) + count
+    counter = CounterMetricFamily(
+        "kubesvc_watch_retries_total",
+        "List and watch retries of the reflectors, by reason (network, throttled, "
+        "server_error, gone, stalled, unavailable, ...).",
+        labels=["account", "kind", "group", "reason"],
+    )
+    for key, count in sorted(retries.items()):
+        counter.add_metric(list(key), count)
+    yield counter
+    gauge = GaugeMetricFamily(
+        "kubesvc_watch_backoff_seconds",
+        "The delay a kind's reflector waits now before its next list or watch (0: running).",
+        labels=["account", "kind", "group"],
+    )
+    for kind, delay in sorted(delays.items()):
+        gauge.add_metric(list(kind), delay)
+    yield gauge
 
 
 def metrics_registry(status: AgentStatus, *, process: bool = True) -> CollectorRegistry:

@@ -16,7 +16,10 @@ Theory of operation (DESIGN section 3):
    (state + hook) and retry slowly. Every other KubeError (a credential source failed, the
    client was closed under us by a config reload) is recorded in ``state.last_error`` and
    retried with backoff too. Nothing here ends the reflector but cancellation or a closed
-   channel.
+   channel. How long to wait, and when the backoff starts over (a watch that delivered or
+   lived past the cap, a completed list), is ``RetryPolicy``'s decision
+   (``agent._watch_retry``); every retry is counted by reason in ``state.retries`` and
+   logged, at most one line per ``retry_log_interval``.
 4. An inactivity deadline (one cancel scope, pushed forward by every read that yields
    events, suspended while the channel applies backpressure) ends a watch whose connection
    went silent; the watch then resumes.
@@ -26,6 +29,7 @@ The reflector keeps no objects: its memory is one read chunk, one line and one l
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Sequence
@@ -40,11 +44,15 @@ from wire import EventRecord, EventType
 from ._backoff import Backoff
 from ._discovery import WatchTarget
 from ._errors import (
+    KubeClosedError,
+    KubeCredentialError,
     KubeError,
     KubeForbiddenError,
     KubeGoneError,
     KubeNotFoundError,
+    KubeServerError,
     KubeStatusError,
+    KubeTooManyRequestsError,
     KubeUnauthorizedError,
 )
 from ._listing import (
@@ -59,6 +67,7 @@ from ._scrub import Scrubber
 from ._seam import KubeTransport
 from ._tasks import AccountListCaps
 from ._watch_errors import WatchDecodeError
+from ._watch_retry import LogLimiter, Retry, RetryPolicy, RetryReason
 from ._watchline import DEFAULT_MAX_LINE_BYTES, ListPage, WatchDecoder, WatchEvent
 
 __all__ = [
@@ -68,6 +77,8 @@ __all__ = [
     "ReflectorSettings",
     "ReflectorState",
 ]
+
+log = logging.getLogger("agent.reflector")
 
 #: Accept headers that make the API server send Secrets as metadata only.
 SECRET_LIST_ACCEPT: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
@@ -104,6 +115,12 @@ class ReflectorSettings:
     unavailable_retry_seconds: float = 300.0
     backoff_base: float = 1.0
     backoff_max: float = 60.0
+    #: Each delay is spread by ±this fraction, so reflectors cut together do not return
+    #: together.
+    backoff_jitter: float = 0.2
+    #: At most one retry log line per reflector in this many seconds (the line counts the
+    #: retries it stood for).
+    retry_log_interval: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +150,11 @@ class ReflectorState:
     event_bytes: int = 0
     streaming: bool = False
     last_error: str = ""
+    #: retries by reason (``RetryReason`` values), for ``kubesvc_watch_retries_total``
+    retries: dict[str, int] = field(default_factory=dict)
+    #: the delay being waited now before the next request (0 while not waiting)
+    backoff_seconds: float = 0.0
+    last_retry: Retry | None = None
 
 
 class ReflectorHooks(Protocol):
@@ -220,6 +242,19 @@ class Reflector:
         # budget's capacity, several entries always take the awaited (splitting) path.
         self._budget_capacity = budget_capacity or 0
         self._max_group_entries = send.statistics().max_pending_entries
+        settings = self._settings
+        self._retry = RetryPolicy(
+            Backoff(
+                base=settings.backoff_base,
+                multiplier=1.6,
+                jitter=settings.backoff_jitter,
+                max_delay=settings.backoff_max,
+            )
+        )
+        self._log_limiter = LogLimiter(settings.retry_log_interval)
+        group = f".{info.group}" if info.group else ""
+        where = f" in namespace {target.namespace}" if target.namespace else ""
+        self._name = f"{info.kind}{group}{where}"
 
     @property
     def resource_version(self) -> str | None:
@@ -231,61 +266,113 @@ class Reflector:
     ) -> NoReturn:
         """List/watch forever. See the module docstring for what happens on each failure."""
         task_status.started()
-        settings = self._settings
-        backoff = Backoff(base=settings.backoff_base, max_delay=settings.backoff_max)
         while True:
-            delay = 0.0
-            try:
-                if self._tracker.needs_list and self._streaming:
-                    await self._watch(streaming=True)
-                else:
-                    if self._tracker.needs_list:
-                        await self._list()
-                    started = trio.current_time()
-                    await self._watch(streaming=False)
-                    if trio.current_time() - started < 1.0:
-                        # A watch that ends at once, again and again, must not spin.
-                        delay = backoff.next_delay()
-                    else:
-                        backoff.reset()
-            except KubeGoneError:
+            retry = await self._attempt()
+            if retry is not None:
+                await self._wait(*retry)
+
+    async def _attempt(self) -> tuple[Retry, str] | None:
+        """One list and/or watch; what to do next (None: go on at once), and why."""
+        settings = self._settings
+        policy = self._retry
+        try:
+            if self._tracker.needs_list and self._streaming:
+                stalled = await self._watch(streaming=True)
+            else:
+                if self._tracker.needs_list:
+                    await self._list()
+                stalled = await self._watch(streaming=False)
+            now = trio.current_time()
+            if stalled:
+                return policy.stalled(now), self.state.last_error
+            retry = policy.watch_ended(now)
+            return None if retry is None else (retry, "the watch ended at once, empty")
+        except KubeGoneError as exc:
+            self._tracker.expired()
+            self.state.relists += 1
+            return self._failed(policy.gone(trio.current_time()), exc)
+        except _UNAVAILABLE as exc:
+            self._mark_unavailable(exc)
+            self._tracker.expired()
+            spread = settings.unavailable_retry_seconds * 0.2
+            delay = settings.unavailable_retry_seconds + self._random.uniform(-spread, spread)
+            return self._failed(
+                policy.fixed(RetryReason.UNAVAILABLE, delay, trio.current_time()), exc
+            )
+        except KubeStatusError as exc:
+            now = trio.current_time()
+            if exc.code == 406:
+                self._mark_unavailable(exc)
+                retry = policy.fixed(
+                    RetryReason.UNAVAILABLE, settings.unavailable_retry_seconds, now
+                )
+                return self._failed(retry, exc)
+            if _resource_version_too_large(exc):
+                # Our version is from the future of this API server (restored from a
+                # backup, or a fresh simulator): waiting will not help, list again as
+                # client-go does.
                 self._tracker.expired()
                 self.state.relists += 1
-                delay = backoff.next_delay() if self._tracker.expired_count > 1 else 0.0
-            except _UNAVAILABLE as exc:
-                self._mark_unavailable(exc)
-                self._tracker.expired()
-                spread = settings.unavailable_retry_seconds * 0.2
-                delay = settings.unavailable_retry_seconds + self._random.uniform(-spread, spread)
-            except KubeStatusError as exc:
-                if exc.code == 406:
-                    self._mark_unavailable(exc)
-                    delay = settings.unavailable_retry_seconds
-                elif _resource_version_too_large(exc):
-                    # Our version is from the future of this API server (restored from a
-                    # backup, or a fresh simulator): waiting will not help, list again as
-                    # client-go does.
-                    self._tracker.expired()
-                    self.state.relists += 1
-                    self.state.last_error = str(exc)
-                    delay = backoff.next_delay()
-                elif self._streaming and exc.code in _STREAMING_REFUSED:
-                    self._streaming = False  # the server refused the streaming-list params
-                else:
-                    self.state.last_error = str(exc)
-                    delay = backoff.next_delay(at_least=exc.retry_after or 0.0)
-            except _StreamingUnsupported:
-                self._streaming = False
-            except (KubeError, WatchDecodeError) as exc:
-                # The network, a credential source (exec plugin, token file) or a client
-                # closed under us (a config reload restarts the account with a new one):
-                # none of these may end the reflector, let alone the agent. A closed client
-                # fails at once without a request, so retrying it costs nothing and the kind
-                # still shows why it is stuck if no restart cancels us.
-                self.state.last_error = str(exc)
-                delay = backoff.next_delay()
-            if delay > 0:
-                await trio.sleep(delay)
+                return self._failed(policy.failed(RetryReason.FUTURE_VERSION, now), exc)
+            if self._streaming and exc.code in _STREAMING_REFUSED:
+                self._streaming = False  # the server refused the streaming-list params
+                log.info(
+                    "account %s: %s: the API server refused the streaming list (%s); "
+                    "listing and watching instead",
+                    self.account,
+                    self._name,
+                    exc,
+                )
+                return None
+            retry = policy.failed(_status_reason(exc), now, at_least=exc.retry_after or 0.0)
+            return self._failed(retry, exc)
+        except _StreamingUnsupported:
+            self._streaming = False
+            return None
+        except (KubeError, WatchDecodeError) as exc:
+            # The network, a credential source (exec plugin, token file) or a client
+            # closed under us (a config reload restarts the account with a new one):
+            # none of these may end the reflector, let alone the agent. A closed client
+            # fails at once without a request, so retrying it costs nothing and the kind
+            # still shows why it is stuck if no restart cancels us.
+            return self._failed(policy.failed(_error_reason(exc), trio.current_time()), exc)
+
+    def _failed(self, retry: Retry, exc: Exception) -> tuple[Retry, str]:
+        if retry.reason is not RetryReason.GONE:
+            self.state.last_error = str(exc)
+        return retry, str(exc)
+
+    async def _wait(self, retry: Retry, why: str) -> None:
+        """Count ``retry``, log it (rate-limited), and sleep its delay."""
+        state = self.state
+        state.retries[retry.reason] = state.retries.get(retry.reason, 0) + 1
+        state.last_retry = retry
+        self._log_retry(retry, why)
+        if retry.delay <= 0:
+            return
+        state.backoff_seconds = retry.delay
+        try:
+            await trio.sleep(retry.delay)
+        finally:
+            state.backoff_seconds = 0.0
+
+    def _log_retry(self, retry: Retry, why: str) -> None:
+        suppressed = self._log_limiter.allow(trio.current_time())
+        if suppressed is None:
+            return
+        more = f" ({suppressed} more retries since the last line)" if suppressed else ""
+        level = logging.INFO if retry.reason is RetryReason.GONE else logging.WARNING
+        log.log(
+            level,
+            "account %s: %s: %s: %s; retry %d in %.1f s%s",
+            self.account,
+            self._name,
+            retry.reason,
+            why,
+            retry.attempt,
+            retry.delay,
+            more,
+        )
 
     # --- list ---------------------------------------------------------------------------
 
@@ -311,6 +398,7 @@ class Reflector:
             await self._send.send(self._marker(EventType.SYNC_END, resource_version))
         self._tracker.listed(resource_version)
         self._synced(resource_version)
+        self._retry.listed()
 
     async def _send_page(self, page: ListPage) -> None:
         entries = self._entries(page.items, None)
@@ -319,8 +407,11 @@ class Reflector:
 
     # --- watch --------------------------------------------------------------------------
 
-    async def _watch(self, *, streaming: bool) -> None:
-        """One watch request, until it ends; raises on the failures ``run`` sorts out."""
+    async def _watch(self, *, streaming: bool) -> bool:
+        """One watch request, until it ends; raises on the failures ``run`` sorts out.
+
+        Returns True when the inactivity deadline dropped it (the connection went silent).
+        """
         low, high = self._settings.watch_timeout_seconds
         params = {
             "watch": "1",
@@ -336,7 +427,7 @@ class Reflector:
         else:
             params["resourceVersion"] = self._tracker.current or ""
         try:
-            await self._watch_request(params, initial)
+            stalled = await self._watch_request(params, initial)
         finally:
             if initial is not None and not initial.done:
                 initial.caps.release(initial.holder)
@@ -344,8 +435,9 @@ class Reflector:
             # The watch ended before the initial events did: the server does not support
             # the streaming list (or cut it); list the plain way from now on.
             raise _StreamingUnsupported
+        return stalled
 
-    async def _watch_request(self, params: dict[str, str], initial: _Initial | None) -> None:
+    async def _watch_request(self, params: dict[str, str], initial: _Initial | None) -> bool:
         inactivity = self._settings.inactivity_seconds
         decoder = WatchDecoder(
             max_line_bytes=self._settings.max_line_bytes,
@@ -359,6 +451,7 @@ class Reflector:
                 "GET", self._path, params=params, headers=self._watch_headers
             ) as response:
                 await check_status(response, method="WATCH", path=self._path)
+                self._retry.watch_opened(trio.current_time())
                 if initial is None and not self.state.synced:
                     # Resumed from a stored resourceVersion (no list this time): the server
                     # accepted it, so the receiver holds this kind up to it and the watch
@@ -381,6 +474,8 @@ class Reflector:
         if idle.cancelled_caught:
             self.state.stalls += 1
             self.state.last_error = f"no event for {inactivity} s: watch dropped and resumed"
+            return True
+        return False
 
     async def _deliver(
         self, events: Sequence[WatchEvent], initial: _Initial | None, idle: trio.CancelScope
@@ -414,9 +509,12 @@ class Reflector:
                     initial.caps.release(initial.holder)
                     self._tracker.listed(event.resource_version)
                     self._synced(event.resource_version)
+                    self._retry.listed()
             else:
                 self._tracker.observed(event.resource_version)
         self.state.resource_version = self._tracker.current or ""
+        if events[0].type != "ERROR":
+            self._retry.delivered()  # the watch works: its next failure starts the backoff over
         if failure is not None and failure.status is not None:
             status = failure.status
             raise status_from_event(status.code, status.reason, status.message, path=self._path)
@@ -543,3 +641,22 @@ def _resource_version_too_large(exc: KubeStatusError) -> bool:
         isinstance(cause, dict) and cause.get("reason") == "ResourceVersionTooLarge"
         for cause in causes
     )
+
+
+def _status_reason(exc: KubeStatusError) -> RetryReason:
+    if isinstance(exc, KubeTooManyRequestsError):
+        return RetryReason.THROTTLED
+    if isinstance(exc, KubeServerError):
+        return RetryReason.SERVER_ERROR
+    return RetryReason.STATUS
+
+
+def _error_reason(exc: KubeError | WatchDecodeError) -> RetryReason:
+    if isinstance(exc, WatchDecodeError):
+        return RetryReason.DECODE
+    if isinstance(exc, KubeCredentialError):
+        return RetryReason.CREDENTIALS
+    if isinstance(exc, KubeClosedError):
+        return RetryReason.CLIENT_CLOSED
+    # KubeConnectionError, or another KubeError: the exchange with the API server failed.
+    return RetryReason.NETWORK

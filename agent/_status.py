@@ -35,6 +35,8 @@ class BudgetStats(Protocol):
     def high_water(self) -> int: ...
     @property
     def waiters(self) -> int: ...
+    @property
+    def waits(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -63,7 +65,6 @@ class AgentStatus:
     budget: Callable[[], BudgetStats] | None = None
     started_at: float = field(default_factory=time.time)
     operations: deque[OperationRecord] = field(default_factory=lambda: deque(maxlen=MAX_OPERATIONS))
-    budget_waits: int = 0  # reservations that had to wait (the reflectors count them)
 
     def operation_started(self, id: str, account: str, type: str) -> OperationRecord:
         """Record a new operation (the oldest record is dropped past MAX_OPERATIONS)."""
@@ -147,6 +148,8 @@ def watches_view(status: AgentStatus) -> list[dict[str, Any]]:
                     "events": r.events,
                     "streaming": r.streaming,
                     "lastError": r.last_error,
+                    "retries": sum(r.retries.values()),
+                    "backoffSeconds": r.backoff_seconds,
                 }
             )
     view.sort(key=lambda w: (w["account"], w["apiVersion"], w["kind"], w["namespace"]))

@@ -30,12 +30,15 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class BudgetStatistics:
     """A snapshot of a ByteBudget: bytes ``in_use`` out of ``capacity``, the most ever in
-    use at once (``high_water``), and how many reservations are parked (``waiters``)."""
+    use at once (``high_water``), how many reservations are parked now (``waiters``) and
+    how many ever had to park (``waits``, a counter: each reservation that did not fit at
+    once counts one, however long it waited and whether or not it was granted)."""
 
     capacity: int
     in_use: int
     high_water: int
     waiters: int
+    waits: int
 
 
 def _check_size(what: str, n: int) -> None:
@@ -52,7 +55,7 @@ class BudgetCore(Generic[T]):
     caller wakes them. Nothing here blocks or knows about trio.
     """
 
-    __slots__ = ("_waiters", "capacity", "closed", "high_water", "in_use")
+    __slots__ = ("_waiters", "capacity", "closed", "high_water", "in_use", "waits")
 
     def __init__(self, capacity: int) -> None:
         _check_size("ByteBudget capacity", capacity)
@@ -61,6 +64,7 @@ class BudgetCore(Generic[T]):
         self.capacity = capacity
         self.in_use = 0
         self.high_water = 0
+        self.waits = 0  # reservations ever parked (statistics().waits)
         self.closed = False
         self._waiters: deque[tuple[int, T]] = deque()
 
@@ -97,6 +101,7 @@ class BudgetCore(Generic[T]):
         if self.closed:
             raise BudgetClosed("the byte budget is closed")
         self._waiters.append((n, token))
+        self.waits += 1
 
     def cancel(self, token: T) -> list[T]:
         """Remove a parked ``token`` (it must be parked); returns tokens granted as a result."""
@@ -141,7 +146,9 @@ class BudgetCore(Generic[T]):
         return parked
 
     def statistics(self) -> BudgetStatistics:
-        return BudgetStatistics(self.capacity, self.in_use, self.high_water, len(self._waiters))
+        return BudgetStatistics(
+            self.capacity, self.in_use, self.high_water, len(self._waiters), self.waits
+        )
 
 
 class ByteBudget:
@@ -224,5 +231,5 @@ class ByteBudget:
         return self._core.closed
 
     def statistics(self) -> BudgetStatistics:
-        """A frozen snapshot: capacity, in_use, high_water, waiters."""
+        """A frozen snapshot: capacity, in_use, high_water, waiters, waits."""
         return self._core.statistics()

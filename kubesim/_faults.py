@@ -57,6 +57,8 @@ class Faults:
         self.delay = 0.0  # seconds added before every API response
         self.stall_next = 0  # how many next non-watch responses stall
         self.stall_seconds = math.inf
+        #: until this time (trio's clock) every new connection is reset as it is accepted
+        self.cut_until = -math.inf
 
     def fail_next(
         self,
@@ -95,6 +97,16 @@ class Faults:
     def slow(self, delay: float) -> None:
         """Delay every API response by ``delay`` seconds (0 turns it off)."""
         self.delay = max(0.0, delay)
+
+    def refuse_connections(self, now: float, seconds: float) -> None:
+        """Reset every connection accepted from ``now`` for ``seconds`` (see Server.cut)."""
+        if not seconds >= 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        self.cut_until = now + seconds
+
+    def refusing(self, now: float) -> bool:
+        """Whether a connection accepted at ``now`` is to be reset at once."""
+        return now < self.cut_until
 
     def clear(self) -> None:
         self.__init__()  # type: ignore[misc]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import struct
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -180,6 +181,9 @@ class Server:
         context: WorkerContext,
         stream: trio.SocketStream,
     ) -> None:
+        if self.faults.refusing(trio.current_time()):
+            _reset(stream)  # the link is cut (Server.cut): the client sees a reset at once
+            return
         connection: Any = stream
         address = stream.socket.getpeername()
         peer = (str(address[0]), int(address[1]))
@@ -203,6 +207,15 @@ class Server:
             self._peer_names.pop(peer, None)
             self._sockets.pop(peer, None)
 
+    def cut(self, seconds: float = 0.0) -> None:
+        """Cut the link: reset every open client connection now, and every connection
+        accepted in the next ``seconds`` as soon as it is accepted (what a client sees of an
+        API server behind a network that drops and comes back). Call from the server's trio
+        run (the cut is timed on its clock)."""
+        self.faults.refuse_connections(trio.current_time(), seconds)
+        for peer in list(self._sockets):
+            self._cut_connection(peer)
+
     def _cut_connection(self, peer: tuple[str, int]) -> None:
         """Shut the client's TCP connection down under everyone's feet (an injected fault)."""
         sock = self._sockets.get(peer)
@@ -211,6 +224,15 @@ class Server:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass  # already gone: the fault happened anyway
+
+
+def _reset(stream: trio.SocketStream) -> None:
+    """Close ``stream`` with a TCP reset (SO_LINGER 0), not an orderly FIN."""
+    try:
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass  # already gone: the client sees the connection end anyway
+    stream.socket.close()
 
 
 def _common_name(cert: dict[str, Any]) -> str | None:

@@ -40,6 +40,9 @@ def _status() -> tuple[AgentStatus, ByteBudget]:
     ):
         target = WatchTarget(kind)
         watch.reflectors[target] = ReflectorState(target=target, **state)
+    deployments = watch.reflectors[WatchTarget(DEPLOYMENTS)]
+    deployments.retries = {"network": 3, "throttled": 1}
+    deployments.backoff_seconds = 2.5  # waiting now
     prod = AccountState(
         config=AccountConfig("prod"),
         identity=ClusterIdentity("10.0.0.1:6443", "ab" * 32, {"gitVersion": "v1.31.0"}),
@@ -108,6 +111,7 @@ async def test_health_and_admin_views() -> None:
         ("Secret", False, False),
     ]
     assert watches[1]["resourceVersion"] == "42"
+    assert (watches[0]["retries"], watches[0]["backoffSeconds"]) == (4, 2.5)
     assert [(o["id"], o["state"]) for o in operations] == [
         ("op-2", "running"),
         ("op-1", "succeeded"),
@@ -143,6 +147,12 @@ async def test_metrics_carry_the_armory_names_and_the_budget() -> None:
         "kubesvc_budget_in_use_bytes 1000.0",
         "kubesvc_budget_high_water_bytes 1000.0",
         "kubesvc_budget_waits_total 0.0",
+        'kubesvc_watch_retries_total{account="prod",group="apps",kind="Deployment",'
+        'reason="network"} 3.0',
+        'kubesvc_watch_retries_total{account="prod",group="apps",kind="Deployment",'
+        'reason="throttled"} 1.0',
+        'kubesvc_watch_backoff_seconds{account="prod",group="apps",kind="Deployment"} 2.5',
+        'kubesvc_watch_backoff_seconds{account="prod",group="core",kind="Pod"} 0.0',
     ):
         assert expected in lines, expected
     assert any(line.startswith("process_") for line in lines)

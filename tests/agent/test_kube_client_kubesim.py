@@ -122,6 +122,37 @@ async def test_many_watches_share_one_tls_connection_to_kubesim(tmp_path: Path) 
     assert all(b'"ADDED"' in body for body in seen.values())
 
 
+async def test_a_watch_refused_with_a_status_leaves_the_shared_connection_up(
+    tmp_path: Path,
+) -> None:
+    """A 503 (or 429, 410) answer to one watch is a short body with a Content-Length; read
+    to its end, it failed h2's length check (the fast path had taken the bytes past h2),
+    and with it the connection every other watch of the cluster shares."""
+    sim = kubesim.Cluster()
+    with trio.fail_after(30):
+        async with kubesim.open_server(sim, tls=True) as server:
+            path = server.kubeconfig(tmp_path / "kubeconfig")
+            account = AccountConfig("sim", kube_config_file=str(path))
+            async with open_kube_client(account, environ={}) as client:
+                rv = (await client.get_json("/api/v1/pods"))["metadata"]["resourceVersion"]
+                params = {"watch": "1", "resourceVersion": rv}
+                async with client.stream("GET", "/api/v1/configmaps", params=params) as other:
+                    assert other.status_code == 200
+                    server.faults.fail_next(1, status=503, retry_after=None, verb="watch")
+                    async with client.stream("GET", "/api/v1/pods", params=params) as refused:
+                        body = b""
+                        while chunk := await refused.receive_some():
+                            body += chunk
+                    assert refused.status_code == 503
+                    assert b'"ServiceUnavailable"' in body
+                    sim.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
+                    line = b""
+                    while b"\n" not in line:
+                        line += await other.receive_some()
+                    assert b'"ADDED"' in line
+                assert client.watch_connections == 1
+
+
 async def test_open_kube_client_lets_the_blocks_own_error_through(tmp_path: Path) -> None:
     sim = kubesim.Cluster()
     with trio.fail_after(30):

@@ -26,7 +26,7 @@ def test_core_grants_in_fifo_order_and_a_big_head_blocks_small_followers() -> No
     assert core.in_use == 55
     assert core.release(55) == ["big", "small"]
     assert core.in_use == 60
-    assert core.statistics() == BudgetStatistics(100, 60, 60, 0)
+    assert core.statistics() == BudgetStatistics(100, 60, 60, 0, waits=2)
 
 
 def test_core_cancelling_the_head_lets_the_next_one_in() -> None:
@@ -146,7 +146,7 @@ async def test_reserve_waits_fifo_and_release_wakes_in_order() -> None:
             assert order == ["a"]
             budget.release(50)
         assert order == ["a", "b"]
-        assert budget.statistics() == BudgetStatistics(100, 55, 100, 0)
+        assert budget.statistics() == BudgetStatistics(100, 55, 100, 0, waits=2)
 
 
 async def test_cancelled_reserve_changes_nothing() -> None:
@@ -160,12 +160,14 @@ async def test_cancelled_reserve_changes_nothing() -> None:
                 await trio.testing.wait_all_tasks_blocked()
                 assert budget.statistics().waiters == 1
                 scope.cancel()
-        assert budget.statistics() == before
-        # An already-cancelled reserve takes nothing even when it would fit.
+        # Nothing taken; the wait is counted all the same (it did wait).
+        after = dataclasses.replace(before, waits=before.waits + 1)
+        assert budget.statistics() == after
+        # An already-cancelled reserve takes nothing even when it would fit, nor waits.
         with trio.CancelScope() as scope:
             scope.cancel()
             await budget.reserve(1)
-        assert budget.statistics() == before
+        assert budget.statistics() == after
 
 
 async def test_cancelling_the_head_waiter_admits_the_one_behind() -> None:
@@ -230,7 +232,7 @@ async def test_close_fails_waiters_and_refuses_new_reservations() -> None:
         with pytest.raises(BudgetClosed):
             await budget.reserve(1)
         budget.release(4)  # still counted after close
-        assert budget.statistics() == BudgetStatistics(4, 0, 4, 0)
+        assert budget.statistics() == BudgetStatistics(4, 0, 4, 0, waits=1)
         assert budget.closed
 
 
@@ -243,3 +245,23 @@ async def test_reserve_is_a_checkpoint_and_statistics_are_frozen() -> None:
         stats.in_use = 3  # type: ignore[misc]
     with pytest.raises(ValueError, match="must be >= 0"):
         budget.reserve_nowait(-1)
+
+
+async def test_waits_count_the_reservations_that_parked_and_only_those() -> None:
+    """``waits`` (kubesvc_budget_waits_total) rises once per reservation that did not fit
+    at once: never for one that fits, nor for a refused reserve_nowait."""
+    budget = ByteBudget(10)
+    with trio.fail_after(5):
+        await budget.reserve(6)
+        budget.reserve_nowait(4)
+        with pytest.raises(trio.WouldBlock):
+            budget.reserve_nowait(1)
+        assert budget.statistics().waits == 0
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(budget.reserve, 2)
+            await trio.testing.wait_all_tasks_blocked()
+            assert budget.statistics().waits == 3
+            budget.release(6)
+        assert budget.statistics().waits == 3
+        assert budget.statistics().in_use == 10

@@ -236,3 +236,26 @@ async def test_grants_by_qualified_resource_and_admin_only_endpoints(
         assert anonymous.status_code == 401
         wrong = await http.get("/api/v1/pods", headers={"authorization": "Bearer nope"})
         assert wrong.status_code == 401
+
+
+async def test_a_cut_resets_open_connections_and_new_ones_until_it_ends(
+    server: kubesim.Server,
+) -> None:
+    token = server.users["admin"].token
+    headers = {"authorization": f"Bearer {token}"}
+    with trio.fail_after(10):
+        async with (
+            httpx.AsyncClient(base_url=server.url, headers=headers, timeout=5) as http,
+            http.stream("GET", "/api/v1/pods", params={"watch": "1"}) as watch,
+        ):
+            assert watch.status_code == 200
+            assert server.open_connections == 1
+            server.cut(0.5)
+            with pytest.raises(httpx.TransportError):
+                async for _ in watch.aiter_raw():
+                    pass
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=5) as http:
+            with pytest.raises(httpx.TransportError):
+                await http.get("/api/v1/pods")  # accepted, then reset at once
+            await trio.sleep(0.5)  # the cut is over
+            assert (await http.get("/api/v1/pods")).status_code == 200
