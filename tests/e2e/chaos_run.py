@@ -35,7 +35,15 @@ import kubesim
 from .cache_check import expected_objects
 from .chaos_procs import Role
 from .chaos_proxy import ChaosProxy
-from .chaos_schedule import Checkpoint, FaultKind, Outcome, Report, ScheduledFault, schedule
+from .chaos_schedule import (
+    Checkpoint,
+    FaultKind,
+    Outcome,
+    Report,
+    ScheduledFault,
+    compare_objects,
+    schedule,
+)
 from .harness import ObjectKey, Task, agent_config, start_task
 
 __all__ = ["ChaosSettings", "run_chaos"]
@@ -217,34 +225,7 @@ class _Run:
         have = await self.server_objects()
         if have is None:
             return Checkpoint(after, len(want), len(want), 0, 0, 0, waited, ("REST unreachable",))
-        missing = sorted(want.keys() - have.keys())
-        extra = sorted(have.keys() - want.keys())
-        stale, differs = [], []
-        for key in sorted(want.keys() & have.keys()):
-            w, h = want[key]["metadata"], have[key]["metadata"]
-            if (w.get("uid"), w.get("resourceVersion")) != (h.get("uid"), h.get("resourceVersion")):
-                stale.append(
-                    f"{key}: kubesim rv {w.get('resourceVersion')}, server rv "
-                    f"{h.get('resourceVersion')}"
-                )
-            elif want[key] != have[key]:
-                differs.append(f"{key} at rv {w.get('resourceVersion')}")
-        examples = (
-            [f"missing {k}" for k in missing[:3]]
-            + [f"extra {k}" for k in extra[:3]]
-            + [f"stale {s}" for s in stale[:3]]
-            + [f"differs {d}" for d in differs[:3]]
-        )
-        return Checkpoint(
-            after,
-            len(want),
-            len(missing),
-            len(extra),
-            len(stale),
-            len(differs),
-            waited,
-            tuple(examples),
-        )
+        return compare_objects(after, want, have, waited)
 
     async def checkpoint(self, after: int) -> None:
         """Pause the churn, wait (bounded) until the server equals kubesim, record it."""

@@ -13,8 +13,9 @@ from __future__ import annotations
 import enum
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 __all__ = [
     "Checkpoint",
@@ -22,9 +23,13 @@ __all__ = [
     "Outcome",
     "Report",
     "ScheduledFault",
+    "compare_objects",
     "nearest_rank",
     "schedule",
 ]
+
+
+K = TypeVar("K", bound=Hashable)
 
 
 class FaultKind(enum.Enum):
@@ -90,6 +95,46 @@ class Checkpoint:
     @property
     def equal(self) -> bool:
         return not (self.missing or self.extra or self.stale or self.differs)
+
+
+def compare_objects(
+    after: int,
+    want: Mapping[K, Mapping[str, Any]],
+    have: Mapping[K, Mapping[str, Any]],
+    waited: float,
+) -> Checkpoint:
+    """Compare kubesim's objects (``want``, as the agent sends them) with the server's
+    (``have``), both keyed by (apiVersion, kind, namespace, name): missing from the server,
+    extra in it, stale (another uid or resourceVersion), or a different body at the same
+    resourceVersion; a few examples of each."""
+    missing = [k for k in want if k not in have]
+    extra = [k for k in have if k not in want]
+    stale, differs = [], []
+    for key in want.keys() & have.keys():
+        w, h = want[key].get("metadata", {}), have[key].get("metadata", {})
+        if (w.get("uid"), w.get("resourceVersion")) != (h.get("uid"), h.get("resourceVersion")):
+            stale.append(
+                f"{key}: kubesim rv {w.get('resourceVersion')}, server rv "
+                f"{h.get('resourceVersion')}"
+            )
+        elif want[key] != have[key]:
+            differs.append(f"{key} at rv {w.get('resourceVersion')}")
+    examples = (
+        [f"missing {k}" for k in sorted(map(str, missing))[:3]]
+        + [f"extra {k}" for k in sorted(map(str, extra))[:3]]
+        + [f"stale {s}" for s in sorted(stale)[:3]]
+        + [f"differs {d}" for d in sorted(differs)[:3]]
+    )
+    return Checkpoint(
+        after,
+        len(want),
+        len(missing),
+        len(extra),
+        len(stale),
+        len(differs),
+        waited,
+        tuple(examples),
+    )
 
 
 @dataclass(slots=True)

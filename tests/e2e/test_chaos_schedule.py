@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from .chaos_schedule import (
     Outcome,
     Report,
     ScheduledFault,
+    compare_objects,
     nearest_rank,
     schedule,
 )
@@ -65,3 +67,42 @@ def test_what_fails_a_run() -> None:
     assert "recovery p90 6.00 s > 5.0 s" in failures
     assert "recovery max 16.00 s > 15.0 s" in failures
     assert "FINDING: the agent exited by itself" in report.table()
+
+
+def _obj(name: str, rv: str, uid: str = "u", value: str = "v") -> dict[str, Any]:
+    return {
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "uid": uid, "resourceVersion": rv},
+        "data": {"value": value},
+    }
+
+
+def test_compare_counts_each_kind_of_difference() -> None:
+    want = {
+        "same": _obj("same", "1"),
+        "missing": _obj("missing", "2"),
+        "older": _obj("older", "5"),
+        "recreated": _obj("recreated", "6", uid="new"),
+        "other body": _obj("other body", "7"),
+    }
+    have = {
+        "same": _obj("same", "1"),
+        "older": _obj("older", "4"),
+        "recreated": _obj("recreated", "6", uid="old"),
+        "other body": _obj("other body", "7", value="changed"),
+        "extra": _obj("extra", "3"),
+    }
+    c = compare_objects(9, want, have, 1.5)
+    assert (c.after_fault, c.objects, c.missing, c.extra, c.stale, c.differs, c.waited) == (
+        9,
+        5,
+        1,
+        1,
+        2,
+        1,
+        1.5,
+    )
+    assert not c.equal
+    assert "missing missing" in c.examples
+    assert "stale older: kubesim rv 5, server rv 4" in c.examples
+    assert compare_objects(1, want, dict(want), 0.0).equal
