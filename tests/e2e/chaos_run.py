@@ -335,10 +335,10 @@ async def run_chaos(tmp_path: Path, settings: ChaosSettings, report: Report) -> 
             await run.checkpoint(0)  # the initial sync; starts the churn
             for fault in plan:
                 outcome = Outcome(fault)
+                report.outcomes.append(outcome)  # shown even if the run is cut short in it
                 await run.restart_crashed(outcome.findings)
                 await run.inflict(fault, outcome)
                 outcome.recovery = await run.measure_recovery(outcome)
-                report.outcomes.append(outcome)
                 if fault.index % settings.checkpoint_every == 0 or fault.index == len(plan):
                     await run.checkpoint(fault.index)
             await run.pause_churn()

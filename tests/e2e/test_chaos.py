@@ -44,6 +44,7 @@ async def test_short_chaos_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(1900)
 async def test_long_chaos_run(tmp_path: Path) -> None:
     seed = int(os.environ.get("KUBESVC_CHAOS_SEED") or random.randrange(1_000_000))
     settings = ChaosSettings(
