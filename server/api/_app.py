@@ -23,6 +23,7 @@ from . import _armory as armory
 from . import _clouddriver as clouddriver
 from . import _ops_endpoints as ops_endpoints
 from . import _own as own
+from ._body import MAX_BODY_BYTES
 from ._context import ApiContext, ApiState
 from ._errors import EXCEPTION_HANDLERS
 from ._feed_ws import events_feed
@@ -34,7 +35,6 @@ from ._routing import Endpoint, Param, openapi_document, routes_for
 __all__ = ["DEFAULT_PORT", "ENDPOINTS", "MAX_BODY_BYTES", "build_app", "serve_api"]
 
 DEFAULT_PORT = 7002
-MAX_BODY_BYTES = 4 * 2**20
 API_VERSION = "1"
 
 _ACCOUNTS = "Armory accounts"
@@ -298,8 +298,9 @@ def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> 
         HotRoutes(operations, metrics, MAX_BODY_BYTES),
         routes=routes_for(ENDPOINTS),
         middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
+        # No max_body_size: the body limit is json_body's (server/api/_body.py), the one
+        # reader of bodies, so that a body over it gets the same JSON error from every server.
         exception_handlers=EXCEPTION_HANDLERS,
-        max_body_size=MAX_BODY_BYTES,
     )
     app.state.ctx = ApiContext(state=state, metrics=metrics)
     app.state.openapi = openapi_document(ENDPOINTS, title="kubesvc server", version=API_VERSION)

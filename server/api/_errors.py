@@ -20,7 +20,15 @@ from .._errors import InvalidQuery, ServerError, StoreError
 
 log = logging.getLogger("server.api")
 
-__all__ = ["ApiError", "BadRequest", "Conflict", "NotFound", "error_body", "error_response"]
+__all__ = [
+    "ApiError",
+    "BadRequest",
+    "Conflict",
+    "ContentTooLarge",
+    "NotFound",
+    "error_body",
+    "error_response",
+]
 
 
 class ApiError(ServerError):
@@ -30,7 +38,8 @@ class ApiError(ServerError):
     └── ApiError
         ├── BadRequest   400: a malformed body, field or query parameter (the message names it)
         ├── NotFound     404: an unknown account, agent, object or route
-        └── Conflict     409: names that already exist (`extra` lists them)
+        ├── Conflict     409: names that already exist (`extra` lists them)
+        └── ContentTooLarge  413: a request body over the limit (the message names it)
     """
 
     status = 500
@@ -51,6 +60,10 @@ class NotFound(ApiError):
 
 class Conflict(ApiError):
     status = 409
+
+
+class ContentTooLarge(ApiError):
+    status = 413
 
 
 def error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:

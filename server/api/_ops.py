@@ -28,7 +28,8 @@ from ..ops import (
     OperationService,
     OperationsUnavailable,
 )
-from ._context import context, json_body
+from ._body import json_body
+from ._context import context
 from ._errors import BadRequest, NotFound, error_response
 
 __all__ = [
