@@ -23,6 +23,7 @@ import yaml
 
 from ._config_values import Section, describe
 from ._errors import ConfigError, KubeconfigError
+from ._yaml import BoundedLoader
 
 __all__ = [
     "SERVICE_ACCOUNT_DIR",
@@ -181,7 +182,7 @@ class _Document:
 
 def _load_yaml(text: str | bytes, source: str) -> object:
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=BoundedLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
