@@ -23,6 +23,7 @@ from . import _armory as armory
 from . import _clouddriver as clouddriver
 from . import _ops_endpoints as ops_endpoints
 from . import _own as own
+from . import _schemas as schemas
 from ._body import MAX_BODY_BYTES
 from ._context import ApiContext, ApiState
 from ._errors import EXCEPTION_HANDLERS
@@ -69,6 +70,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Add accounts as INACTIVE",
         _ACCOUNTS,
         body=_ACCOUNT_LIST,
+        body_schema=schemas.ACCOUNT_LIST,
         responses={202: "the accounts added", 400: _E400, 409: "names already present (names)"},
     ),
     Endpoint(
@@ -78,6 +80,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Change accounts' states",
         _ACCOUNTS,
         body="a JSON list [{name, state, zoneId?, kubeconfigFile?}]",
+        body_schema=schemas.ACCOUNT_CHANGES,
         responses={200: "the accounts after the change", 400: _E400, 404: _E404},
     ),
     Endpoint(
@@ -87,6 +90,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Delete accounts",
         _ACCOUNTS,
         body='a JSON list of names ["a", ...]',
+        body_schema=schemas.ACCOUNT_NAMES,
         responses={200: "the names deleted", 400: _E400, 404: _E404},
     ),
     Endpoint(
@@ -96,6 +100,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Create a dynamic account and push it to an agent",
         _ACCOUNTS,
         body=_DEFINITION,
+        body_schema=schemas.ACCOUNT_DEFINITION,
         responses={
             202: "stored; agentId says where it was pushed (null: nowhere yet)",
             400: _E400,
@@ -109,6 +114,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Create or update a dynamic account and push it to an agent",
         _ACCOUNTS,
         body=_DEFINITION,
+        body_schema=schemas.ACCOUNT_DEFINITION,
         responses={
             202: "stored; agentId says where it was pushed (null: nowhere yet)",
             400: _E400,
