@@ -256,9 +256,15 @@ def _file_or_data(s: Section, document: _Document, file_key: str, data_key: str)
         return None
     path = document.base_dir / os.path.expanduser(name)
     try:
-        return path.read_bytes()
+        # Bounded: a kubeconfig may come from outside the pod (a dynamic account's
+        # kubeconfigContents), and a file like /dev/zero must not fill the agent's memory.
+        with open(path, "rb") as file:
+            data = file.read(MAX_KUBECONFIG_BYTES + 1)
     except OSError as exc:
         raise s.error(file_key, f"cannot read {str(path)!r}: {exc.strerror}") from exc
+    if len(data) > MAX_KUBECONFIG_BYTES:
+        raise s.error(file_key, f"{str(path)!r} is larger than {MAX_KUBECONFIG_BYTES} bytes")
+    return data
 
 
 def _cluster(s: Section, document: _Document) -> ClusterAccess:
