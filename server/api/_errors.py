@@ -66,7 +66,20 @@ class ContentTooLarge(ApiError):
     status = 413
 
 
+# A message quotes what it refuses (``got [...]``); the quote is cut so that a refused 4 MiB
+# body is not echoed back whole.
+MAX_MESSAGE_CHARS = 1000
+
+
+def bounded(message: str) -> str:
+    """``message``, cut to MAX_MESSAGE_CHARS (saying how long it was)."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return f"{message[:MAX_MESSAGE_CHARS]}... ({len(message)} characters in all)"
+
+
 def error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:
+    """The JSON error shape; ``message`` is cut to MAX_MESSAGE_CHARS."""
     try:
         reason = http.HTTPStatus(status).phrase
     except ValueError:
@@ -74,7 +87,7 @@ def error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "status": status,
         "error": reason,
-        "message": message,
+        "message": bounded(message),
         "timestamp": int(time.time() * 1000),
     }
     body.update(extra)

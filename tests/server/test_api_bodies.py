@@ -248,3 +248,20 @@ def _depth(value: Any) -> int:
     if isinstance(value, dict):
         return 1 + max(map(_depth, value.values()), default=0)
     return 0
+
+
+@pytest.mark.parametrize("http_server", HTTP_SERVERS[:1])
+@pytest.mark.usefixtures("no_errors_logged")
+async def test_a_message_quoting_a_huge_value_is_cut(tmp_path: Path, http_server: str) -> None:
+    with trio.fail_after(30):
+        async with open_api(tmp_path, http_server) as api:
+            huge = list(range(100_000))
+            for route, sent in (
+                ("/armory/accounts", [{"name": huge}]),
+                ("/kubernetes/ops/deployManifest", huge),
+            ):
+                status, body = await api.post(route, json.dumps(sent).encode())
+                assert status == 400
+                assert len(body["message"]) < 1100, route
+                assert body["message"].endswith("characters in all)"), route
+                assert body.get("errors", [body["message"]]) == [body["message"]]
