@@ -3,8 +3,9 @@ for every documented operation (path and query parameters, bodies from the body 
 in its negative mode bodies and parameters that break them), sent to the real server (run_server
 on a loopback port, a scripted agent serving account k1 and answering every operation).
 
-The property: no answer is a 5xx, every 4xx says what was wrong (the JSON error shape with a
-message), each request is answered within its deadline, and the server logs no ERROR.
+The property: no answer is a 500 (nor a 5xx the route does not document), every 4xx says
+what was wrong (the JSON error shape with a message), each request is answered within its
+deadline, and the server logs no ERROR.
 
 schemathesis is synchronous (requests), so it runs in a worker thread while the server runs in
 this test's trio loop. Derandomized, with a bounded number of examples per operation.
@@ -89,7 +90,12 @@ def fuzz(document: dict[str, Any], base_url: str) -> list[str]:
     def check(case: schemathesis.Case[Any]) -> None:
         response = case.call(base_url=base_url, session=session, timeout=REQUEST_SECONDS)
         where = f"{case.method} {case.formatted_path} -> {response.status_code}"
-        if response.status_code >= 500:
+        documented = case.operation.definition.raw.get("responses", {})
+        # A 5xx the route documents (503: no agent serves the account now, 504: the agent did
+        # not answer in time) is an answer; a 500 or any other 5xx is a failure of ours.
+        if response.status_code == 500 or (
+            response.status_code > 500 and str(response.status_code) not in documented
+        ):
             problems.append(f"{where}: {response.text[:300]}\n  {case.as_curl_command()}")
         elif response.status_code >= 400:
             try:
@@ -125,6 +131,6 @@ async def test_no_request_made_from_the_openapi_document_breaks_the_server(
                 document = (await http.get("/openapi.json")).json()
             assert len(document["paths"]) >= 30
             problems = await trio.to_thread.run_sync(fuzz, document, base_url)
-    assert problems == []
+    assert not problems, "\n".join(problems)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
