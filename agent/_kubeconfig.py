@@ -256,8 +256,8 @@ def _file_or_data(s: Section, document: _Document, file_key: str, data_key: str)
         return None
     path = document.base_dir / os.path.expanduser(name)
     try:
-        # Bounded: a kubeconfig may come from outside the pod (a dynamic account's
-        # kubeconfigContents), and a file like /dev/zero must not fill the agent's memory.
+        # Bounded, like the kubeconfig itself: a wrong name (/dev/zero, a log) must fail
+        # with the field's path, not fill the agent's memory.
         with open(path, "rb") as file:
             data = file.read(MAX_KUBECONFIG_BYTES + 1)
     except OSError as exc:
