@@ -58,18 +58,22 @@ class Hang(Exception):
 
 @contextmanager
 def alarm(seconds: float = SECONDS_PER_CALL) -> Iterator[None]:
-    """Raise Hang in the main thread if the block runs longer than ``seconds``."""
+    """Raise Hang in the main thread if the block spends more than ``seconds`` of CPU.
+
+    A parser that hangs loops (or backtracks) on the CPU, so CPU time catches it, and the
+    virtual timer (SIGVTALRM) leaves the real-time one (SIGALRM) to a per-test timeout.
+    """
 
     def ring(signum: int, frame: object) -> None:
-        raise Hang(f"no answer within {seconds} s")
+        raise Hang(f"no answer within {seconds} s of CPU")
 
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGVTALRM, ring)
+    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
 
 
 def value_or(error: type[Exception] | tuple[type[Exception], ...], call: Callable[[], T]) -> None:
@@ -392,3 +396,13 @@ def requests(draw: st.DrawFn) -> Any:
 @given(json_values | requests() | mutated([{"deployManifest": DESCRIPTION}], json_values))
 def test_the_operations_parser_gives_descriptions_or_an_operation_error(body: Any) -> None:
     value_or(OperationError, lambda: parse_and_normalize(body))
+
+
+def spin() -> None:
+    while True:
+        pass
+
+
+def test_the_hang_guard_rings() -> None:
+    with pytest.raises(Hang), alarm(0.2):
+        spin()
