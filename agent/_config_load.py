@@ -49,6 +49,7 @@ from ._config_schema import (
 )
 from ._config_values import Section
 from ._errors import ConfigError
+from ._yaml import BoundedLoader
 
 __all__ = ["MAX_CONFIG_BYTES", "default_config_path", "load_config", "parse_config"]
 
@@ -120,8 +121,9 @@ def parse_config(text: str | bytes, *, source: str = "<config>") -> Config:
     )
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (YAML would silently keep the last one)."""
+class _StrictLoader(BoundedLoader):
+    """The agent's loader (bounded nesting) that also refuses duplicate keys (YAML would
+    silently keep the last one)."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:

@@ -23,6 +23,7 @@ import yaml
 
 from ._config_values import Section, describe
 from ._errors import ConfigError, KubeconfigError
+from ._yaml import BoundedLoader
 
 __all__ = [
     "SERVICE_ACCOUNT_DIR",
@@ -181,7 +182,7 @@ class _Document:
 
 def _load_yaml(text: str | bytes, source: str) -> object:
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=BoundedLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -255,9 +256,15 @@ def _file_or_data(s: Section, document: _Document, file_key: str, data_key: str)
         return None
     path = document.base_dir / os.path.expanduser(name)
     try:
-        return path.read_bytes()
+        # Bounded, like the kubeconfig itself: a wrong name (/dev/zero, a log) must fail
+        # with the field's path, not fill the agent's memory.
+        with open(path, "rb") as file:
+            data = file.read(MAX_KUBECONFIG_BYTES + 1)
     except OSError as exc:
         raise s.error(file_key, f"cannot read {str(path)!r}: {exc.strerror}") from exc
+    if len(data) > MAX_KUBECONFIG_BYTES:
+        raise s.error(file_key, f"{str(path)!r} is larger than {MAX_KUBECONFIG_BYTES} bytes")
+    return data
 
 
 def _cluster(s: Section, document: _Document) -> ClusterAccess:

@@ -182,7 +182,12 @@ class _Section:
 
     def read_file(self, key: str) -> str:
         path = self.file_path(key)
-        return Path(path).read_text() if path else ""
+        if not path:
+            return ""
+        try:
+            return _read_text(Path(path))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(self.file, self._where(key), f"cannot read {path}: {exc}") from exc
 
     def section(self, key: str) -> _Section:
         self._seen.add(key)
@@ -197,15 +202,53 @@ class _Section:
             )
 
 
+# server.yaml is a few hundred bytes; the cap keeps a wrong path (a device, a log) harmless.
+MAX_CONFIG_BYTES = 4 * 2**20
+MAX_YAML_DEPTH = 64
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses documents nesting deeper than MAX_YAML_DEPTH: PyYAML composes
+    nodes by recursion, so a deep enough document (``a: [[[[...``) raised RecursionError
+    instead of an error naming its place. (The agent has the same loader, agent/_yaml.py:
+    the two packages share no code.)"""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self._depth >= MAX_YAML_DEPTH:
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, f"the document nests deeper than {MAX_YAML_DEPTH} levels", mark
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _read_text(path: Path) -> str:
+    with open(path, "rb") as stream:
+        data = stream.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"larger than {MAX_CONFIG_BYTES} bytes")
+    return data.decode("utf-8")
+
+
 def load_server_config(path: str | Path) -> ServerConfig:
     """Read and validate server.yaml; raises ConfigError naming the file, path and expectation."""
     file = str(path)
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as stream:
+            text = stream.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read the file: {exc.strerror or exc}") from exc
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(file, "", f"the file is larger than {MAX_CONFIG_BYTES} bytes")
     try:
-        data = yaml.safe_load(text)
+        # Bytes: PyYAML reads the encoding (UTF-8/16, a BOM) and names a bad byte's position.
+        data = yaml.load(text, Loader=_BoundedLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

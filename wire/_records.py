@@ -85,6 +85,7 @@ DEFAULT_LIMITS = RecordLimits()
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[EventRecord])
+_record = msgspec.msgpack.Decoder(EventRecord)
 
 
 def encode_events(records: Sequence[EventRecord], limits: RecordLimits = DEFAULT_LIMITS) -> bytes:
@@ -149,6 +150,11 @@ def decode_events(data: bytes, limits: RecordLimits = DEFAULT_LIMITS) -> list[Ev
         raise RecordError(f"event records: malformed record: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise RecordError(f"event records: not valid msgpack: {exc}") from exc
+    except UnicodeDecodeError as exc:  # msgspec decodes str as UTF-8 and lets this through
+        index = _bad_text_index(data)
+        raise RecordError(
+            f"event record {index}: a text field is not valid UTF-8 ({exc.reason})", index=index
+        ) from exc
     max_object = limits.max_object_bytes
     if max_object >= len(data):
         return records  # no object can be larger than the whole input
@@ -160,3 +166,22 @@ def decode_events(data: bytes, limits: RecordLimits = DEFAULT_LIMITS) -> list[Ev
                 index=index,
             )
     return records
+
+
+_raw_records = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+def _bad_text_index(data: bytes) -> int | None:
+    """The index of the first record whose text is not UTF-8 (error path only)."""
+    try:
+        raws = _raw_records.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    for index, raw in enumerate(raws):
+        try:
+            _record.decode(raw)
+        except UnicodeDecodeError:
+            return index
+        except msgspec.DecodeError:
+            continue
+    return None

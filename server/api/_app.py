@@ -25,6 +25,8 @@ from . import _armory as armory
 from . import _clouddriver as clouddriver
 from . import _ops_endpoints as ops_endpoints
 from . import _own as own
+from . import _schemas as schemas
+from ._body import MAX_BODY_BYTES
 from ._context import ApiContext, ApiState
 from ._errors import EXCEPTION_HANDLERS
 from ._feed_ws import events_feed
@@ -36,7 +38,6 @@ from ._routing import Endpoint, Param, openapi_document, routes_for
 __all__ = ["DEFAULT_PORT", "ENDPOINTS", "MAX_BODY_BYTES", "build_app", "serve_api"]
 
 DEFAULT_PORT = 7002
-MAX_BODY_BYTES = 4 * 2**20
 API_VERSION = "1"
 
 _ACCOUNTS = "Armory accounts"
@@ -71,6 +72,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Add accounts as INACTIVE",
         _ACCOUNTS,
         body=_ACCOUNT_LIST,
+        body_schema=schemas.ACCOUNT_LIST,
         responses={202: "the accounts added", 400: _E400, 409: "names already present (names)"},
     ),
     Endpoint(
@@ -80,6 +82,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Change accounts' states",
         _ACCOUNTS,
         body="a JSON list [{name, state, zoneId?, kubeconfigFile?}]",
+        body_schema=schemas.ACCOUNT_CHANGES,
         responses={200: "the accounts after the change", 400: _E400, 404: _E404},
     ),
     Endpoint(
@@ -89,6 +92,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Delete accounts",
         _ACCOUNTS,
         body='a JSON list of names ["a", ...]',
+        body_schema=schemas.ACCOUNT_NAMES,
         responses={200: "the names deleted", 400: _E400, 404: _E404},
     ),
     Endpoint(
@@ -98,6 +102,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Create a dynamic account and push it to an agent",
         _ACCOUNTS,
         body=_DEFINITION,
+        body_schema=schemas.ACCOUNT_DEFINITION,
         responses={
             202: "stored; agentId says where it was pushed (null: nowhere yet)",
             400: _E400,
@@ -111,6 +116,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Create or update a dynamic account and push it to an agent",
         _ACCOUNTS,
         body=_DEFINITION,
+        body_schema=schemas.ACCOUNT_DEFINITION,
         responses={
             202: "stored; agentId says where it was pushed (null: nowhere yet)",
             400: _E400,
@@ -303,8 +309,9 @@ def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> 
         HotRoutes(operations, metrics, MAX_BODY_BYTES),
         routes=routes_for(ENDPOINTS),
         middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
+        # No max_body_size: the body limit is json_body's (server/api/_body.py), the one
+        # reader of bodies, so that a body over it gets the same JSON error from every server.
         exception_handlers=EXCEPTION_HANDLERS,
-        max_body_size=MAX_BODY_BYTES,
     )
     app.state.ctx = ApiContext(state=state, metrics=metrics)
     app.state.openapi = openapi_document(ENDPOINTS, title="kubesvc server", version=API_VERSION)

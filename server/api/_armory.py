@@ -16,7 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..store import AccountRecord, AccountState, AgentRecord
-from ._context import collect_objects, context, json_body
+from ._body import json_body
+from ._context import collect_objects, context
 from ._errors import BadRequest, Conflict, NotFound
 
 __all__ = ["account_json", "account_namespaces"]

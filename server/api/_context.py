@@ -12,15 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import msgspec
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import HTTPConnection
 
 from .._feed import ChangeFeed
 from ..store import Store, StoredObject
-from ._errors import BadRequest
 from ._metrics import ApiMetrics
 
-__all__ = ["ApiContext", "ApiState", "StandaloneState", "collect_objects", "context", "json_body"]
+__all__ = ["ApiContext", "ApiState", "StandaloneState", "collect_objects", "context"]
 
 # Object scans (events of an object, cluster lookups) stop here: every answer has a bound.
 MAX_SCAN_OBJECTS = 100_000
@@ -77,17 +75,6 @@ def context(connection: HTTPConnection) -> ApiContext:
     ctx = connection.app.state.ctx
     assert isinstance(ctx, ApiContext)
     return ctx
-
-
-async def json_body(request: Request) -> Any:
-    """The request's JSON body; BadRequest saying why when it is missing or not JSON."""
-    raw = await request.body()
-    if not raw.strip():
-        raise BadRequest("the request body is empty; a JSON body is required")
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from exc
 
 
 async def collect_objects(

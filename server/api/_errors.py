@@ -20,7 +20,15 @@ from .._errors import InvalidQuery, ServerError, StoreError
 
 log = logging.getLogger("server.api")
 
-__all__ = ["ApiError", "BadRequest", "Conflict", "NotFound", "error_body", "error_response"]
+__all__ = [
+    "ApiError",
+    "BadRequest",
+    "Conflict",
+    "ContentTooLarge",
+    "NotFound",
+    "error_body",
+    "error_response",
+]
 
 
 class ApiError(ServerError):
@@ -30,7 +38,8 @@ class ApiError(ServerError):
     └── ApiError
         ├── BadRequest   400: a malformed body, field or query parameter (the message names it)
         ├── NotFound     404: an unknown account, agent, object or route
-        └── Conflict     409: names that already exist (`extra` lists them)
+        ├── Conflict     409: names that already exist (`extra` lists them)
+        └── ContentTooLarge  413: a request body over the limit (the message names it)
     """
 
     status = 500
@@ -53,7 +62,24 @@ class Conflict(ApiError):
     status = 409
 
 
+class ContentTooLarge(ApiError):
+    status = 413
+
+
+# A message quotes what it refuses (``got [...]``); the quote is cut so that a refused 4 MiB
+# body is not echoed back whole.
+MAX_MESSAGE_CHARS = 1000
+
+
+def bounded(message: str) -> str:
+    """``message``, cut to MAX_MESSAGE_CHARS (saying how long it was)."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return f"{message[:MAX_MESSAGE_CHARS]}... ({len(message)} characters in all)"
+
+
 def error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:
+    """The JSON error shape; ``message`` is cut to MAX_MESSAGE_CHARS."""
     try:
         reason = http.HTTPStatus(status).phrase
     except ValueError:
@@ -61,7 +87,7 @@ def error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "status": status,
         "error": reason,
-        "message": message,
+        "message": bounded(message),
         "timestamp": int(time.time() * 1000),
     }
     body.update(extra)

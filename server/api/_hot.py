@@ -29,7 +29,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .._errors import StoreError
 from ..ops import OperationError, OperationService, OperationsUnavailable, parse_request
-from ._errors import error_body
+from ._body import decode_json
+from ._errors import ApiError, error_body
 from ._metrics import ApiMetrics
 
 __all__ = ["HotRoutes"]
@@ -40,7 +41,6 @@ _JSON = b"application/json"
 _TASK = "/task/"
 _SUBMIT_PATHS = ("/kubernetes/ops", "/ops")
 _encode = msgspec.json.encode
-_decode = msgspec.json.decode
 
 
 class HotRoutes:
@@ -120,8 +120,8 @@ class HotRoutes:
         descriptions = None
         if body is not None and body.strip():
             try:
-                descriptions = service.describe(parse_request(_decode(body)))
-            except (msgspec.DecodeError, OperationError):
+                descriptions = service.describe(parse_request(decode_json(body)))
+            except (ApiError, OperationError):
                 descriptions = None  # the Starlette route says why, in its own words
         if descriptions is None:
             await fallback(scope, _replay(read, receive), send)

@@ -14,13 +14,15 @@ closed after ``KEEP_ALIVE_SECONDS``). Requests on one connection are answered in
 response head is held until the first body message, so head and body leave in one write; a
 response with more than one body message and no Content-Length is sent chunked. After its
 body the app's ``receive`` waits until the response is sent, then says ``http.disconnect``.
-An app that fails before answering gets a 500 with an empty body and the connection closes.
+An app that fails before answering gets a 500 with an empty body and the connection closes;
+a request refused here (malformed, too large, too slow) gets the API's JSON error body.
 A request that asks to upgrade to WebSocket is handed, with the bytes read so far, to
 Hypercorn's own connection handler, so the change feed keeps Hypercorn's WebSocket protocol.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -36,6 +38,8 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from starlette.types import ASGIApp, Message
+
+from ._errors import error_body
 
 __all__ = ["serve_http1"]
 
@@ -235,10 +239,10 @@ class _Connection:
             trio.lowlevel.notify_closing(self.fd)
 
     async def _refuse(self, status: int, message: str) -> None:
-        body = message.encode()
+        # The API's error shape (server/api/_errors.py), as the app's own refusals have.
+        body = json.dumps(error_body(status, message)).encode()
         await self._send(
-            self._head(status, [(b"content-type", b"text/plain; charset=utf-8")], len(body), False)
-            + body
+            self._head(status, [(b"content-type", b"application/json")], len(body), False) + body
         )
 
     def _head(
@@ -306,7 +310,7 @@ class _Connection:
         if chunked and length is not None:
             raise _BadRequest(400, "both content-length and chunked")
         if (length or 0) > self.max_body:
-            raise _BadRequest(413, "Content Too Large")
+            raise _BadRequest(413, self._too_large())
         if expect and (chunked or length):
             await self._send(b"HTTP/1.1 100 Continue\r\n\r\n")
         if chunked or length:
@@ -359,6 +363,9 @@ class _Connection:
         finally:
             self.read_deadline = None
 
+    def _too_large(self) -> str:
+        return f"the request body is larger than the limit of {self.max_body} bytes"
+
     async def _body(self, length: int) -> bytes:
         while len(self.buffer) < length:
             if not await self._fill():
@@ -383,7 +390,7 @@ class _Connection:
                 return b"".join(parts)
             size_total += size
             if size_total > self.max_body:
-                raise _BadRequest(413, "Content Too Large")
+                raise _BadRequest(413, self._too_large())
             parts.append(await self._body(size))
             await self._body(2)  # the CRLF after the chunk
 

@@ -28,8 +28,9 @@ from ..ops import (
     OperationService,
     OperationsUnavailable,
 )
-from ._context import context, json_body
-from ._errors import BadRequest, NotFound, error_response
+from ._body import json_body
+from ._context import context
+from ._errors import BadRequest, NotFound, bounded, error_response
 
 __all__ = [
     "armory_get_operation",
@@ -57,7 +58,8 @@ def _refusals(handler: Handler) -> Handler:
         except OperationsUnavailable as exc:
             return error_response(503, exc.message)
         except InvalidDescription as exc:
-            return error_response(400, exc.message, errors=[exc.message], field=exc.field)
+            errors = [bounded(exc.message)]  # the message, cut as error_body cuts it
+            return error_response(400, exc.message, errors=errors, field=exc.field)
         except OperationError as exc:
             return error_response(400, exc.message)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import _ops as ops
+from . import _schemas as schemas
 from ._routing import Endpoint, Param
 
 __all__ = ["OPS_ENDPOINTS"]
@@ -46,6 +47,7 @@ OPS_ENDPOINTS: tuple[Endpoint, ...] = (
         _CLOUDDRIVER,
         params=(_REQUEST_ID,),
         body=_OPS_BODY,
+        body_schema=schemas.OPERATIONS_REQUEST,
         responses={200: _SUBMITTED, 400: _REFUSED, 503: _UNAVAILABLE},
     ),
     Endpoint(
@@ -56,6 +58,7 @@ OPS_ENDPOINTS: tuple[Endpoint, ...] = (
         _CLOUDDRIVER,
         params=(Param("name", "the operation, e.g. deployManifest", where="path"), _REQUEST_ID),
         body="the operation's description object",
+        body_schema=schemas.DESCRIPTION,
         responses={200: _SUBMITTED, 400: _REFUSED, 503: _UNAVAILABLE},
     ),
     Endpoint(
@@ -66,6 +69,7 @@ OPS_ENDPOINTS: tuple[Endpoint, ...] = (
         _CLOUDDRIVER,
         params=(_REQUEST_ID,),
         body=_OPS_BODY,
+        body_schema=schemas.OPERATIONS_REQUEST,
         responses={200: _SUBMITTED, 400: _REFUSED, 503: _UNAVAILABLE},
     ),
     Endpoint(
@@ -106,6 +110,7 @@ OPS_ENDPOINTS: tuple[Endpoint, ...] = (
         _AGENTS,
         params=(_REQUEST_ID,),
         body='{"type": "<operation>", "description": {...}} (or the description keys inline)',
+        body_schema=schemas.ARMORY_OPERATION,
         responses={
             202: "{taskId, operationId, resourceUri, operationUri}",
             400: _REFUSED,

@@ -49,6 +49,7 @@ class Endpoint:
     tag: str
     params: tuple[Param, ...] = ()
     body: str | None = None
+    body_schema: Mapping[str, Any] | None = None  # the body's JSON Schema (None: any JSON)
     responses: Mapping[int, str] = field(default_factory=lambda: {200: "OK"})
 
     @property
@@ -112,7 +113,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         operation["requestBody"] = {
             "required": True,
             "description": endpoint.body,
-            "content": {"application/json": {"schema": {}}},
+            "content": {"application/json": {"schema": dict(endpoint.body_schema or {})}},
         }
     if endpoint.method == "WEBSOCKET":
         operation["description"] = (

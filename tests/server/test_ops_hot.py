@@ -106,7 +106,9 @@ async def test_handed_over_requests_keep_their_answers(tmp_path: Path) -> None:
                     "/kubernetes/ops", content=b"[" + b" " * MAX_BODY_BYTES + b"]"
                 )
             assert too_big.status_code == 413
-            assert too_big.text == "Content Too Large"
+            assert too_big.json()["message"] == (
+                f"the request body is larger than the limit of {MAX_BODY_BYTES} bytes"
+            )
             empty = await env.http.post("/kubernetes/ops", content=b"  ")
             assert empty.status_code == 400
             assert "body is empty" in empty.json()["message"]
