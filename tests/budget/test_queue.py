@@ -141,7 +141,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.queue.in_flight_batches == len(self.in_flight)
 
 
-QueueMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+QueueMachine.TestCase.settings = settings(stateful_step_count=30)
 TestQueue = QueueMachine.TestCase
 
 
