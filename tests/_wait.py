@@ -30,7 +30,7 @@ async def _holds(predicate: Predicate) -> bool:
 async def wait_until(
     predicate: Predicate,
     *,
-    timeout: float = 30.0,  # noqa: ASYNC109 (see the module doc)
+    timeout: float = 60.0,  # noqa: ASYNC109 (see the module doc)
     what: str = "",
     interval: float = 0.02,
 ) -> None:
@@ -60,7 +60,7 @@ class Changes:
         self,
         predicate: Callable[[], bool],
         *,
-        timeout: float = 30.0,  # noqa: ASYNC109 (see the module doc)
+        timeout: float = 60.0,  # noqa: ASYNC109 (see the module doc)
         what: str = "",
     ) -> None:
         """Return once ``predicate()`` holds; AssertionError naming ``what`` after ``timeout`` s."""
