@@ -21,7 +21,9 @@ every trio test runs under a ``trio.fail_after`` set here, at 80 % of its timeou
 await ends as ``trio.TooSlowError`` with the stuck task's traceback and the test's nurseries
 and subprocesses are cancelled and cleaned up in order, before the signal would have to cut in.
 Under a ``MockClock`` that deadline is virtual time, so ``autojump_clock`` turns a deadlock
-into an immediate failure; the virtual bound is a day, for tests that jump long timers.
+into an immediate failure; the virtual bound is a day, for tests that jump long timers. (An
+autojump test that waits for a worker thread with no earlier deadline of its own would jump
+to that day: such a test sets a small ``autojump_threshold``, as test_registry_service does.)
 """
 
 from __future__ import annotations

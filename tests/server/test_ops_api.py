@@ -126,11 +126,16 @@ class Env:
         return agent
 
     async def task(self, task_id: str) -> dict[str, Any]:
-        while True:
-            body: dict[str, Any] = (await self.http.get(f"/task/{task_id}")).json()
-            if body["status"]["completed"]:
-                return body
-            await trio.sleep(0.02)
+        """Poll the task as Orca does (the REST API has no push) until it completes."""
+        body: dict[str, Any] = {}
+
+        async def completed() -> bool:
+            nonlocal body
+            body = (await self.http.get(f"/task/{task_id}")).json()
+            return bool(body["status"]["completed"])
+
+        await wait_until(completed, what=f"task {task_id} completed")
+        return body
 
 
 @asynccontextmanager
