@@ -269,5 +269,6 @@ async def test_burst_stays_inside_the_budget_and_arrives_whole(tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)  # its own bound is 300 s
 async def test_full_size_burst_of_100000_events(tmp_path: Path) -> None:
     await _run_burst(tmp_path, 100_000, limit=300)

@@ -31,6 +31,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 import kubesim
@@ -169,6 +170,7 @@ class Cutter:
             self.down = trio.Event()
 
 
+@pytest.mark.timeout(180)  # its own bound is 120 s (about 10 s on 2 idle cores)
 async def test_coalescing_never_loses_an_event_across_reconnects(tmp_path: Path) -> None:
     sim = kubesim.Cluster(kubesim.SimConfig(watch_history=100_000, controllers=False))
     sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
