@@ -1,14 +1,12 @@
-import subprocess
-import sys
-
 from kubesvc import __version__
 from kubesvc.cli import main
 
+from ._procs import kubesvc_command, run
+
 
 def test_version_prints_the_package_version() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "kubesvc", "--version"], capture_output=True, text=True, check=True
-    )
+    out = run(kubesvc_command("--version"), timeout=60)
+    assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"kubesvc {__version__}"
 
 

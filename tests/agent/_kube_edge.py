@@ -24,6 +24,8 @@ from hypercorn.trio import serve
 
 from kubesvc._certs import issue_ca, issue_leaf
 
+from .._wait import Changes
+
 
 @dataclass
 class Pki:
@@ -89,6 +91,11 @@ class ApiServer:
     url: str
     port: int
     seen: list[Seen] = field(default_factory=list)
+    changed: Changes = field(default_factory=Changes)  # notified on every request seen
+
+    async def wait_seen(self, count: int) -> None:
+        """Wait until ``count`` requests have reached the server."""
+        await self.changed.wait_for(lambda: len(self.seen) >= count, what=f"{count} requests")
 
 
 def status_body(code: int, reason: str, message: str) -> bytes:
@@ -148,6 +155,7 @@ async def serve_api(
         )
         assert server is not None
         server.seen.append(seen)
+        server.changed.notify()
         code, headers, payload = await handler(seen)
         await send(
             {

@@ -14,6 +14,8 @@ import trio
 from budget import EventReceiver
 from wire import EventRecord, EventType
 
+from .._wait import wait_until
+
 ObjectKey = tuple[str, str, str, str]  # api_version, kind, namespace, name
 
 
@@ -58,11 +60,13 @@ class Receiver:
     def names(self, kind: str, namespace: str | None = None) -> set[str]:
         return {k[3] for k in self.objects if k[1] == kind and namespace in (None, k[2])}
 
-    async def wait_for(self, predicate: object) -> None:
-        """Poll ``predicate`` (records or reflector state) until it holds."""
+    async def wait_for(self, predicate: object, *, what: str = "") -> None:
+        """Wait until ``predicate`` (records or reflector state) holds.
+
+        Polls (tests/_wait.py): the reflector's state changes with no signal a test can see.
+        """
         assert callable(predicate)
-        while not predicate():
-            await trio.sleep(0.02)
+        await wait_until(predicate, what=what)
 
     def count(self, event_type: EventType, kind: str | None = None) -> int:
         return sum(1 for r in self.records if r.type == event_type and kind in (None, r.kind))

@@ -19,7 +19,24 @@ from agent import (
     watch_config,
 )
 
+from .._wait import Changes
+
 POLL = 0.01  # real time: the watcher reads files in worker threads, where virtual time is unsafe
+
+
+class _Errors(list[ConfigError]):
+    """The errors ``on_error`` reported; ``wait`` returns once there is one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = Changes()
+
+    def report(self, error: ConfigError) -> None:
+        self.append(error)
+        self.changed.notify()
+
+    async def wait(self) -> None:
+        await self.changed.wait_for(lambda: bool(self), what="a config error reported")
 
 
 def _accounts(*names: str, kinds: str = "[pod]") -> str:
@@ -52,12 +69,12 @@ class _ConfigMap:
 
 async def _start(
     nursery: trio.Nursery, path: Path
-) -> tuple[Config, trio.MemoryReceiveChannel[Config], list[ConfigError]]:
+) -> tuple[Config, trio.MemoryReceiveChannel[Config], _Errors]:
     send, receive = trio.open_memory_channel[Config](10)
-    errors: list[ConfigError] = []
+    errors = _Errors()
     initial = await nursery.start(
         lambda task_status: watch_config(
-            path, send.send, on_error=errors.append, poll_interval=POLL, task_status=task_status
+            path, send.send, on_error=errors.report, poll_interval=POLL, task_status=task_status
         )
     )
     return initial, receive, errors
@@ -74,7 +91,7 @@ async def test_edits_reach_on_change_and_unchanged_content_does_not(tmp_path: Pa
             path.write_text(_accounts("a", "c"))
             new = await changes.receive()
             assert [a.name for a in new.kubernetes.accounts] == ["a", "c"]
-            await trio.sleep(10 * POLL)
+            await trio.sleep(10 * POLL)  # an observation window: ten more polls bring nothing
             with pytest.raises(trio.WouldBlock):
                 changes.receive_nowait()
             nursery.cancel_scope.cancel()
@@ -101,9 +118,8 @@ async def test_an_invalid_file_is_reported_once_and_the_running_config_kept(
         async with trio.open_nursery() as nursery:
             _, changes, errors = await _start(nursery, cm.path)
             cm.publish(_accounts("a", "b", kinds="deployment"))
-            while not errors:
-                await trio.sleep(POLL)
-            await trio.sleep(10 * POLL)
+            await errors.wait()
+            await trio.sleep(10 * POLL)  # an observation window: ten more polls report nothing
             assert len(errors) == 1
             assert errors[0].path == "kubernetes.accounts[0].kinds"
             assert "keeping the running configuration" in caplog.text
@@ -123,8 +139,7 @@ async def test_a_missing_file_is_reported_and_the_config_comes_back(tmp_path: Pa
         async with trio.open_nursery() as nursery:
             _, changes, errors = await _start(nursery, path)
             path.unlink()
-            while not errors:
-                await trio.sleep(POLL)
+            await errors.wait()
             assert "cannot read the config file" in str(errors[0])
             path.write_text(_accounts("z"))
             new = await changes.receive()

@@ -29,7 +29,7 @@ from agent._config_schema import RetriesConfig
 from agent._kube_client import KubeClient
 from agent._kubeconfig import ClusterAccess, ExecConfig
 
-from ._kube_edge import Pki, Reply, Seen, make_pki, serve_api, status_body
+from ._kube_edge import ApiServer, Pki, Reply, Seen, make_pki, serve_api, status_body
 
 NO_RETRIES = RetriesConfig(enabled=False)
 FAST_RETRIES = RetriesConfig(back_off_ms=10)
@@ -46,16 +46,19 @@ def _access(url: str, pki: Pki | None, **changes: object) -> ClusterAccess:
 
 
 async def test_http2_carries_every_request_on_one_connection(pki: Pki) -> None:
-    async def slow_version(seen: Seen) -> Reply:
-        await trio.sleep(0.05)  # keep the streams open at the same time
+    servers: list[ApiServer] = []
+
+    async def all_at_once(seen: Seen) -> Reply:
+        await servers[0].wait_seen(20)  # every stream is open at the same time
         return 200, {}, b'{"gitVersion": "v1.31.0"}'
 
     with trio.fail_after(20):
         async with (
-            serve_api(slow_version, pki=pki) as server,
+            serve_api(all_at_once, pki=pki) as server,
             KubeClient(_access(server.url, pki)) as client,
             trio.open_nursery() as nursery,
         ):
+            servers.append(server)
             for _ in range(20):
                 nursery.start_soon(client.get_json, "/version")
     assert len(server.seen) == 20
@@ -424,8 +427,7 @@ async def test_a_request_is_not_stuck_behind_idle_watches(pki: Pki) -> None:
         ):
             for n in range(10):
                 nursery.start_soon(watch, c, n)
-            while len(server.seen) < 10:
-                await trio.sleep(0.01)
+            await server.wait_seen(10)
             with trio.fail_after(5):
                 assert (await c.get_json("/version"))["major"] == "1"
             release.set()
@@ -457,8 +459,7 @@ async def test_http2_watch_lanes_open_another_connection_past_100_streams(pki: P
         ):
             for n in range(150):
                 nursery.start_soon(watch, c, n)
-            while len(server.seen) < 150:
-                await trio.sleep(0.01)
+            await server.wait_seen(150)
             release.set()
     assert opened == 150
     assert {seen.http_version for seen in server.seen} == {"2"}

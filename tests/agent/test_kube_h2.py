@@ -71,8 +71,7 @@ async def test_quiet_watches_share_one_connection_and_never_block_a_request(pki:
             async with trio.open_nursery() as nursery:
                 for n in range(20):
                     nursery.start_soon(watch, client, n)
-                while len(server.seen) < 20:
-                    await trio.sleep(0.01)
+                await server.wait_seen(20)
                 with trio.fail_after(5):
                     assert (await client.get_json("/version"))["major"] == "1"
                 release.set()
@@ -124,8 +123,7 @@ async def test_past_the_servers_stream_limit_another_connection_opens(pki: Pki) 
         ):
             for n in range(150):  # Hypercorn allows 100 streams per connection
                 nursery.start_soon(watch, client, n)
-            while len(server.seen) < 150:
-                await trio.sleep(0.01)
+            await server.wait_seen(150)
             assert client.watch_connections == 2
             release.set()
     assert len({seen.client_port for seen in server.seen}) == 2

@@ -37,9 +37,14 @@ async def _watch_all(tmp_path: Path, *, pause_after: int | None) -> tuple[list[s
                         seen += [event.name for event in decoder.feed(chunk)]
                         if pause_after is not None and len(seen) >= pause_after:
                             pause_after = None
-                            await trio.sleep(1.0)  # the server runs into the window
+                            # Paused: the server sends until it runs into the window. Wait
+                            # until what is buffered stops growing (a stall is no progress
+                            # for a while; a fixed pause was too short under load).
                             state = response._state  # type: ignore[attr-defined]
-                            most_buffered = sum(len(c[0]) for c in state.chunks)
+                            most_buffered = -1
+                            while (held := sum(len(c[0]) for c in state.chunks)) != most_buffered:
+                                most_buffered = held
+                                await trio.sleep(0.3)
                     decoder.end_of_stream()  # the END_STREAM frame went through h2
     assert seen[: len(names)] == names
     return seen, most_buffered

@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from agent._operations import OperationExecutor
 from tests.agent.operations_harness import Ran, assert_ok, deployment, job, open_ops_bench
 from wire import messages
+
+from .._wait import wait_until
 
 JOB = job("once")
 
@@ -68,7 +71,8 @@ async def test_concurrency_is_bounded_and_waits_end_at_the_deadline(tmp_path: Pa
                         ),
                     )
                 )
-                await trio.sleep(0.3)  # the first holds the only slot, stalled
+                # The first holds the only slot (it started: runs counts it), stalled.
+                await wait_until(lambda: bench.executor.runs == 2, what="the first op started")
                 soon = 300  # relative: 300 ms from receipt
                 waited = await bench.run(
                     "deployManifest",
@@ -84,7 +88,9 @@ async def test_concurrency_is_bounded_and_waits_end_at_the_deadline(tmp_path: Pa
                         ),
                     )
                 )
-                await trio.sleep(0.1)  # "c" waits in the only queue place
+                # "c" waits in the only queue place: nothing but I/O and timers is left to run
+                # (c reaches the slot's wait with no await before it).
+                await trio.testing.wait_all_tasks_blocked()
                 refused = await bench.run(
                     "deployManifest", {"namespace": "default", "manifests": [deployment(name="d")]}
                 )
@@ -177,11 +183,11 @@ async def test_a_cancelled_run_releases_its_waiters_and_its_slot(tmp_path: Path)
                         await bench.run("deployManifest", payload, op_id="x")
 
                 nursery.start_soon(first)
-                await trio.sleep(0.2)
+                await wait_until(lambda: bench.executor.runs == 2, what="x started")
                 nursery.start_soon(
                     lambda: _collect(waiter, bench.run("deployManifest", payload, op_id="x"))
                 )
-                await trio.sleep(0.1)
+                await trio.testing.wait_all_tasks_blocked()  # the duplicate waits for x's result
                 cancel.cancel()
             bench.server.faults.clear()
             after = await bench.run("deployManifest", payload, op_id="y")

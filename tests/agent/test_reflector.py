@@ -210,8 +210,13 @@ async def test_410_mid_watch_relists_and_converges_with_deletes_in_the_gap(tmp_p
             await env.nursery.start(reflector.run)
             await env.receiver.wait_for(lambda: reflector.state.synced)
             # The next watch stalls; meanwhile history moves on by more than the ring holds.
+            watches = env.server.requests.count("watch", "pods")
             env.server.faults.stall_watches(after_events=0, seconds=1.5)
-            await trio.sleep(1.2)
+            # The current watch ends (its timeout is 1 s) and the next one, stalled, begins.
+            await env.receiver.wait_for(
+                lambda: env.server.requests.count("watch", "pods") > watches,
+                what="the stalled watch began",
+            )
             for i in range(4):
                 env.sim.delete("", "v1", "pods", "default", f"old{i}")
             for i in range(8):

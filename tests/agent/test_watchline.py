@@ -6,7 +6,7 @@ import itertools
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from agent._errors import KubeConnectionError
@@ -88,7 +88,6 @@ def test_decodes_every_event_type() -> None:
     assert events[4].status.reason == "Expired"
 
 
-@settings(database=None)  # no .hypothesis folder in the shared tree
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
 def test_any_chunk_boundaries_give_the_same_events(cuts: list[int]) -> None:
     whole = WatchDecoder().feed(STREAM)

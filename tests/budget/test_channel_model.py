@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 import trio.testing
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from budget import Batch, ByteBudget, Entry, EntryKind, open_event_channel
@@ -33,7 +33,8 @@ op_strategy = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# More than the profile's default: the model runs many short interleavings; explore adds more.
+@settings(max_examples=max(150, settings().max_examples))
 @given(
     capacity=st.integers(1, 30),
     max_pending=st.integers(1, 5),

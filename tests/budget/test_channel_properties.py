@@ -35,7 +35,7 @@ from typing import Any
 
 import trio
 import trio.testing
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from budget import Batch, ByteBudget, Entry, EntryKind, open_event_channel
@@ -309,7 +309,8 @@ class Scenario:
             assert last.get(key, -1) >= seq, f"the final state of {key} was not delivered"
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# More than the profile's default: the model runs many short interleavings; explore adds more.
+@settings(max_examples=max(200, settings().max_examples))
 @given(
     capacity=st.integers(1, 40),
     max_pending=st.integers(1, 6),

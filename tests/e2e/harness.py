@@ -27,6 +27,9 @@ import wire
 from agent import Agent
 from server import ServerConfig
 
+# The e2e tests' one way to wait for state a real component shows but does not signal.
+from .._wait import wait_until as wait_until
+
 
 @dataclass
 class Stack:
@@ -229,12 +232,6 @@ async def stored_objects(stack: Stack, account: str) -> dict[ObjectKey, dict[str
             return found
 
 
-async def wait_until(predicate: Any, *, interval: float = 0.05) -> None:
-    """Poll an async predicate until it holds (the caller bounds it with fail_after)."""
-    while not await predicate():
-        await trio.sleep(interval)
-
-
 @dataclass
 class ReceiverStack:
     sim: kubesim.Cluster
@@ -336,3 +333,26 @@ async def open_receiver_stack(
                 receiver_scope,
             )
             nursery.cancel_scope.cancel()
+
+
+def churned(churn: kubesim.Churn) -> int:
+    """How many changes ``churn`` has made so far."""
+    stats = churn.statistics()
+    return stats.created + stats.updated + stats.deleted
+
+
+async def wait_churned(churn: kubesim.Churn, changes: int) -> None:
+    """Wait until ``churn`` (running elsewhere) has made ``changes`` changes in all.
+
+    A fixed amount of work, not of time: on a loaded machine churn just takes longer.
+    """
+    await wait_until(lambda: churned(churn) >= changes, what=f"churn made {changes} changes")
+
+
+async def run_churn(churn: kubesim.Churn, changes: int) -> kubesim.ChurnStatistics:
+    """Run ``churn`` until it has made ``changes`` changes; return its statistics."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(churn.run)
+        await wait_churned(churn, changes)
+        nursery.cancel_scope.cancel()
+    return churn.statistics()

@@ -20,6 +20,8 @@ import trio
 import wire
 from wire import messages
 
+from .._wait import Changes
+
 ObjectKey = tuple[str, str, str, str, str]  # account, apiVersion, kind, namespace, name
 ScopeKey = tuple[str, str, str, str]  # account, apiVersion, kind, scope
 
@@ -38,6 +40,8 @@ class Receiver:
     sessions: int = 0
     hellos: list[messages.Hello] = field(default_factory=list)
     on_batch: Callable[[list[wire.EventRecord]], None] | None = None
+    # Notified after every hello and every batch applied: tests wait on it, not by polling.
+    changed: Changes = field(default_factory=Changes)
     _open: dict[ScopeKey, set[ObjectKey]] = field(default_factory=dict)
     _first_event_at: float | None = None
     _last_event_at: float | None = None
@@ -88,6 +92,7 @@ class Receiver:
             raise wire.Refuse(wire.Status.FAILED_PRECONDITION, f"expected hello, got {name}")
         self.sessions += 1
         self.hellos.append(hello)
+        self.changed.notify()
         await stream.send(
             messages.ServerMessage(
                 welcome=messages.Welcome(
@@ -115,6 +120,7 @@ class Receiver:
                 self.apply(records)
                 if self.on_batch is not None:
                     self.on_batch(records)
+                self.changed.notify()
                 if self.ack_delay:
                     await trio.sleep(self.ack_delay)
                 await stream.send(messages.ServerMessage(ack=messages.Ack(seq=body.seq)))

@@ -41,11 +41,15 @@ async def _op(
     )
     assert posted.status_code == 200, posted.text
     task_id = posted.json()["id"]
-    while True:
-        task: dict[str, Any] = (await http.get(f"/task/{task_id}")).json()
-        if task["status"]["completed"]:
-            return task
-        await trio.sleep(0.02)
+    task: dict[str, Any] = {}
+
+    async def completed() -> bool:
+        nonlocal task
+        task = (await http.get(f"/task/{task_id}")).json()
+        return bool(task["status"]["completed"])
+
+    await wait_until(completed, what=f"task {task_id} completed")
+    return task
 
 
 def _deployment(image: str = "nginx:1") -> dict[str, Any]:

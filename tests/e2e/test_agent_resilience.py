@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 import kubesim
@@ -50,7 +51,9 @@ async def test_receiver_restart_mid_stream_loses_nothing(tmp_path: Path) -> None
 
             await wait_until(caught_up)
             stack.stop_receiver()
-            await trio.sleep(0.3)
+            await wait_until(
+                lambda: not stack.agent.link.status.connected, what="the agent saw the cut"
+            )
             # Changes while nobody listens: the agent must deliver them after reconnecting.
             for index in range(50, 80):
                 sim.create(_configmap(f"cm-{index}"))
@@ -66,7 +69,9 @@ async def test_receiver_restart_mid_stream_loses_nothing(tmp_path: Path) -> None
             assert stack.agent.link.status.disconnections >= 1
 
 
-async def test_live_reload_adds_changes_and_removes_accounts(tmp_path: Path) -> None:
+async def test_live_reload_adds_changes_and_removes_accounts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     sim = kubesim.Cluster()
     sim.create(_configmap("one"))
     receiver = Receiver()
@@ -90,7 +95,10 @@ async def test_live_reload_adds_changes_and_removes_accounts(tmp_path: Path) -> 
 
             # An invalid file: reported, and the running config (k1 + k2) keeps going.
             stack.config_path.write_text("kubernetes:\n  accounts: {not: a list}\n")
-            await trio.sleep(1.0)
+            await wait_until(
+                lambda: "is invalid, keeping the running config" in caplog.text,
+                what="the invalid config is reported",
+            )
             sim.create(_configmap("two"))
 
             async def both_have_two() -> bool:

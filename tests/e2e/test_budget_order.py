@@ -31,12 +31,13 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 import kubesim
 import wire
 
-from .harness import ReceiverStack, open_receiver_stack
+from .harness import ReceiverStack, open_receiver_stack, wait_until
 from .receiver import Receiver
 
 NAMESPACE = "order"
@@ -160,12 +161,16 @@ class Cutter:
     async def restart_after_each_cut(self) -> None:
         while True:
             await self.down.wait()
-            await trio.sleep(0.2)
+            # Down until the agent has seen it (its batches in flight are then dropped).
+            await wait_until(
+                lambda: not self._stack.agent.link.status.connected, what="the agent saw the cut"
+            )
             await self._stack.start_receiver()
             self._next_at = self._receiver.events + CUT_EVERY
             self.down = trio.Event()
 
 
+@pytest.mark.timeout(180)  # its own bound is 120 s (about 10 s on 2 idle cores)
 async def test_coalescing_never_loses_an_event_across_reconnects(tmp_path: Path) -> None:
     sim = kubesim.Cluster(kubesim.SimConfig(watch_history=100_000, controllers=False))
     sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
@@ -187,8 +192,9 @@ async def test_coalescing_never_loses_an_event_across_reconnects(tmp_path: Path)
         async with open_receiver_stack(
             tmp_path, receiver, sim=sim, accounts=accounts, budget={"bytes": "256Ki"}
         ) as stack:
-            while SCOPE not in receiver.resume:  # the initial list is in
-                await trio.sleep(0.05)
+            await receiver.changed.wait_for(
+                lambda: SCOPE in receiver.resume, what="the initial list is in"
+            )
             cutter = Cutter(stack, receiver)
 
             def on_batch(records: list[wire.EventRecord]) -> None:
@@ -212,10 +218,8 @@ async def test_coalescing_never_loses_an_event_across_reconnects(tmp_path: Path)
                 )
 
             await _burst(sim, done, last_rv)
-            while not caught_up():
-                await trio.sleep(0.05)
+            await wait_until(caught_up, timeout=100, what="the agent caught up after the burst")
             cuts = cutter.cuts
-            await trio.sleep(0.3)
             assert cuts >= 3, f"the receiver was cut only {cuts} time(s) mid-stream"
             assert receiver.sessions - sessions_before == cuts
             expected = _sim_versions(sim)

@@ -3,6 +3,7 @@ falls behind gets no queue of small batches, and what waits meanwhile travels in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import kubesim
 import wire
 from wire import messages
 
+from .._wait import Changes
 from .harness import open_receiver_stack, wait_until
 
 
@@ -23,6 +25,10 @@ class HoldingReceiver:
         self.seqs: list[int] = []
         self.events = 0
         self.stream: wire.ServerStream | None = None
+        self.changed = Changes()  # notified after every batch
+
+    def more_batches_than(self, count: int) -> Callable[[], bool]:
+        return lambda: len(self.seqs) > count
 
     async def ack(self, seq: int) -> None:
         assert self.stream is not None
@@ -51,6 +57,7 @@ class HoldingReceiver:
             if isinstance(body, messages.EventBatch):
                 self.seqs.append(body.seq)
                 self.events += body.count
+                self.changed.notify()
             elif isinstance(body, messages.AccountsChanged):
                 await stream.send(
                     messages.ServerMessage(
@@ -84,11 +91,27 @@ async def test_at_most_four_batches_wait_for_their_ack(tmp_path: Path) -> None:
             serial = 0
             while len(receiver.seqs) < 4:  # one change at a time until four batches wait
                 serial += 1
+                sent = len(receiver.seqs)
                 sim.create(_configmap(f"early-{serial}"))
-                await trio.sleep(0.05)
+                await receiver.changed.wait_for(
+                    receiver.more_batches_than(sent), what=f"a batch with early-{serial}"
+                )
             for index in range(50):  # changes keep coming while nothing is acknowledged
                 sim.create(_configmap(f"cm-{index}"))
-                await trio.sleep(0.01)
+            last = sim.get("", "v1", "configmaps", "default", "cm-49")["metadata"][
+                "resourceVersion"
+            ]
+
+            def the_agent_holds_them() -> bool:
+                watch = stack.agent.accounts.accounts["k1"].watch
+                assert watch is not None
+                return any(
+                    target.kind.kind == "ConfigMap" and state.resource_version == last
+                    for target, state in watch.reflectors.items()
+                )
+
+            # The agent has read all 50 from its watch, and sent none of them.
+            await wait_until(the_agent_holds_them, what="the agent's watch reached cm-49")
             assert receiver.seqs == [1, 2, 3, 4]
             events_before = receiver.events
 
@@ -98,7 +121,6 @@ async def test_at_most_four_batches_wait_for_their_ack(tmp_path: Path) -> None:
                 return len(receiver.seqs) == 5
 
             await wait_until(fifth)
-            await trio.sleep(0.3)
             assert receiver.seqs == [1, 2, 3, 4, 5]
             # The fifth batch carries the 50 ConfigMaps that waited (coalesced, one batch).
             assert receiver.events - events_before >= 50

@@ -14,7 +14,7 @@ import trio
 import kubesim
 from kubesim import ApiError
 
-from .harness import Stack, open_stack, stored_objects
+from .harness import Stack, open_stack, stored_objects, wait_until
 from .ops_client import OrcaClient
 
 
@@ -23,8 +23,10 @@ async def open_ops(tmp_path: Path, **kwargs: Any) -> AsyncIterator[tuple[Stack, 
     async with open_stack(tmp_path, **kwargs) as stack:
         base = f"http://127.0.0.1:{stack.server.api_port}"
         async with httpx.AsyncClient(base_url=base) as http:
-            while stack.server.state.sessions.primary_session("k1") is None:
-                await trio.sleep(0.02)
+            await wait_until(
+                lambda: stack.server.state.sessions.primary_session("k1") is not None,
+                what="k1 has a PRIMARY agent",
+            )
             yield stack, OrcaClient(http)
 
 
@@ -149,8 +151,10 @@ async def test_rollout_operations_and_label_selector_delete(tmp_path: Path) -> N
             assert task["resultObjects"][0]["manifestNamesByNamespace"] == {
                 "default": ["deployment web"]
             }
-            while get(stack.sim, "apps", "deployments", "web") is not None:
-                await trio.sleep(0.05)
+            await wait_until(
+                lambda: get(stack.sim, "apps", "deployments", "web") is None,
+                what="the deployment is gone from kubesim",
+            )
 
 
 async def test_run_job_and_its_refusal(tmp_path: Path) -> None:
@@ -211,8 +215,10 @@ async def test_kubernetes_refusals_fail_the_task_with_the_api_servers_message(
                     {"name": "k2", "kubeConfigFile": str(limited)},
                 ]
             )
-            while stack.server.state.sessions.primary_session("k2") is None:
-                await trio.sleep(0.05)
+            await wait_until(
+                lambda: stack.server.state.sessions.primary_session("k2") is not None,
+                what="k2 has a PRIMARY agent",
+            )
             secret = {
                 "apiVersion": "v1",
                 "kind": "Secret",
@@ -261,8 +267,10 @@ async def test_agent_session_lost_mid_operation_never_applies_twice(tmp_path: Pa
                 "deployManifest", {"account": "k1", "manifests": [replica_set()]}
             )
             state = stack.server.state
-            while not state.operations.in_flight:  # type: ignore[attr-defined]
-                await trio.sleep(0.01)
+            await wait_until(
+                lambda: state.operations.in_flight > 0,  # type: ignore[attr-defined]
+                what="the deploy is in flight",
+            )
             agent_id = state.sessions.primary_session("k1").agent_id  # type: ignore[union-attr]
             assert await state.disconnect_agent(agent_id) == 1
             started = trio.current_time()
@@ -272,9 +280,17 @@ async def test_agent_session_lost_mid_operation_never_applies_twice(tmp_path: Pa
             assert "may or may not have been applied" in exc["message"]
             stack.kube.faults.slow(0)
             # The agent reconnects; nothing is resent, so at most one version exists.
-            while state.sessions.primary_session("k1") is None:
-                await trio.sleep(0.05)
-            await trio.sleep(2.5)
+            await wait_until(
+                lambda: state.sessions.primary_session("k1") is not None, what="k1 reconnected"
+            )
+            # The agent's run of the cut operation ends (it may still create api-v000).
+            await wait_until(
+                lambda: (
+                    bool(stack.agent.status.operations)
+                    and all(op.finished_at is not None for op in stack.agent.status.operations)
+                ),
+                what="the agent finished the operation it had",
+            )
             items = stack.sim.list("apps", "v1", "replicasets", "default")
             assert [rs["metadata"]["name"] for rs in items] in ([], ["api-v000"])
             op = (await orca.http.get(f"/armory/agent/operations/{task_id}-0")).json()

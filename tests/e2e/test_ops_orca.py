@@ -18,7 +18,7 @@ import trio
 import kubesim
 from kubesim import ApiError
 
-from .harness import Stack, open_stack
+from .harness import Stack, open_stack, wait_until
 from .ops_client import OrcaClient
 
 
@@ -43,8 +43,10 @@ async def open_orca(tmp_path: Path) -> AsyncIterator[tuple[Stack, OrcaClient]]:
     async with open_stack(tmp_path) as stack:
         base = f"http://127.0.0.1:{stack.server.api_port}"
         async with httpx.AsyncClient(base_url=base) as http:
-            while stack.server.state.sessions.primary_session("k1") is None:
-                await trio.sleep(0.02)
+            await wait_until(
+                lambda: stack.server.state.sessions.primary_session("k1") is not None,
+                what="k1 has a PRIMARY agent",
+            )
             yield stack, OrcaClient(http)
 
 
@@ -133,9 +135,11 @@ async def test_deploy_scale_patch_undo_delete_like_orca(tmp_path: Path) -> None:
             assert task["resultObjects"][0]["manifestNamesByNamespace"] == {
                 "default": ["deployment web"]
             }
-            while live(sim) is not None:  # background propagation may take a moment
-                await trio.sleep(0.05)
-            while (
-                await orca.http.get("/manifests/k1/default/deployment%20web")
-            ).status_code != 404:
-                await trio.sleep(0.05)
+            # Background propagation (the garbage collector) and the cache follow.
+            await wait_until(lambda: live(sim) is None, what="the deployment is gone from kubesim")
+
+            async def gone_from_the_cache() -> bool:
+                answer = await orca.http.get("/manifests/k1/default/deployment%20web")
+                return answer.status_code == 404
+
+            await wait_until(gone_from_the_cache, what="the deployment is gone from the cache")

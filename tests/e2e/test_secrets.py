@@ -54,8 +54,18 @@ async def test_secret_data_never_reaches_the_stream(tmp_path: Path) -> None:
             secret = sim.get("", "v1", "secrets", "default", "alpha")
             secret["data"] = {"password": base64.b64encode(b"s3cr3t-changed-delta").decode()}
             sim.update(secret)
+            updated = sim.get("", "v1", "secrets", "default", "alpha")["metadata"][
+                "resourceVersion"
+            ]
+
+            def alpha_updated() -> bool:
+                body = object_states(receiver, "k1").get(("v1", "Secret", "default", "alpha"))
+                return (
+                    body is not None and json.loads(body)["metadata"]["resourceVersion"] == updated
+                )
+
             await wait_until(lambda: has("charlie"))
-            await trio.sleep(0.5)  # let the update travel too
+            await wait_until(alpha_updated, what="the update of alpha arrived")
             stack.nursery.cancel_scope.cancel()
 
     wire_bytes = b"".join(receiver.payloads)

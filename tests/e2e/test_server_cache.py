@@ -13,7 +13,7 @@ import trio
 import kubesim
 
 from .cache_check import secret_bodies, wait_cache_equal, watched_kinds
-from .harness import open_stack
+from .harness import open_stack, run_churn
 
 SECRET_VALUE = "s3cr3t-e2e-cache-value"
 
@@ -94,11 +94,7 @@ async def test_cache_equals_kubesim_after_sync_and_after_churn(tmp_path: Path) -
                 seed=5,
                 kinds=("configmaps", "secrets", "services", "pods", "deployments"),
             )
-            async with trio.open_nursery() as nursery:
-                await nursery.start(churn.run)
-                await trio.sleep(3)
-                nursery.cancel_scope.cancel()
-            stats = churn.statistics()
+            stats = await run_churn(churn, 600)
             assert stats.created > 50, stats
             assert stats.updated > 50, stats
             assert stats.deleted > 10, stats
@@ -124,10 +120,7 @@ async def test_cache_stays_exact_when_a_small_budget_makes_the_agent_coalesce(
                 population=40,
                 kinds=("configmaps", "pods", "deployments", "secrets"),
             )
-            async with trio.open_nursery() as nursery:
-                await nursery.start(churn.run)
-                await trio.sleep(3)
-                nursery.cancel_scope.cancel()
+            await run_churn(churn, 1500)
             assert churn.statistics().updated > 300, churn.statistics()
             await wait_cache_equal(stack, patience=40)
             await _assert_no_secret_data(stack)
@@ -146,10 +139,7 @@ async def test_cache_exact_from_an_https_cluster_with_http2_watches(tmp_path: Pa
             churn = kubesim.Churn(
                 sim, rate=200, seed=8, kinds=("configmaps", "secrets", "pods", "deployments")
             )
-            async with trio.open_nursery() as nursery:
-                await nursery.start(churn.run)
-                await trio.sleep(2)
-                nursery.cancel_scope.cancel()
+            await run_churn(churn, 400)
             await wait_cache_equal(stack, patience=30)
             await _assert_no_secret_data(stack)
             record = stack.server.state.accounts.get("k1")

@@ -18,7 +18,7 @@ import server
 from server.store import AccountState
 
 from .cache_check import relisted_kinds, wait_cache_equal
-from .harness import Stack, open_stack, wait_until
+from .harness import Stack, churned, open_stack, wait_churned, wait_until
 
 
 def _seed(sim: kubesim.Cluster) -> None:
@@ -75,7 +75,7 @@ async def test_standby_is_promoted_when_the_primary_dies_and_the_cache_stays_rig
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(churn.run)
-                await trio.sleep(1.0)
+                await wait_churned(churn, 150)
                 assert stack.agent_task is not None
                 await stack.agent_task.stop()  # the primary dies mid-churn
 
@@ -84,7 +84,7 @@ async def test_standby_is_promoted_when_the_primary_dies_and_the_cache_stays_rig
 
                 await wait_until(promoted)
                 assert second.link.status.role_reasons.get("k1", "").startswith("promoted")
-                await trio.sleep(1.5)  # churn goes on under the new primary
+                await wait_churned(churn, churned(churn) + 200)  # more under the new primary
                 nursery.cancel_scope.cancel()
             assert _role(stack, "agent-b") == "PRIMARY"
             await wait_cache_equal(stack, patience=30, watcher=second)
@@ -128,7 +128,6 @@ async def test_a_second_cluster_claiming_a_taken_name_is_rejected_with_the_reaso
                 assert "held by another cluster" in reason, reason
                 assert stack.kube.url.removeprefix("http://") in reason, reason
                 assert other_kube.url.removeprefix("http://") in reason, reason
-                await trio.sleep(0.5)
                 # The rightful owner keeps the account; nothing of the other cluster is cached.
                 assert stack.agent.link.status.roles["k1"] == "PRIMARY"
                 code, body = await _account_json(stack, "k1")

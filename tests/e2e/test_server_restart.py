@@ -13,7 +13,7 @@ import kubesim
 from server.store import AccountState
 
 from .cache_check import relisted_kinds, wait_cache_equal
-from .harness import open_stack, wait_until
+from .harness import churned, open_stack, run_churn, wait_churned, wait_until
 
 
 async def test_restart_on_the_same_sqlite_file_resumes_without_lists(tmp_path: Path) -> None:
@@ -60,10 +60,7 @@ async def test_restart_on_the_same_sqlite_file_resumes_without_lists(tmp_path: P
             pod = sim.list("", "v1", "pods", "team-a")[0]["metadata"]["name"]
             sim.delete("", "v1", "pods", "team-a", pod)
             churn = kubesim.Churn(sim, rate=100, seed=3, kinds=("pods", "deployments"))
-            async with trio.open_nursery() as nursery:
-                await nursery.start(churn.run)
-                await trio.sleep(0.5)
-                nursery.cancel_scope.cancel()
+            await run_churn(churn, 50)
 
             await stack.start_server()
             assert stack.server.state.server_id != server_before  # really a new process state
@@ -298,11 +295,11 @@ async def test_server_restart_in_the_middle_of_churn(tmp_path: Path) -> None:
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(churn.run)
-                await trio.sleep(1.0)
+                await wait_churned(churn, 300)
                 await stack.stop_server()
-                await trio.sleep(0.5)
+                await wait_churned(churn, churned(churn) + 150)  # while the server is down
                 await stack.start_server()
-                await trio.sleep(1.5)
+                await wait_churned(churn, churned(churn) + 450)
                 nursery.cancel_scope.cancel()
             await wait_cache_equal(stack, patience=30)
             assert stack.kube.requests.count("list") == 0

@@ -13,6 +13,8 @@ from hypercorn.trio.worker_context import EventWrapper
 import kubesim
 from kubesim._hypercorn import _pop_as_frames, _push
 
+from .._wait import wait_until
+
 CHUNK = 256 * 1024
 
 
@@ -74,5 +76,6 @@ async def test_a_connection_ends_when_its_client_hangs_up() -> None:
             ) as http:
                 assert (await http.get("/version")).status_code == 200
                 assert server.open_connections == 1
-            while server.open_connections:
-                await trio.sleep(0.01)
+            await wait_until(
+                lambda: server.open_connections == 0, what="the connection's bookkeeping ended"
+            )

@@ -63,7 +63,7 @@ async def test_paged_list_and_expired_continue(
             )
         ).json()
         assert [o["metadata"]["name"] for o in second["items"]] == ["cm-2", "cm-3"]
-        await trio.sleep(0.6)  # the fixture's continue_ttl is 0.5 s
+        await trio.sleep(0.6)  # time must pass, not an event: the fixture's continue_ttl is 0.5 s
         expired = await http.get(
             "/api/v1/namespaces/default/configmaps",
             params={"limit": 2, "continue": second["metadata"]["continue"]},
@@ -146,8 +146,8 @@ async def test_live_events_selector_and_timeout(
             )
 
         async with trio.open_nursery() as nursery:
+            # The watch starts at rv: it gets these events whether it opens before or after.
             nursery.start_soon(watcher)
-            await trio.sleep(0.1)
             sim.create(_cm("web", app="web"))
             sim.create(_cm("db", app="db"))
             sim.patch("", "v1", "configmaps", "default", "web", {"data": {"k": "2"}})
@@ -249,7 +249,7 @@ async def test_two_watchers_and_a_writer_agree_with_a_fresh_list(
                         )
                     else:
                         sim.delete("", "v1", "configmaps", "default", name)
-                await trio.sleep(0.005)
+                await trio.sleep(0.005)  # pacing: live events interleave with the replays
             sim.create(_cm("the-end"))
 
         async with trio.open_nursery() as nursery:
@@ -310,11 +310,17 @@ async def test_a_watcher_that_stops_reading_gets_410_not_a_growing_buffer(
             f"Host: kubesim\r\nAuthorization: Bearer {token}\r\n\r\n"
         )
         await stream.send_all(request.encode())
-        await trio.sleep(0.2)
+        # The watch is open (its headers are here) before the ring moves past ``start``, so
+        # the 410 comes as the ERROR event, not as the answer.
+        received = bytearray()
+        while b"\r\n\r\n" not in received:
+            data = await stream.receive_some(1 << 20)
+            assert data, "the server closed the connection before answering"
+            received += data
+        assert received.startswith(b"HTTP/1.1 200"), bytes(received)
         for _ in range(10):  # ~9 MB of pods against a 50-event ring: far past any socket buffer
             kubesim.load_pods(sim, 200)
-            await trio.sleep(0.05)
-        received = bytearray()
+            await trio.sleep(0.05)  # pacing: the server sends until the socket pushes back
         while b'"type":"ERROR"' not in received:
             data = await stream.receive_some(1 << 20)
             assert data, "the server closed the watch without the ERROR event"

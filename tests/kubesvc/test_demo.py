@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
 
 from kubesvc._demo_view import (
     DeployOutcome,
@@ -18,14 +18,14 @@ from kubesvc._demo_view import (
     summary_lines,
 )
 
+from .._procs import kubesvc_command, run
 
+
+@pytest.mark.timeout(200)  # a 20 s demo; its own bound is 150 s on a loaded machine
 def test_demo_duration_20_exits_0_with_a_summary(tmp_path: Path) -> None:
     # Port 0: other runs on this machine may hold 7002/9091 (the default falls back too).
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kubesvc",
+    done = run(
+        kubesvc_command(
             "demo",
             "--duration",
             "20",
@@ -35,11 +35,8 @@ def test_demo_duration_20_exits_0_with_a_summary(tmp_path: Path) -> None:
             "0",
             "--data-dir",
             str(tmp_path / "demo"),
-        ],
-        capture_output=True,
-        text=True,
+        ),
         timeout=150,
-        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 import agent
 from kubesvc._config_doc import markdown_table, option_rows
+
+from .._procs import run
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _FENCE = re.compile(
@@ -55,21 +57,14 @@ def test_the_set_up_section_is_the_two_commands() -> None:
     assert commands == SETUP
 
 
+@pytest.mark.timeout(300)  # a few blocks, each bounded at 120 s
 def test_the_runnable_blocks_run(tmp_path: Path) -> None:
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
     runnable = [body for tag, lang, body in _blocks() if tag == "run"]
     assert len(runnable) >= 2
     for body in runnable:
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", body],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run(["bash", "-euo", "pipefail", "-c", body], cwd=tmp_path, env=env, timeout=120)
         assert done.returncode == 0, f"README block failed:\n{body}\n{done.stdout}{done.stderr}"
     # What the trust-material block promised exists.
     assert (tmp_path / "certs" / "agent-prod-west.key").exists()

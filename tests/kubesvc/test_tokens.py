@@ -3,8 +3,6 @@ expired, for another account or another audience."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,6 +11,8 @@ import pytest
 import server
 from kubesvc._certs import issue_ca
 from kubesvc._tokens import TokenError, mint_token, parse_duration, public_key_pem
+
+from .._procs import kubesvc_command, run
 
 SECRET = "s" * 40
 
@@ -29,11 +29,8 @@ def _bearer(token: str) -> dict[str, str]:
 def test_the_cli_token_is_accepted_with_its_accounts(tmp_path: Path) -> None:
     secret_file = tmp_path / "jwt.secret"
     secret_file.write_text(SECRET + "\n")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kubesvc",
+    out = run(
+        kubesvc_command(
             "token",
             "--agent-id",
             "prod-1",
@@ -45,12 +42,10 @@ def test_the_cli_token_is_accepted_with_its_accounts(tmp_path: Path) -> None:
             str(secret_file),
             "--audience",
             "kubesvc",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
+        ),
         timeout=60,
     )
+    assert out.returncode == 0, out.stderr
     principal = _authenticator().authenticate(_bearer(out.stdout.strip()), None)
     assert principal.subject == "prod-1"
     assert principal.may_register("east")

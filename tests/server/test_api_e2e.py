@@ -22,6 +22,7 @@ from server.api import serve_api
 from wire import EventRecord, EventType
 from wire import messages as m
 
+from .._wait import wait_until
 from ..wire._loop import in_loop
 
 SECRET = "a-shared-secret-for-the-api-e2e-test-0123456789"
@@ -135,7 +136,10 @@ async def test_agent_stream_reaches_the_rest_api_and_the_feed(tmp_path: Path) ->
                 ]
                 r = await client.post("/armory/agent/agent-1/disconnect")
                 assert r.json() == {"agentId": "agent-1", "sessionsEnded": 1}
-                while (await client.get("/armory/agents")).json():
-                    await trio.sleep(0.02)
+
+                async def no_agents() -> bool:
+                    return not (await client.get("/armory/agents")).json()
+
+                await wait_until(no_agents, what="/armory/agents is empty")
                 assert (await client.get("/armory/accounts/prod")).json()["status"] == "ORPHANED"
             nursery.cancel_scope.cancel()

@@ -14,6 +14,7 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 from server import ChangeFeed
 from wire import EventRecord, EventType
 
+from .._wait import wait_until
 from .test_api_support import ACCOUNT, Harness, k8s, open_api, record
 
 
@@ -72,8 +73,9 @@ async def test_feed_sends_committed_changes_filtered(tmp_path: Path) -> None:
                 gone = await receive_json(ws)
                 assert (gone["type"], gone["name"]) == ("DELETED", "p1")
             # the server notices the client left and drops the subscription
-            while api.feed.statistics().subscribers:
-                await trio.sleep(0.01)
+            await wait_until(
+                lambda: not api.feed.statistics().subscribers, what="the subscription dropped"
+            )
 
 
 async def test_slow_subscriber_gets_resync_and_is_disconnected(tmp_path: Path) -> None:
@@ -171,9 +173,10 @@ async def test_a_client_that_stops_reading_is_dropped_without_slowing_ingest(
                 obj = k8s("v1", "Pod", f"p{published}", "ns", spec={"pad": padding})
                 feed.publish([record(obj)])  # never blocks, whatever the client does
                 published += 1
-                await trio.sleep(0.001)
-            while feed.statistics().subscribers:
-                await trio.sleep(0.05)
+                await trio.sleep(0.001)  # pacing the publisher, as ingest would
+            await wait_until(
+                lambda: not feed.statistics().subscribers, what="the lagging subscriber dropped"
+            )
             # now drain what the sockets held; the connection then ends
             with pytest.raises(ConnectionClosed):
                 await drain(ws)

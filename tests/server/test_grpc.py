@@ -21,6 +21,7 @@ from server.store import AccountState
 from wire import EventRecord, EventType
 from wire import messages as m
 
+from .._wait import wait_until
 from ..wire._loop import in_loop
 
 SECRET = "a-shared-secret-for-tests-only-0123456789"
@@ -171,9 +172,11 @@ async def test_hello_welcome_batches_acks_and_store(tmp_path: Path) -> None:
                 assert agent.agent_id == "agent-1"
                 assert [a.agent_id for a in await store.list_agents()] == ["agent-1"]
             # the session ended: the account is orphaned, its agent row gone
-            with trio.fail_after(5):
-                while await server.state.store.list_agents():
-                    await trio.sleep(0.01)
+
+            async def no_agent_rows() -> bool:
+                return not await server.state.store.list_agents()
+
+            await wait_until(no_agent_rows, timeout=5, what="the agent row is gone")
             record = await server.state.store.get_account("prod")
             assert record is not None
             assert record.status is AccountState.ORPHANED
@@ -406,16 +409,21 @@ async def test_close_listeners_see_each_session_that_closes() -> None:
         async with running(make_config()) as server:
             sessions = server.state.sessions
             sessions.add_close_listener(broken)  # logged; the next listener still runs
-            sessions.add_close_listener(
-                lambda s: closed.append((s.agent_id, sessions.get(s.session_id) is None))
-            )
+            one_closed = trio.Event()
+
+            def record(s: Any) -> None:
+                closed.append((s.agent_id, sessions.get(s.session_id) is None))
+                one_closed.set()
+
+            sessions.add_close_listener(record)
             port, meta = server.grpc_port, bearer(token())
             async with wire.open_connection("127.0.0.1", port, metadata=meta) as agent:
                 await agent.send(hello(account(), agent_id="leaving"))
                 await receive_kind(agent, "welcome")
                 assert closed == []
-            while not closed:
-                await trio.sleep(0.01)
+            await one_closed.wait()
             assert closed == [("leaving", True)]
-            while server.state.accounts.holders("prod").primary is not None:
-                await trio.sleep(0.01)
+            await wait_until(
+                lambda: server.state.accounts.holders("prod").primary is None,
+                what="prod has no PRIMARY",
+            )

@@ -15,6 +15,7 @@ import wire
 from server.store import SqliteStore
 from wire import messages as m
 
+from .._wait import wait_until
 from ..wire._loop import in_loop
 from .test_grpc import (
     account,
@@ -98,9 +99,9 @@ async def test_a_session_ends_when_its_bearer_token_expires() -> None:
                 assert info.value.status is wire.Status.UNAVAILABLE
                 assert "token expired" in info.value.message
             assert 0.5 < time.monotonic() - started < 10
-            with trio.fail_after(5):
-                while server.state.sessions.agents():
-                    await trio.sleep(0.05)
+            await wait_until(
+                lambda: not server.state.sessions.agents(), timeout=5, what="the session ended"
+            )
 
 
 @in_loop

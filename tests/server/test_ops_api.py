@@ -20,6 +20,7 @@ from server import RunningServer, ServerConfig, parse_server_config, run_server
 from server.api import serve_api
 from wire import messages as m
 
+from .._wait import Changes, wait_until
 from ..wire._loop import in_loop
 
 Answer = Callable[[m.Operation], m.OperationResult | None]
@@ -81,6 +82,7 @@ class ScriptedAgent:
     received: list[m.Operation] = field(default_factory=list)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     welcomed: trio.Event = field(default_factory=trio.Event)
+    changed: Changes = field(default_factory=Changes)  # notified on every operation received
 
     async def run(self, port: int, account: str = "k1") -> None:
         info = m.AccountInfo(name=account, kube_host="10.0.0.1:6443", properties_json="{}")
@@ -101,6 +103,7 @@ class ScriptedAgent:
                     if name != "operation":
                         continue
                     self.received.append(value)
+                    self.changed.notify()
                     reply = self.answer(value)
                     if reply is not None:
                         await stream.send(m.AgentMessage(operation_result=reply))
@@ -116,16 +119,23 @@ class Env:
         agent = ScriptedAgent(answer)
         self.nursery.start_soon(agent.run, self.server.grpc_port)
         await agent.welcomed.wait()
-        while not self.server.state.sessions.primary_session("k1"):
-            await trio.sleep(0.01)
+        await wait_until(
+            lambda: self.server.state.sessions.primary_session("k1") is not None,
+            what="the scripted agent is k1's PRIMARY",
+        )
         return agent
 
     async def task(self, task_id: str) -> dict[str, Any]:
-        while True:
-            body: dict[str, Any] = (await self.http.get(f"/task/{task_id}")).json()
-            if body["status"]["completed"]:
-                return body
-            await trio.sleep(0.02)
+        """Poll the task as Orca does (the REST API has no push) until it completes."""
+        body: dict[str, Any] = {}
+
+        async def completed() -> bool:
+            nonlocal body
+            body = (await self.http.get(f"/task/{task_id}")).json()
+            return bool(body["status"]["completed"])
+
+        await wait_until(completed, what=f"task {task_id} completed")
+        return body
 
 
 @asynccontextmanager
@@ -306,8 +316,7 @@ async def test_agent_gone_mid_operation_fails_and_is_never_resent(tmp_path: Path
                 "/kubernetes/ops/resumeRolloutManifest",
                 json={"account": "k1", "manifestName": "deploy web", "location": "prod"},
             )
-            while not silent.received:
-                await trio.sleep(0.01)
+            await silent.changed.wait_for(lambda: bool(silent.received), what="the operation sent")
             silent.scope.cancel()  # the agent dies with the operation outstanding
             started = trio.current_time()
             task = await env.task(posted.json()["id"])
@@ -316,12 +325,20 @@ async def test_agent_gone_mid_operation_fails_and_is_never_resent(tmp_path: Path
             assert exc["cause"] == "AgentDisconnected"
             assert "may or may not have been applied" in exc["message"]
             restarted = await env.agent(deployed)
-            await trio.sleep(0.3)
-            assert restarted.received == []  # nothing is resent to the new session
+            # Nothing is resent to the new session: the first operation it gets is a new one
+            # (the stream is ordered, so a resend would have come first).
+            again = await env.http.post(
+                "/kubernetes/ops/resumeRolloutManifest",
+                json={"account": "k1", "manifestName": "deploy web", "location": "prod"},
+            )
+            await env.task(again.json()["id"])
+            assert [op.id for op in restarted.received] == [f"{again.json()['id']}-0"]
             # With the account's agent gone, a new operation fails fast saying so.
             restarted.scope.cancel()
-            while env.server.state.sessions.primary_session("k1"):
-                await trio.sleep(0.01)
+            await wait_until(
+                lambda: env.server.state.sessions.primary_session("k1") is None,
+                what="k1 has no agent",
+            )
             posted = await env.http.post(
                 "/kubernetes/ops/resumeRolloutManifest",
                 json={"account": "k1", "manifestName": "deploy web"},
@@ -431,8 +448,9 @@ async def test_a_task_running_when_the_server_stops_reads_back_failed(tmp_path: 
                     "/kubernetes/ops/pauseRolloutManifest?clientRequestId=p", json=body
                 )
                 task_id = posted.json()["id"]
-                while not agent.received:
-                    await trio.sleep(0.01)
+                await agent.changed.wait_for(
+                    lambda: bool(agent.received), what="the operation sent"
+                )
             nursery.cancel_scope.cancel()
         async with trio.open_nursery() as nursery:
             server = await nursery.start(start)
@@ -476,8 +494,10 @@ async def test_a_result_from_another_session_is_refused_and_recorded(tmp_path: P
             await env.agent(lambda op: None)  # the PRIMARY never answers
             standby = ScriptedAgent(deployed)
             env.nursery.start_soon(standby.run, env.server.grpc_port)
-            while len(env.server.state.accounts.registry.holders("k1")) < 2:
-                await trio.sleep(0.01)
+            await wait_until(
+                lambda: len(env.server.state.accounts.registry.holders("k1")) == 2,
+                what="k1 has a PRIMARY and a STANDBY",
+            )
             other = env.server.state.sessions.get(
                 env.server.state.accounts.registry.holders("k1")[1]
             )
@@ -487,8 +507,10 @@ async def test_a_result_from_another_session_is_refused_and_recorded(tmp_path: P
                 json={"account": "k1", "manifestName": "deploy web", "replicas": 2},
             )
             task_id = posted.json()["id"]
-            while env.server.state.operations.in_flight == 0:  # type: ignore[attr-defined]
-                await trio.sleep(0.01)
+            await wait_until(
+                lambda: env.server.state.operations.in_flight > 0,  # type: ignore[attr-defined]
+                what="the operation is in flight",
+            )
             forged = m.OperationResult(id=f"{task_id}-0", account="k1", ok=True, result_json="{}")
             await env.server.state.operations.on_result(other, forged)
             task = await env.task(task_id)

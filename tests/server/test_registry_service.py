@@ -17,6 +17,8 @@ from server import AccountService, Claim, RegistryStore, StoreError
 from server.store import AccountRecord, AccountState, open_sqlite_store
 from wire import EventRecord, EventType
 
+from .._wait import wait_until
+
 PROD = Claim("prod", "10.0.0.1:6443", "aa" * 32)
 GRACE_MS = 600_000
 
@@ -134,12 +136,17 @@ async def test_a_store_failure_in_the_grace_timer_is_logged_and_retried(
                     await nursery.start(functools.partial(service.run_expiry, retry_seconds=0.2))
                     with pytest.raises(StoreError, match="locked"):
                         await service.changed(service.registry.close_session("s1", wall_ms()))
-                    while "could not persist the account registry" not in caplog.text:
-                        await trio.sleep(0.1)
+                    await wait_until(
+                        lambda: "could not persist the account registry" in caplog.text,
+                        what="the failed write is logged",
+                    )
                     assert service.get("prod") is None  # gone in memory, pending on disk
                     blocker.execute("ROLLBACK")
-                    while await store.get_account("prod") is not None:
-                        await trio.sleep(0.1)
+
+                    async def removed() -> bool:
+                        return await store.get_account("prod") is None
+
+                    await wait_until(removed, what="the removal is written once the store answers")
                     nursery.cancel_scope.cancel()
             finally:
                 blocker.close()

@@ -11,6 +11,7 @@ import wire
 from wire import messages as m
 from wire._envelope import grpc_framed
 
+from .._wait import wait_until
 from ._loop import in_loop
 
 
@@ -170,6 +171,7 @@ async def test_oversize_message_is_refused_on_both_sides() -> None:
 async def test_client_cancellation_resets_the_stream() -> None:
     server_saw: list[BaseException] = []
     handler_started = trio.Event()
+    handler_done = trio.Event()
 
     async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
         handler_started.set()
@@ -177,6 +179,7 @@ async def test_client_cancellation_resets_the_stream() -> None:
             await stream.receive()
         except wire.WireError as exc:
             server_saw.append(exc)
+        handler_done.set()
 
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -188,8 +191,7 @@ async def test_client_cancellation_resets_the_stream() -> None:
                 assert scope.cancelled_caught
                 with pytest.raises(wire.StreamClosed, match="cancelled"):
                     await stream.send(batch(1))
-            while not server_saw:
-                await trio.sleep(0.01)
+            await handler_done.wait()
             nursery.cancel_scope.cancel()
     assert isinstance(server_saw[0], wire.ConnectionLost)
 
@@ -352,6 +354,7 @@ async def test_client_reset_wakes_a_receive_while_another_task_sends() -> None:
     the pending receive even though sends started and finished meanwhile."""
     outcome: list[BaseException] = []
     sent = trio.Event()
+    handler_done = trio.Event()
 
     async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
         async def sender() -> None:
@@ -365,6 +368,7 @@ async def test_client_reset_wakes_a_receive_while_another_task_sends() -> None:
                 await stream.receive()
             except wire.WireError as exc:
                 outcome.append(exc)
+            handler_done.set()
 
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -373,8 +377,7 @@ async def test_client_reset_wakes_a_receive_while_another_task_sends() -> None:
                 for seq in range(5):
                     assert (await stream.receive()).ack.seq == seq
                 await sent.wait()
-            while not outcome:
-                await trio.sleep(0.01)
+            await handler_done.wait()
             nursery.cancel_scope.cancel()
     assert isinstance(outcome[0], wire.ConnectionLost)
 
@@ -439,11 +442,13 @@ async def test_backpressure_a_server_that_does_not_read_stops_the_sender() -> No
 
                 async with trio.open_nursery() as senders:
                     senders.start_soon(sender)
-                    await trio.sleep(0.5)  # real time: let the sender run into the window
-                    stalled_at = sent
-                    await trio.sleep(0.5)
-                    assert sent == stalled_at, "the sender went on while nobody read"
-                    assert stalled_at >= 8
+                    await wait_until(lambda: sent >= 8, what="the sender filled most of a window")
+                    # A stall is "no progress for a while": wait until the count stops moving
+                    # (blocked on the window, or, were backpressure broken, done at 40).
+                    stalled_at = -1
+                    while sent != stalled_at:
+                        stalled_at = sent
+                        await trio.sleep(0.3)
                     assert stalled_at * chunk <= 5 * 2**20
                     start_reading.set()
                 await stream.end()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import betterproto
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from wire import ProtocolViolation
@@ -26,21 +26,18 @@ batches = st.builds(
 )
 
 
-@settings(deadline=None)  # a shared, loaded machine: timings mean nothing
 @given(batches)
 def test_encoding_matches_betterproto(batch: m.EventBatch) -> None:
     message = m.AgentMessage(event_batch=batch)
     assert encode_agent_message(message) == bytes(message)
 
 
-@settings(deadline=None)  # a shared, loaded machine: timings mean nothing
 @given(batches)
 def test_the_objectless_encoding_matches_betterproto(batch: m.EventBatch) -> None:
     encoded = encode_event_batch(batch.seq, batch.records, batch.count)
     assert encoded == bytes(m.AgentMessage(event_batch=batch))
 
 
-@settings(deadline=None)
 @given(batches)
 def test_the_grpc_prefix_is_made_in_the_same_copy(batch: m.EventBatch) -> None:
     plain = encode_event_batch(batch.seq, batch.records, batch.count)
@@ -54,7 +51,6 @@ def test_the_objectless_encoding_refuses_values_out_of_range() -> None:
     assert encode_event_batch(0, b"", 2**32) is None
 
 
-@settings(deadline=None)  # a shared, loaded machine: timings mean nothing
 @given(batches)
 def test_decoding_matches_betterproto(batch: m.EventBatch) -> None:
     data = bytes(m.AgentMessage(event_batch=batch))
@@ -63,7 +59,6 @@ def test_decoding_matches_betterproto(batch: m.EventBatch) -> None:
     assert decoded == m.AgentMessage().parse(data).event_batch
 
 
-@settings(deadline=None)
 @given(batches)
 def test_a_decoded_batch_is_the_constructors_object(batch: m.EventBatch) -> None:
     """The fast path builds its objects with construct(): the same attributes as the
@@ -93,7 +88,6 @@ def test_unknown_fields_fall_back_to_betterproto() -> None:
     assert decode_agent_message(data).event_batch.seq == 5
 
 
-@settings(deadline=None)  # a shared, loaded machine: timings mean nothing
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_parse_like_betterproto_or_are_refused(data: bytes) -> None:
     # betterproto alone is no oracle for arbitrary bytes: it keeps a value sent with the

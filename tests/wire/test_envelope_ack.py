@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import betterproto
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from wire import ProtocolViolation
@@ -14,14 +14,12 @@ from wire._envelope import decode_ack, decode_server_message, encode_server_mess
 seqs = st.integers(0, 2**64 - 1)
 
 
-@settings(deadline=None)  # a shared, loaded machine: timings mean nothing
 @given(seqs)
 def test_ack_encoding_matches_betterproto(seq: int) -> None:
     message = m.ServerMessage(ack=m.Ack(seq=seq))
     assert encode_server_message(message) == bytes(message)
 
 
-@settings(deadline=None)
 @given(seqs)
 def test_ack_decoding_matches_betterproto(seq: int) -> None:
     data = bytes(m.ServerMessage(ack=m.Ack(seq=seq)))
@@ -30,7 +28,6 @@ def test_ack_decoding_matches_betterproto(seq: int) -> None:
     assert decoded == m.ServerMessage().parse(data).ack
 
 
-@settings(deadline=None)
 @given(seqs)
 def test_an_ack_decodes_to_its_seq_without_objects(seq: int) -> None:
     assert decode_ack(bytes(m.ServerMessage(ack=m.Ack(seq=seq)))) == seq

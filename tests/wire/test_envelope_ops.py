@@ -6,7 +6,7 @@ import dataclasses
 
 import betterproto
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from wire import messages as m
@@ -39,7 +39,6 @@ results = st.builds(
 )
 
 
-@settings(deadline=None)  # a shared, loaded machine: timings mean nothing
 @given(operations)
 def test_operations_match_betterproto_both_ways(operation: m.Operation) -> None:
     message = m.ServerMessage(operation=operation)
@@ -50,7 +49,6 @@ def test_operations_match_betterproto_both_ways(operation: m.Operation) -> None:
     assert decoded == operation
 
 
-@settings(deadline=None)
 @given(results)
 def test_results_match_betterproto_both_ways(result: m.OperationResult) -> None:
     message = m.AgentMessage(operation_result=result)
@@ -82,7 +80,6 @@ def test_malformed_operations_are_refused(data: bytes) -> None:
         decode_server_message(data)
 
 
-@settings(deadline=None)
 @given(operations, results)
 def test_decoded_messages_are_the_constructors_objects(
     operation: m.Operation, result: m.OperationResult

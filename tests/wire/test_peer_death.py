@@ -6,7 +6,6 @@ import functools
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import pytest
 import trio
@@ -14,14 +13,14 @@ import trio
 import wire
 from wire import messages as m
 
+from .._procs import open_process
 from ._loop import in_loop
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @in_loop
 async def test_killed_client_process_is_connection_lost_for_the_handler() -> None:
     hello_seen = trio.Event()
+    ended = trio.Event()
     outcome: list[BaseException] = []
 
     async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
@@ -31,22 +30,17 @@ async def test_killed_client_process_is_connection_lost_for_the_handler() -> Non
             await stream.receive()
         except wire.WireError as exc:
             outcome.append(exc)
+        ended.set()
 
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
-            process = await nursery.start(
-                functools.partial(
-                    trio.run_process,
-                    [sys.executable, "-m", "tests.wire._peer_client", str(port)],
-                    cwd=ROOT,
-                    check=False,
-                )
-            )
-            await hello_seen.wait()
-            process.send_signal(signal.SIGKILL)
-            while not outcome:
-                await trio.sleep(0.01)
+            async with open_process(
+                [sys.executable, "-m", "tests.wire._peer_client", str(port)]
+            ) as process:
+                await hello_seen.wait()
+                process.send_signal(signal.SIGKILL)
+                await ended.wait()
             nursery.cancel_scope.cancel()
     assert isinstance(outcome[0], wire.ConnectionLost)
 
@@ -125,6 +119,7 @@ async def test_silent_dead_server_is_noticed_by_keepalive() -> None:
 async def test_silent_dead_client_is_noticed_by_the_server_keepalive() -> None:
     outcome: list[BaseException] = []
     hello_seen = trio.Event()
+    ended = trio.Event()
 
     async def handler(stream: wire.ServerStream, call: wire.CallInfo) -> None:
         await stream.receive()
@@ -133,6 +128,7 @@ async def test_silent_dead_client_is_noticed_by_the_server_keepalive() -> None:
             await stream.receive()
         except wire.WireError as exc:
             outcome.append(exc)
+        ended.set()
 
     keepalive = wire.Keepalive(interval=0.2, timeout=0.4)
     with trio.fail_after(15):
@@ -148,8 +144,7 @@ async def test_silent_dead_client_is_noticed_by_the_server_keepalive() -> None:
                 await hello_seen.wait()
                 proxy.frozen.set()
                 started = trio.current_time()
-                while not outcome:
-                    await trio.sleep(0.01)
+                await ended.wait()
                 assert trio.current_time() - started < 3.0
             nursery.cancel_scope.cancel()
     assert isinstance(outcome[0], wire.ConnectionLost)

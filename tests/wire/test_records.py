@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import wire
@@ -41,7 +41,6 @@ records = st.builds(
 )
 
 
-@settings(deadline=None)  # a shared, loaded machine: timings mean nothing
 @given(st.lists(records, max_size=50))
 def test_round_trip(batch: list[EventRecord]) -> None:
     assert decode_events(encode_events(batch)) == batch
@@ -133,7 +132,6 @@ def test_decode_refuses_unknown_event_type_naming_the_record() -> None:
         decode_events(data)
 
 
-@settings(deadline=None)  # a shared, loaded machine: timings mean nothing
 @given(st.binary(max_size=300))
 def test_decode_of_arbitrary_bytes_raises_only_record_error(data: bytes) -> None:
     try:
