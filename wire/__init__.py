@@ -20,6 +20,7 @@ from ._bridge import (
 )
 from ._envelope import construct
 from ._errors import (
+    DRAINING,
     ConnectionLost,
     EndOfStream,
     MessageTooLarge,
@@ -30,6 +31,7 @@ from ._errors import (
     Status,
     StreamClosed,
     WireError,
+    is_draining,
 )
 from ._records import (
     DEFAULT_LIMITS,
@@ -46,6 +48,7 @@ PROTOCOL_VERSION: int = int(messages.ProtocolVersion.CURRENT)
 __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "DRAINING",
     "PROTOCOL_VERSION",
     "CallInfo",
     "ClientStream",
@@ -68,6 +71,7 @@ __all__ = [
     "construct",
     "decode_events",
     "encode_events",
+    "is_draining",
     "messages",
     "open_connection",
     "open_loop",
