@@ -32,14 +32,7 @@ A server that is shutting down ends the call with UNAVAILABLE and a message star
 ``wire.DRAINING``: the link connects again at once, with no backoff (behind a Kubernetes
 Service or a load balancer, that reaches another replica).
 
-Drain (``drain(deadline)``, on SIGTERM). The session's *drain* task stops every account
-runner (no new watch data), lets the sender empty the channel and waits for the Acks of
-everything sent. Meanwhile running operations may finish until a little before the deadline
-(``deadline`` less a quarter of the drain, at most RESULTS_RESERVE_SECONDS); those still
-running then are cancelled and answered ``Unavailable`` ("the agent is shutting down ...
-retry it"), and operations that arrive during the drain are answered so at once. Once the
-results are sent, the stream is ended (half-close) and the server's OK awaited. No session
-is opened after a drain began. The caller bounds the whole drain with a cancel scope.
+Drain (``drain(deadline)``, on SIGTERM): see agent/_link_drain.py.
 """
 
 from __future__ import annotations
@@ -61,6 +54,7 @@ from wire import messages
 
 from ._backoff import Backoff
 from ._errors import AgentError
+from ._link_drain import RESULTS_RESERVE_SECONDS, Drain, shutting_down
 
 log = logging.getLogger("agent.link")
 
@@ -75,10 +69,6 @@ MAX_OPERATIONS_IN_FLIGHT = 512
 #: At most the bytes an operation result's tags and lengths and its AgentMessage envelope
 #: add to its strings (the size is reckoned from the strings: no encoding twice).
 _RESULT_OVERHEAD = 64
-
-#: A drain keeps this long (at most a quarter of the drain) to send the results of the
-#: operations it had to end, and to close the stream.
-RESULTS_RESERVE_SECONDS = 5.0
 
 #: Marks an object that was too large to send: only its metadata reached the server.
 OVERSIZE_ANNOTATION = "kubesvc.io/oversize"
@@ -194,7 +184,7 @@ class Link:
         self._pending_changes: dict[str, messages.AccountInfo | None] = {}
         self._changes_wakeup = trio.Event()
         # Shutdown: set by drain(); the session's drain task and the operations read it.
-        self._drain: _Drain | None = None
+        self._drain: Drain | None = None
         self._drain_requested = trio.Event()
         self._operation_scopes: set[trio.CancelScope] = set()
         self._changed = trio.Event()  # poked on progress while draining
@@ -254,7 +244,7 @@ class Link:
         The caller cancels it at ``deadline`` if it has not returned by then."""
         now = trio.current_time()
         reserve = min(RESULTS_RESERVE_SECONDS, max(deadline - now, 0.0) / 4)
-        drain = _Drain(deadline=deadline, operations_deadline=deadline - reserve)
+        drain = Drain(deadline=deadline, operations_deadline=deadline - reserve)
         self._drain = drain
         self._drain_requested.set()
         with trio.move_on_at(drain.operations_deadline):
@@ -310,7 +300,7 @@ class Link:
     async def _run_operation(self, operation: messages.Operation) -> None:
         handler = self._operations
         if self._drain is not None:
-            await self._results_in.send(_shutting_down(operation, "refused it"))
+            await self._results_in.send(shutting_down(operation, "refused it"))
             return
         if self._operations_in_flight >= MAX_OPERATIONS_IN_FLIGHT:
             await self._results_in.send(
@@ -335,7 +325,7 @@ class Link:
                 finally:
                     self._operation_scopes.discard(scope)
             if scope.cancelled_caught:
-                result = _shutting_down(operation, "stopped it before it finished")
+                result = shutting_down(operation, "stopped it before it finished")
             await self._results_in.send(result)
         finally:
             self._operations_in_flight -= 1
@@ -411,30 +401,6 @@ class Link:
                     nursery.start_soon(session.drain_when_asked)
                     if settings.heartbeat_seconds > 0:
                         nursery.start_soon(session.heartbeats)
-
-
-@dataclass(slots=True)
-class _Drain:
-    """A drain in progress (see the module docstring)."""
-
-    deadline: float
-    operations_deadline: float
-    operations_done: trio.Event = field(default_factory=trio.Event)
-    link_closed: trio.Event = field(default_factory=trio.Event)
-
-
-def _shutting_down(operation: messages.Operation, what: str) -> messages.OperationResult:
-    """The answer to an operation a drain refused or ended: retryable (Unavailable)."""
-    return messages.OperationResult(
-        id=operation.id,
-        account=operation.account,
-        ok=False,
-        error_code="Unavailable",
-        error_message=(
-            f"the agent is shutting down (SIGTERM) and {what}; {operation.type} may be "
-            "partly applied: retry it"
-        ),
-    )
 
 
 class _SessionEnded(Exception):
