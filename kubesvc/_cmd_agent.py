@@ -42,9 +42,7 @@ def _main(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with wire.open_loop():
-            return await run_until_signalled(
-                "agent", lambda stop: agent.run_agent(path, stop=stop)
-            )
+            return await run_until_signalled("agent", lambda stop: agent.run_agent(path, stop=stop))
 
     code: int = trio.run(functools.partial(main))
     return code
