@@ -79,7 +79,12 @@ def _new_sim() -> kubesim.Cluster:
 
 
 def _write_agent_config(
-    tmp_path: Path, grpc_port: int, kubeconfig: Path, *, base_delay: str = "100ms"
+    tmp_path: Path,
+    grpc_port: int,
+    kubeconfig: Path,
+    *,
+    base_delay: str = "100ms",
+    drain_seconds: float = AGENT_DRAIN_SECONDS,
 ) -> Path:
     accounts = [
         {
@@ -93,7 +98,7 @@ def _write_agent_config(
         grpc_port,
         accounts,
         clouddriver={"backoff": {"baseDelay": base_delay, "maxDelay": "10s"}},
-        shutdown={"drainSeconds": AGENT_DRAIN_SECONDS},
+        shutdown={"drainSeconds": drain_seconds},
     )
     path = tmp_path / "kubesvc.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
