@@ -179,6 +179,7 @@ async def test_sigterm_agent_under_churn_drains_and_loses_nothing(tmp_path: Path
                 async with open_kubesvc(
                     nursery, "agent", ["agent", "-c", str(agent_yaml)], agent_log
                 ) as agent:
+                    await agent.wait_for(r"connected to server")  # its signal handler is set
                     await _wait_converged(http, sim)
                     progressed = trio.Event()
                     async with trio.open_nursery() as churning:
@@ -193,6 +194,8 @@ async def test_sigterm_agent_under_churn_drains_and_loses_nothing(tmp_path: Path
                 await _stop(srv, SERVER_DRAIN_SECONDS)
             _assert_clean_store(store)
             assert await _stored_at_resume_points(store, sim) == []
+            for _ in range(30):
+                churn.step()  # changes while no agent runs: the restarted one must bring them
 
             # A restart of both: the agent resumes from what the server stored and the
             # changes made since (the churn went on after the agent stopped reading) arrive.
@@ -205,6 +208,7 @@ async def test_sigterm_agent_under_churn_drains_and_loses_nothing(tmp_path: Path
                 async with open_kubesvc(
                     nursery, "agent", ["agent", "-c", str(agent_yaml)], agent_log
                 ) as agent:
+                    await agent.wait_for(r"connected to server")  # its signal handler is set
                     await _wait_converged(http, sim)
                     await _stop(agent, AGENT_DRAIN_SECONDS)
                 await _stop(srv, SERVER_DRAIN_SECONDS)
@@ -234,6 +238,7 @@ async def test_sigterm_agent_ends_a_hanging_operation_with_a_retryable_failure(
                 async with open_kubesvc(
                     nursery, "agent", ["agent", "-c", str(agent_yaml)], tmp_path / "agent.log"
                 ) as agent:
+                    await agent.wait_for(r"connected to server")  # its signal handler is set
                     await _wait_converged(http, sim)
                     await agent.wait_for(r"account k1: PRIMARY")
                     # From now on every API request but the watches hangs: the deploy below

@@ -104,6 +104,7 @@ async def test_the_drain_bound_stops_an_agent_whose_server_froze(tmp_path: Path)
             agent_yaml = _write_agent_config(tmp_path, grpc_port, kubeconfig, drain_seconds=2)
             agent_args = ["agent", "-c", str(agent_yaml)]
             async with open_kubesvc(nursery, "agent", agent_args, tmp_path / "a.log") as agent:
+                await agent.wait_for(r"connected to server")
                 await _wait_converged(http, sim)
                 server.process.send_signal(signal.SIGSTOP)
                 try:
@@ -117,6 +118,7 @@ async def test_the_drain_bound_stops_an_agent_whose_server_froze(tmp_path: Path)
                 await agent.wait_for(r"the drain did not finish within 2 s")
                 assert "Traceback" not in agent.output()
             async with open_kubesvc(nursery, "agent", agent_args, tmp_path / "a.log") as agent:
+                await agent.wait_for(r"connected to server")  # its signal handler is in place
                 await _wait_converged(http, sim)
                 code, _ = await agent.signal_and_wait(signal.SIGTERM)
                 assert code == 0, agent.output()
