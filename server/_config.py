@@ -19,7 +19,7 @@ File paths inside the config are resolved relative to the config file's folder.
     sessions: {helloTimeoutSeconds: 30, maxBatchEvents: 10000, maxAccountsPerAgent: 1000,
                outboundQueue: 64, heartbeatSeconds: 60}
     operations: {waitMs: 30000}
-    shutdown: {drainSeconds: 20}
+    shutdown: {drainSeconds: 15}
 """
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ class OperationsConfig:
     wait_ms: int = 30_000
 
 
-#: Inside Kubernetes' default grace period of 30 s, with room to close the store.
-DEFAULT_DRAIN_SECONDS = 20.0
+#: Inside Kubernetes' default grace period of 30 s, with room for what a drain cut short
+#: still does (a session's close is given up to 10 s to reach the store).
+DEFAULT_DRAIN_SECONDS = 15.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,6 +110,6 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_the_drain_bound_defaults_inside_kubernetes_grace_period(tmp_path: Path) -> None:
-    assert load_server_config(write(tmp_path, "{}")).shutdown.drain_seconds == 20.0
+    assert load_server_config(write(tmp_path, "{}")).shutdown.drain_seconds == 15.0
     config = load_server_config(write(tmp_path, "shutdown: {drainSeconds: 12}"))
     assert config.shutdown.drain_seconds == 12.0
