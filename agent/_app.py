@@ -174,12 +174,14 @@ async def run_agent(
     *,
     environ: Mapping[str, str] = os.environ,
     reload_poll_seconds: float = 1.0,
+    stop: trio.Event | None = None,
     task_status: trio.TaskStatus[Agent] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the agent from its config file until cancelled; reload the file when it changes.
 
-    Raises ConfigError when the first load fails; a later invalid file is logged and the
-    running config kept.
+    When ``stop`` is set (SIGTERM), drain (see :func:`drain_agent`) and return. Raises
+    ConfigError when the first load fails; a later invalid file is logged and the running
+    config kept.
     """
     config = await trio.to_thread.run_sync(load_config, config_path)
     agent = build_agent(config, environ=environ)
@@ -219,3 +221,31 @@ async def run_agent(
             )
         )
         task_status.started(agent)
+        if stop is not None:
+            await stop.wait()
+            await drain_agent(agent)
+            nursery.cancel_scope.cancel()
+
+
+async def drain_agent(agent: Agent) -> None:
+    """Drain for a shutdown within ``shutdown.drainSeconds``: no new watch data, what the
+    agent holds sent and acknowledged, running operations finished or ended with a
+    retryable failure, the stream closed (agent._link's module docstring). Past the bound it
+    gives up and logs what was left; the caller then cancels the agent."""
+    bound = agent.config.shutdown.drain_seconds
+    log.info("shutdown: draining (at most %g s)", bound)
+    start = trio.current_time()
+    with trio.move_on_at(start + bound) as scope:
+        await agent.link.drain(start + bound)
+    if scope.cancelled_caught:
+        unacked, running = agent.link.draining_statistics()
+        log.warning(
+            "shutdown: the drain did not finish within %g s (%d batches unacknowledged, "
+            "%d operations running): stopping now; the next start resumes from what the "
+            "server acknowledged",
+            bound,
+            unacked,
+            running,
+        )
+    else:
+        log.info("shutdown: drained in %.1f s", trio.current_time() - start)

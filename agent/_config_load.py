@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from ._config_schema import (
+    DEFAULT_DRAIN_SECONDS,
     SSA_MODES,
     AccountConfig,
     AuthConfig,
@@ -43,6 +44,7 @@ from ._config_schema import (
     ServerSideApplyConfig,
     ServerSideApplyKind,
     ServerSslConfig,
+    ShutdownConfig,
     TasksConfig,
     TlsConfig,
     TokenCommandConfig,
@@ -104,6 +106,7 @@ def parse_config(text: str | bytes, *, source: str = "<config>") -> Config:
     logging_ = _logging(top.section("logging"), ignored)
     timeout_seconds = top.number("timeoutSeconds", 0.0)
     budget = _budget(top.section("budget"), ignored)
+    shutdown = _shutdown(top.section("shutdown"), ignored)
     ignored.extend(top.unknown())
     if outer is not None:
         ignored.extend(outer.unknown())
@@ -116,6 +119,7 @@ def parse_config(text: str | bytes, *, source: str = "<config>") -> Config:
         logging=logging_,
         timeout_seconds=timeout_seconds,
         budget=budget,
+        shutdown=shutdown,
         source=source,
         ignored_options=tuple(sorted(ignored)),
     )
@@ -472,5 +476,13 @@ def _budget(s: Section, ignored: list[str]) -> BudgetConfig:
     config = BudgetConfig(bytes=s.size("bytes", BudgetConfig().bytes))
     if config.bytes < 64 * 1024:
         raise s.error("bytes", f"expected at least 64Ki, got {config.bytes} bytes")
+    _done(s, ignored)
+    return config
+
+
+def _shutdown(s: Section, ignored: list[str]) -> ShutdownConfig:
+    config = ShutdownConfig(drain_seconds=s.number("drainSeconds", DEFAULT_DRAIN_SECONDS))
+    if config.drain_seconds <= 0:
+        raise s.error("drainSeconds", f"expected a number > 0, got {config.drain_seconds:g}")
     _done(s, ignored)
     return config

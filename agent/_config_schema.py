@@ -31,12 +31,15 @@ __all__ = [
     "ServerSideApplyConfig",
     "ServerSideApplyKind",
     "ServerSslConfig",
+    "ShutdownConfig",
     "TasksConfig",
     "TlsConfig",
     "TokenCommandConfig",
 ]
 
 DEFAULT_BUDGET_BYTES = 64 * 2**20
+#: Inside Kubernetes' default grace period of 30 s, with room for the stream's close.
+DEFAULT_DRAIN_SECONDS = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +269,13 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ShutdownConfig:
+    """``shutdown.*`` (kubesvc's own): the drain after SIGTERM, bounded by ``drainSeconds``."""
+
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole agent configuration.
 
@@ -281,6 +291,7 @@ class Config:
     logging: LoggingConfig = LoggingConfig()
     timeout_seconds: float = 0.0  # Kubernetes request timeout; 0 = none
     budget: BudgetConfig = BudgetConfig()
+    shutdown: ShutdownConfig = ShutdownConfig()
     source: str = field(default="", compare=False)
     ignored_options: tuple[str, ...] = field(default=(), compare=False)
 

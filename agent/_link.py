@@ -33,6 +33,12 @@ When the session ends for any reason, the whole nursery goes: runners stop, the 
 closed and every byte it held returns to the budget. Nothing is lost by that: the server
 stores a kind's resourceVersion in the same transaction as the objects it acknowledges, so
 the next session resumes each kind from exactly what the server has.
+
+A server that is shutting down ends the call with UNAVAILABLE and a message starting with
+``wire.DRAINING``: the link connects again at once, with no backoff (behind a Kubernetes
+Service or a load balancer, that reaches another replica).
+
+Drain (``drain(deadline)``, on SIGTERM): see agent/_link_drain.py.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from wire import messages
 
 from ._backoff import Backoff
 from ._errors import AgentError
+from ._link_drain import RESULTS_RESERVE_SECONDS, Drain, shutting_down
 from ._link_edge import known_role, message_kind, open_stream, skipped_unknown
 
 log = logging.getLogger("agent.link")
@@ -185,6 +192,12 @@ class Link:
         # account; a session's own task sends it (nothing else writes to the stream).
         self._pending_changes: dict[str, messages.AccountInfo | None] = {}
         self._changes_wakeup = trio.Event()
+        # Shutdown: set by drain(); the session's drain task and the operations read it.
+        self._drain: Drain | None = None
+        self._drain_requested = trio.Event()
+        self._operation_scopes: set[trio.CancelScope] = set()
+        self._changed = trio.Event()  # poked on progress while draining
+        self._reconnect_now = False  # the last session ended with a draining server's status
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, serve a session, reconnect with backoff after it ends; never returns."""
@@ -196,8 +209,9 @@ class Link:
 
     async def _reconnect_forever(self, backoff: Backoff) -> None:
         while True:
+            self._reconnect_now = False
             try:
-                await self._one_session(backoff)
+                await self._noting_drain(backoff)
             except* (wire.WireError, trio.TooSlowError, _SessionEnded, AgentError) as group:
                 # Whatever the network or the server did: one line, then the backoff.
                 reason = "; ".join(dict.fromkeys(_describe(exc) for exc in _leaves(group)))
@@ -209,6 +223,12 @@ class Link:
                 self.status.roles.clear()
                 self.status.role_reasons.clear()
                 self._session = None
+            if self._drain is not None:  # shutting down: no new session
+                self._drain.link_closed.set()
+                await trio.sleep_forever()
+            if self._reconnect_now:
+                log.info("the server is draining: reconnecting at once")
+                continue
             delay = backoff.next_delay()
             log.warning(
                 "link to %s:%d lost: %s; reconnecting in %.2f s",
@@ -218,6 +238,55 @@ class Link:
                 delay,
             )
             await trio.sleep(delay)
+
+    async def _noting_drain(self, backoff: Backoff) -> None:
+        """One session; when it ends with a draining server's status, note that the next
+        session must be opened at once (what ended it propagates unchanged)."""
+        try:
+            await self._one_session(backoff)
+        except BaseException as exc:
+            if any(wire.is_draining(leaf) for leaf in _leaves_of(exc)):
+                self._reconnect_now = True
+            raise
+
+    # -- drain ----------------------------------------------------------------------------
+
+    async def drain(self, deadline: float) -> None:
+        """Drain the link for a shutdown by ``deadline`` (trio's clock); see the module
+        docstring. Returns once the stream is closed, or at once when no session is open.
+        The caller cancels it at ``deadline`` if it has not returned by then."""
+        now = trio.current_time()
+        reserve = min(RESULTS_RESERVE_SECONDS, max(deadline - now, 0.0) / 4)
+        drain = Drain(deadline=deadline, operations_deadline=deadline - reserve)
+        self._drain = drain
+        self._drain_requested.set()
+        with trio.move_on_at(drain.operations_deadline):
+            await self._wait_until(lambda: self._operations_in_flight == 0)
+        if self._operation_scopes:
+            log.warning(
+                "shutdown: ending %d operation(s) still running", len(self._operation_scopes)
+            )
+            for scope in list(self._operation_scopes):
+                scope.cancel()
+        await self._wait_until(lambda: self._operations_in_flight == 0)
+        drain.operations_done.set()
+        if self.status.connected:
+            await drain.link_closed.wait()
+
+    def draining_statistics(self) -> tuple[int, int]:
+        """(batches sent and not acknowledged, operations running): what a cut drain left."""
+        session = self._session
+        return (len(session._unacked) if session is not None else 0, self._operations_in_flight)
+
+    def _poke(self) -> None:
+        """Wake the drain's waits (called on progress; a no-op unless draining)."""
+        if self._drain is not None:
+            self._changed.set()
+            self._changed = trio.Event()
+
+    async def _wait_until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            await self._changed.wait()
 
     async def accounts_changed(
         self, accounts: Sequence[messages.AccountInfo], removed: Sequence[str]
@@ -243,6 +312,9 @@ class Link:
 
     async def _run_operation(self, operation: messages.Operation) -> None:
         handler = self._operations
+        if self._drain is not None:
+            await self._results_in.send(shutting_down(operation, "refused it"))
+            return
         if self._operations_in_flight >= MAX_OPERATIONS_IN_FLIGHT:
             await self._results_in.send(
                 messages.OperationResult(
@@ -257,10 +329,20 @@ class Link:
             return
         self._operations_in_flight += 1
         try:
-            result = await self._answer(operation, handler)
+            # A drain that runs out of time cancels this scope: the server is told at once
+            # (Unavailable) rather than left to wait for its deadline.
+            with trio.CancelScope() as scope:
+                self._operation_scopes.add(scope)
+                try:
+                    result = await self._answer(operation, handler)
+                finally:
+                    self._operation_scopes.discard(scope)
+            if scope.cancelled_caught:
+                result = shutting_down(operation, "stopped it before it finished")
+            await self._results_in.send(result)
         finally:
             self._operations_in_flight -= 1
-        await self._results_in.send(result)
+            self._poke()
 
     @staticmethod
     async def _answer(
@@ -335,6 +417,7 @@ class Link:
                     nursery.start_soon(session.send_batches)
                     nursery.start_soon(session.receive_messages)
                     nursery.start_soon(session.send_results)
+                    nursery.start_soon(session.drain_when_asked)
                     if settings.heartbeat_seconds > 0:
                         nursery.start_soon(session.heartbeats)
 
@@ -375,6 +458,10 @@ class _Session:
         self._in_flight = trio.Semaphore(max(link._settings.max_batches_in_flight, 1))
         self._seq = 0
         self._accounts: dict[str, trio.CancelScope] = {}
+        self._account_tasks = 0  # account runners not yet finished (a drain waits for them)
+        self._draining = False
+        self._stream_ended = False  # the drain ended our side: the server's OK is next
+        self._server_closed = trio.Event()
 
     async def send(self, message: messages.AgentMessage) -> None:
         # One message at a time on the stream: batches, results and heartbeats interleave
@@ -415,7 +502,7 @@ class _Session:
 
     def _start_account(self, assignment: messages.AccountAssignment) -> None:
         name = assignment.name
-        if name in self._accounts:
+        if name in self._accounts or self._draining:
             return
         max_age = self._link._max_resume_age_ms(name)
         resume = {
@@ -431,8 +518,13 @@ class _Session:
     async def _run_account(
         self, name: str, resume: dict[ResumeKey, str], scope: trio.CancelScope
     ) -> None:
-        with scope:
-            await self._link._runner(name, resume, self._events)
+        self._account_tasks += 1
+        try:
+            with scope:
+                await self._link._runner(name, resume, self._events)
+        finally:
+            self._account_tasks -= 1
+            self._link._poke()
         if self._accounts.get(name) is scope:
             del self._accounts[name]
 
@@ -468,6 +560,7 @@ class _Session:
             if not records:
                 self._receive.acknowledge(batch)
                 self._in_flight.release()
+                self._link._poke()
                 continue
             self._seq += 1
             self._unacked[self._seq] = batch
@@ -574,7 +667,13 @@ class _Session:
             while True:
                 if settings.heartbeat_seconds > 0:
                     deadline.deadline = trio.current_time() + quiet
-                message = await self._stream.receive_ack_or_message()
+                try:
+                    message = await self._stream.receive_ack_or_message()
+                except wire.EndOfStream:
+                    if not self._stream_ended:
+                        raise
+                    self._server_closed.set()  # the drain's end, answered: all done
+                    return
                 if isinstance(message, int):  # an Ack, as its seq: one per batch
                     self._acknowledged(message)
                 else:
@@ -604,6 +703,39 @@ class _Session:
             raise _SessionEnded(f"the server acknowledged unknown batch {seq}")
         self._receive.acknowledge(batch)
         self._in_flight.release()
+        self._link._poke()
+
+    async def drain_when_asked(self) -> None:
+        """The session's part of a drain: stop the runners, send what the channel holds and
+        wait for its Acks and for the operations' results to be sent, then end the stream
+        and wait for the server's OK; then end the session."""
+        link = self._link
+        await link._drain_requested.wait()
+        drain = link._drain
+        assert drain is not None
+        self._draining = True
+        for name in list(self._accounts):
+            self.stop_account(name)
+        receive = self._receive
+        await link._wait_until(lambda: self._account_tasks == 0)
+        await link._wait_until(
+            lambda: not receive.statistics().pending_entries and not self._unacked
+        )
+        log.info(
+            "shutdown: every event taken from the watches is acknowledged (%d batches sent)",
+            self._seq,
+        )
+        await drain.operations_done.wait()
+        results = link._results_out
+        await link._wait_until(
+            lambda: not results.statistics().current_buffer_used and not link._unsent
+        )
+        async with self._send_lock:  # nothing else is sent after the end
+            self._stream_ended = True
+            await self._stream.end()
+            await self._server_closed.wait()
+        log.info("shutdown: the stream to the server is closed")
+        self._nursery.cancel_scope.cancel()
 
     async def send_results(self) -> None:
         """Send operation results, those a previous session was sending first.
@@ -628,6 +760,7 @@ class _Session:
             async with self._send_lock:
                 await self._stream.send_operation_results(link._unsent)
             link._unsent = []
+            link._poke()
 
     async def heartbeats(self) -> None:
         period = self._link._settings.heartbeat_seconds
@@ -669,6 +802,10 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     for exc in group.exceptions:
         found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return found
+
+
+def _leaves_of(exc: BaseException) -> list[BaseException]:
+    return _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
 
 
 def _describe(exc: BaseException) -> str:

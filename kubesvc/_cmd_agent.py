@@ -13,6 +13,7 @@ import agent
 import wire
 
 from ._logging import configure_logging
+from ._signals import run_until_signalled
 
 
 def register(subparsers: Any) -> None:
@@ -39,9 +40,9 @@ def _main(args: argparse.Namespace) -> int:
     )
     logging.getLogger("kubesvc").info("agent starting with %s", path)
 
-    async def main() -> None:
+    async def main() -> int:
         async with wire.open_loop():
-            await agent.run_agent(path)
+            return await run_until_signalled("agent", lambda stop: agent.run_agent(path, stop=stop))
 
-    trio.run(functools.partial(main))
-    return 0
+    code: int = trio.run(functools.partial(main))
+    return code

@@ -12,6 +12,7 @@ import server.api
 import wire
 
 from ._logging import configure_logging
+from ._signals import run_until_signalled
 
 
 def register(subparsers: Any) -> None:
@@ -32,9 +33,12 @@ def _main(args: argparse.Namespace) -> int:
     config = server.load_server_config(args.config) if args.config else server.ServerConfig()
     configure_logging(level=args.log_level, format=args.log_format)
 
-    async def main() -> None:
+    async def main() -> int:
         async with wire.open_loop():
-            await server.run_server(config, serve_api=server.api.serve_api)
+            return await run_until_signalled(
+                "server",
+                lambda stop: server.run_server(config, serve_api=server.api.serve_api, stop=stop),
+            )
 
-    trio.run(main)
-    return 0
+    code: int = trio.run(main)
+    return code

@@ -1,11 +1,20 @@
-"""The server's composition: store, registry, sessions, gRPC endpoint and (optionally) REST."""
+"""The server's composition: store, registry, sessions, gRPC endpoint and (optionally) REST.
+
+Shutdown. ``run_server(..., stop=event)`` drains once ``stop`` is set, within
+``shutdown.drainSeconds``: both listeners close (new connections are refused), every agent's
+call ends with UNAVAILABLE and a ``wire.DRAINING`` message after the Acks it is owed (the
+agent connects again at once, to another replica behind the same address), live-feed
+WebSockets close with 1001, the REST requests in flight are answered (``connection:
+close``); then the tasks are cancelled and the store closes (its WAL checkpointed into the
+database file). Past the bound, what is left is cancelled.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -38,6 +47,7 @@ class ServeApi(Protocol):
         port: int,
         *,
         http_server: Literal["kubesvc", "hypercorn"],
+        drain: trio.Event | None = None,
         task_status: trio.TaskStatus[int],
     ) -> None: ...
 
@@ -112,9 +122,11 @@ async def run_server(
     serve_api: ServeApi | None = None,
     now_ms: Callable[[], int] = wall_clock_ms,
     operations: OperationsHook | None = None,
+    stop: trio.Event | None = None,
     task_status: trio.TaskStatus[RunningServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the server until cancelled: the store, the orphan timer, gRPC and the REST API.
+    """Run the server until cancelled: the store, the orphan timer, gRPC and the REST API;
+    when ``stop`` is set, drain (see the module docstring) and return.
 
     Must run inside ``wire.open_loop()`` (the gRPC bridge needs it). Reports the bound ports
     with ``task_status.started(RunningServer(...))``. Raises StoreError when the store cannot be
@@ -130,16 +142,20 @@ async def run_server(
         await nursery.start(state.accounts.run_expiry)
         if isinstance(state.operations, OperationService):
             await nursery.start(state.operations.run)  # issue 6: task runners
+        handler = ConnectHandler(state, authenticator)
+        draining = trio.Event()
         serve = functools.partial(
             wire.serve,
-            ConnectHandler(state, authenticator),
+            handler,
             config.grpc.host,
             config.grpc.port,
             ssl_context=ssl_context,
             max_message_size=config.grpc.max_message_size,
+            stop_listening=draining,
         )
         grpc_port: int = await nursery.start(serve)
         api_port: int | None = None
+        api_done = trio.Event()
         if serve_api is not None:
             api = functools.partial(
                 serve_api,
@@ -147,8 +163,11 @@ async def run_server(
                 config.api.host,
                 config.api.port,
                 http_server="hypercorn" if config.api.http_server == "hypercorn" else "kubesvc",
+                drain=draining,
             )
-            api_port = await nursery.start(api)
+            api_port = await nursery.start(_setting_when_done, api, api_done)
+        else:
+            api_done.set()
         log.info(
             "server %s: gRPC on %s:%d, REST on %s",
             state.server_id,
@@ -157,3 +176,39 @@ async def run_server(
             f"{config.api.host}:{api_port}" if api_port else "(none)",
         )
         task_status.started(RunningServer(state, grpc_port, api_port))
+        if stop is not None:
+            await stop.wait()
+            await _drain(state, handler, draining, api_done)
+            nursery.cancel_scope.cancel()
+
+
+async def _drain(
+    state: ServerState, handler: ConnectHandler, draining: trio.Event, api_done: trio.Event
+) -> None:
+    bound = state.config.shutdown.drain_seconds
+    log.info("shutdown: draining (at most %g s)", bound)
+    start = trio.current_time()
+    with trio.move_on_after(bound) as scope:
+        draining.set()  # both listeners close; idle REST connections too
+        state.feed.close()
+        handler.drain(f"{wire.DRAINING}: server {state.server_id} is shutting down; connect again")
+        await handler.wait_closed()
+        log.info("shutdown: every agent stream is closed")
+        await api_done.wait()
+    if scope.cancelled_caught:
+        log.warning("shutdown: the drain did not finish within %g s: stopping now", bound)
+    else:
+        log.info("shutdown: drained in %.1f s; closing the store", trio.current_time() - start)
+
+
+async def _setting_when_done(
+    serve: functools.partial[Awaitable[None]],
+    done: trio.Event,
+    *,
+    task_status: trio.TaskStatus[int],
+) -> None:
+    """``serve`` (the REST API), setting ``done`` when it returns (it has drained)."""
+    try:
+        await serve(task_status=task_status)
+    finally:
+        done.set()

@@ -19,6 +19,7 @@ File paths inside the config are resolved relative to the config file's folder.
     sessions: {helloTimeoutSeconds: 30, maxBatchEvents: 10000, maxAccountsPerAgent: 1000,
                outboundQueue: 64, heartbeatSeconds: 60}
     operations: {waitMs: 30000}
+    shutdown: {drainSeconds: 15}
 """
 
 from __future__ import annotations
@@ -81,6 +82,18 @@ class OperationsConfig:
     wait_ms: int = 30_000
 
 
+#: Inside Kubernetes' default grace period of 30 s, with room for what a drain cut short
+#: still does (a session's close is given up to 10 s to reach the store).
+DEFAULT_DRAIN_SECONDS = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownConfig:
+    # The bound of the drain after SIGTERM: stop accepting, end the agents' streams, finish
+    # the REST requests in flight; then the store closes.
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     server_id: str = ""
@@ -90,6 +103,7 @@ class ServerConfig:
     accounts: AccountsConfig = field(default_factory=AccountsConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     operations: OperationsConfig = field(default_factory=OperationsConfig)
+    shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
 
 
 class _Section:
@@ -295,8 +309,16 @@ def parse_server_config(
     ops_s = root.section("operations")
     operations = OperationsConfig(ops_s.integer("waitMs", 30_000, low=1))
     ops_s.done()
+    shutdown_s = root.section("shutdown")
+    drain_seconds = shutdown_s.number("drainSeconds", DEFAULT_DRAIN_SECONDS)
+    if drain_seconds <= 0:
+        raise ConfigError(
+            file, f"{shutdown_s.path}.drainSeconds", f"expected a number > 0, got {drain_seconds:g}"
+        )
+    shutdown = ShutdownConfig(drain_seconds)
+    shutdown_s.done()
     root.done()
-    return ServerConfig(server_id, grpc, api, store, accounts, sessions, operations)
+    return ServerConfig(server_id, grpc, api, store, accounts, sessions, operations, shutdown)
 
 
 def _grpc(s: _Section) -> GrpcConfig:

@@ -14,6 +14,12 @@ and Operations keep their order. Any malformed message or protocol violation end
 with a gRPC status saying what and where (wire.Refuse) and a log line; the store is only ever
 touched in whole transactions, so a broken session leaves it consistent. However the call
 ends, the session is closed: its roles pass to standbys, or its accounts turn ORPHANED.
+
+Drain (``drain(message)``, on SIGTERM). Each call stops receiving between two messages (a
+batch being received is applied and acknowledged first), sends what its outbound queue holds
+(the Acks), and ends with UNAVAILABLE and ``message`` (which starts with ``wire.DRAINING``):
+the agent connects again at once, to another replica behind the same address. A call that
+has not opened its session yet is refused so. ``wait_closed`` returns when no call is left.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import betterproto
 import trio
@@ -40,6 +47,23 @@ _CLEANUP_SECONDS = 10.0
 _SEND_SECONDS = 2.0
 
 
+@dataclass(slots=True, eq=False)
+class _Call:
+    """One open call, as a drain sees it."""
+
+    stream: wire.ServerStream
+    draining: bool = False
+    # Set while the receive loop waits for a message (a drain cancels the wait).
+    waiting: trio.CancelScope | None = None
+
+    def drain(self) -> None:
+        self.draining = True
+        # A message half received is read whole (and applied, and acknowledged) first:
+        # cancelling its receive would reset the call instead of ending it with the status.
+        if self.waiting is not None and not self.stream.mid_message:
+            self.waiting.cancel()
+
+
 def _refuse(status: wire.Status, message: str, peer: str) -> wire.Refuse:
     log.warning("refusing agent call from %s: %s %s", peer or "?", status.name, message)
     return wire.Refuse(status, message)
@@ -57,24 +81,49 @@ class ConnectHandler:
             max_bytes=cfg.grpc.max_message_size,
             max_object_bytes=cfg.grpc.max_message_size,
         )
+        self._calls: set[_Call] = set()
+        self._drain_message = ""
+        self._calls_changed = trio.Event()
+
+    def drain(self, message: str) -> None:
+        """End every open call (and refuse new ones) with UNAVAILABLE ``message``, each
+        between two messages; see the module docstring."""
+        self._drain_message = message
+        for open_call in self._calls:
+            open_call.drain()
+
+    async def wait_closed(self) -> None:
+        """Return once no call is open (after ``drain``)."""
+        while self._calls:
+            await self._calls_changed.wait()
 
     async def __call__(self, stream: wire.ServerStream, call: wire.CallInfo) -> None:
         peer = f"{call.peer[0]}:{call.peer[1]}" if call.peer else ""
+        open_call = _Call(stream, draining=bool(self._drain_message))
+        self._calls.add(open_call)
         try:
-            await self._serve(stream, call, peer)
+            await self._serve(stream, call, peer, open_call)
         except ServerError as exc:
             # A store failure outside a batch (opening the session, registering, an operation
             # result's journal write) ends this call, never the server: the bridge would
             # re-raise it out of wire.serve. The agent reconnects and resumes.
             log.error("agent call from %s ended by a server failure: %s", peer or "?", exc)
             raise wire.Refuse(wire.Status.UNAVAILABLE, "the server's store failed; retry") from exc
+        finally:
+            self._calls.discard(open_call)
+            self._calls_changed.set()
+            self._calls_changed = trio.Event()
 
-    async def _serve(self, stream: wire.ServerStream, call: wire.CallInfo, peer: str) -> None:
+    async def _serve(
+        self, stream: wire.ServerStream, call: wire.CallInfo, peer: str, open_call: _Call
+    ) -> None:
         try:
             principal = self._auth.authenticate(call.metadata, call.peer_cert)
         except AuthError as exc:
             raise _refuse(wire.Status[exc.status], str(exc), peer) from exc
         hello = await self._receive_hello(stream, peer)
+        if open_call.draining:
+            raise wire.Refuse(wire.Status.UNAVAILABLE, self._drain_message)
         claims = self._claims(hello, principal, peer)
         sessions = self._state.sessions
         # open() undoes its own registration when it fails, so nothing leaks before the try.
@@ -106,10 +155,16 @@ class ConnectHandler:
                 await stream.send(messages.ServerMessage(welcome=welcome))
                 try:
                     async with trio.open_nursery() as nursery:
-                        nursery.start_soon(self._send_loop, stream, session)
+                        sent_all = trio.Event()
+                        nursery.start_soon(self._send_loop, stream, session, sent_all)
                         nursery.start_soon(self._heartbeat_loop, session)
                         nursery.start_soon(self._token_expiry, session, principal)
-                        await self._receive_loop(stream, session, principal, peer)
+                        await self._receive_loop(stream, session, principal, peer, open_call)
+                        if open_call.draining:
+                            # What is queued (the Acks of the batches applied) goes out
+                            # before the status; then the sender ends.
+                            session.outbound.close()
+                            await sent_all.wait()
                         nursery.cancel_scope.cancel()
                 except BaseExceptionGroup as group:
                     raise _collapse(group) from None
@@ -127,6 +182,8 @@ class ConnectHandler:
                 session.agent_id,
                 f": {session.ended_reason}" if session.ended_reason else "",
             )
+        if open_call.draining:
+            raise wire.Refuse(wire.Status.UNAVAILABLE, self._drain_message)
         if session.ended_reason:
             raise wire.Refuse(wire.Status.UNAVAILABLE, f"session ended: {session.ended_reason}")
 
@@ -196,7 +253,9 @@ class ConnectHandler:
 
     # -- the session ----------------------------------------------------------------------
 
-    async def _send_loop(self, stream: wire.ServerStream, session: Session) -> None:
+    async def _send_loop(
+        self, stream: wire.ServerStream, session: Session, sent_all: trio.Event
+    ) -> None:
         async for message in session.outbox:
             # Each message goes out whole: a send cut by the cancellation that ends a refused
             # call resets the stream, and the agent would get a reset instead of the status
@@ -204,6 +263,7 @@ class ConnectHandler:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + _SEND_SECONDS
                 await stream.send(message)
+        sent_all.set()  # the queue was closed (a drain) and everything in it is sent
 
     async def _heartbeat_loop(self, session: Session) -> None:
         period = self._state.config.sessions.heartbeat_seconds
@@ -222,14 +282,26 @@ class ConnectHandler:
         session.end("its bearer token expired; reconnect with a fresh one")
 
     async def _receive_loop(
-        self, stream: wire.ServerStream, session: Session, principal: Principal, peer: str
+        self,
+        stream: wire.ServerStream,
+        session: Session,
+        principal: Principal,
+        peer: str,
+        open_call: _Call,
     ) -> None:
         last_seq = 0
-        while True:
+        while not open_call.draining:
             try:
-                message = await stream.receive()
+                with trio.CancelScope() as waiting:
+                    open_call.waiting = waiting
+                    try:
+                        message = await stream.receive()
+                    finally:
+                        open_call.waiting = None
             except wire.EndOfStream:
                 return
+            if waiting.cancelled_caught:
+                return  # a drain, between two messages
             session.last_seen_ms = _now_ms()
             name, value = betterproto.which_one_of(message, "message")
             skipped = self._skipped_unknown(message, peer)

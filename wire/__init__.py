@@ -22,6 +22,7 @@ from ._bridge import (
 )
 from ._envelope import construct
 from ._errors import (
+    DRAINING,
     ConnectionLost,
     EndOfStream,
     MessageTooLarge,
@@ -32,6 +33,7 @@ from ._errors import (
     Status,
     StreamClosed,
     WireError,
+    is_draining,
 )
 from ._records import (
     DEFAULT_LIMITS,
@@ -49,6 +51,7 @@ PROTOCOL_VERSION: int = int(messages.ProtocolVersion.CURRENT)
 __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "DRAINING",
     "OTHER_UNKNOWN",
     "PROTOCOL_VERSION",
     "CallInfo",
@@ -74,6 +77,7 @@ __all__ = [
     "construct",
     "decode_events",
     "encode_events",
+    "is_draining",
     "messages",
     "open_connection",
     "open_loop",

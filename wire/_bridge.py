@@ -573,6 +573,13 @@ class ServerStream:
         # Between a message's length prefix and the end of its body (see _op's cancellation).
         self._mid_message = False
 
+    @property
+    def mid_message(self) -> bool:
+        """Whether a message has begun to arrive and is not whole yet. Cancelling a receive
+        now resets the call; cancelling one that waits for a message's first byte does not
+        (the handler may still end the call with a status of its own)."""
+        return self._mid_message
+
     async def receive(self) -> AgentMessage:
         """Wait for the client's next message. Raises EndOfStream when the client finished its
         side, ConnectionLost when it reset the stream or the connection died, MessageTooLarge,
@@ -687,6 +694,9 @@ class _ConnectService:
         self._handler = handler
         self._nursery = nursery
         self._limit = max_message_size
+        # Calls whose handler is done and whose status grpclib is still sending: a stop lets
+        # them finish (a drained call's status must reach its client) before it closes.
+        self.finishing: set[asyncio.Task[Any]] = set()
 
     def __mapping__(self) -> dict[str, _GrpcHandler]:
         return {CONNECT_METHOD: _GrpcHandler(self._handle, Cardinality.STREAM_STREAM, bytes, bytes)}
@@ -708,6 +718,10 @@ class _ConnectService:
         except asyncio.CancelledError:
             stream._lose("the client reset the stream or the connection was lost")
             raise
+        task = asyncio.current_task()
+        if task is not None:
+            self.finishing.add(task)
+            task.add_done_callback(self.finishing.discard)
         if isinstance(outcome, _HandlerCancelled):
             await stream._aio_reset()  # RST_STREAM: the client sees ConnectionLost
         elif isinstance(outcome, Refuse):
@@ -766,6 +780,10 @@ class _Server(Server):
                 connection.close()
 
 
+#: How long a stop waits for the statuses of calls whose handlers are done to be sent.
+_FINISH_SECONDS = 1.0
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family, kind, proto, _, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -790,6 +808,7 @@ async def serve(
     ssl_context: ssl.SSLContext | None = None,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     keepalive: Keepalive | None = Keepalive(),
+    stop_listening: trio.Event | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve Connect on ``host:port`` until cancelled; ``task_status.started(port)`` reports the
@@ -802,7 +821,9 @@ async def serve(
     propagate; a cancelled handler resets the stream. Any other
     exception ends the call with INTERNAL and propagates out of serve(). ``ssl_context`` (a
     server context; set ``verify_mode = CERT_REQUIRED`` and load a CA for mTLS) enables TLS.
-    On exit, listening stops, open calls are cancelled and connections are closed.
+    On exit, listening stops, open calls are cancelled and connections are closed. When
+    ``stop_listening`` is set, the listening socket closes (new connections are refused) while
+    the open calls go on until they end or serve() is cancelled: a drain.
     """
     _require_loop("wire.serve")
     if ssl_context is not None:
@@ -816,10 +837,13 @@ async def serve(
         )
         try:
             task_status.started(bound_port)
+            if stop_listening is not None:
+                await stop_listening.wait()
+                await trio_asyncio.aio_as_trio(_aio_stop_listening)(server)
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
-                await trio_asyncio.aio_as_trio(_aio_stop)(server)
+                await trio_asyncio.aio_as_trio(_aio_stop)(server, service)
 
 
 async def _aio_start(
@@ -837,7 +861,15 @@ async def _aio_start(
     return server
 
 
-async def _aio_stop(server: _Server) -> None:
+async def _aio_stop_listening(server: _Server) -> None:
+    listener = server._server  # asyncio's Server: closing it leaves open connections alone
+    if listener is not None:
+        listener.close()
+
+
+async def _aio_stop(server: _Server, service: _ConnectService) -> None:
+    if service.finishing:
+        await asyncio.wait(set(service.finishing), timeout=_FINISH_SECONDS)
     server.close()
     server.close_connections()
     await server.wait_closed()

@@ -124,3 +124,19 @@ class Refuse(WireError):
         super().__init__(f"{status.name}: {message}" if message else status.name)
         self.status = status
         self.message = message
+
+
+#: How a draining server ends each agent's call: status UNAVAILABLE with a message that starts
+#: with this text (then ": " and a reason). It means "this server is shutting down: connect
+#: again at once, with no backoff" (behind a load balancer, to another replica). An agent
+#: that does not know it sees a plain UNAVAILABLE and reconnects after its backoff.
+DRAINING = "server draining"
+
+
+def is_draining(exc: BaseException) -> bool:
+    """Whether ``exc`` is a draining server's end of the call (see :data:`DRAINING`)."""
+    return (
+        isinstance(exc, RemoteRefused)
+        and exc.status is Status.UNAVAILABLE
+        and exc.message.startswith(DRAINING)
+    )

@@ -325,32 +325,40 @@ async def serve_api(
     *,
     registry: CollectorRegistry | None = None,
     http_server: Literal["kubesvc", "hypercorn"] = "kubesvc",
+    drain: trio.Event | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the REST API until cancelled; `task_status.started(port)` with the bound port
     (useful with port 0). HTTP/1.1 requests are served by server/api/_http1.py (WebSocket
     upgrades by Hypercorn through it); ``http_server="hypercorn"`` serves everything with
-    Hypercorn."""
+    Hypercorn. When ``drain`` is set: stop listening, answer the requests in flight (then
+    close their connections), close idle ones, and return once none is left."""
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
-    config.graceful_timeout = 1.0
+    # Hypercorn's own drain: the caller bounds the whole drain with a cancel scope.
+    config.graceful_timeout = 1.0 if drain is None else math.inf
     app = build_app(state, registry=registry)
     async with trio.open_nursery() as nursery:
         if http_server == "hypercorn":
-            binds: list[str] = await nursery.start(_serve_forever, app, config)
+            binds: list[str] = await nursery.start(_serve_forever, app, config, drain)
             task_status.started(int(binds[0].rsplit(":", 1)[1]))
         else:
             serve = functools.partial(
-                serve_http1, max_body=MAX_BODY_BYTES, config=config, poll=app.hot.poll
+                serve_http1, max_body=MAX_BODY_BYTES, config=config, poll=app.hot.poll, drain=drain
             )
             task_status.started(await nursery.start(serve, app, host, port))
 
 
 async def _serve_forever(
-    app: Starlette, config: Config, *, task_status: trio.TaskStatus[list[str]]
+    app: Starlette,
+    config: Config,
+    drain: trio.Event | None,
+    *,
+    task_status: trio.TaskStatus[list[str]],
 ) -> None:
-    await serve(app, config, shutdown_trigger=_never, task_status=task_status)  # type: ignore[arg-type]
+    trigger = _never if drain is None else drain.wait
+    await serve(app, config, shutdown_trigger=trigger, task_status=task_status)  # type: ignore[arg-type]
 
 
 async def _never() -> None:

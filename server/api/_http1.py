@@ -18,10 +18,16 @@ An app that fails before answering gets a 500 with an empty body and the connect
 a request refused here (malformed, too large, too slow) gets the API's JSON error body.
 A request that asks to upgrade to WebSocket is handed, with the bytes read so far, to
 Hypercorn's own connection handler, so the change feed keeps Hypercorn's WebSocket protocol.
+
+Drain. When the server's ``drain`` event is set, the listeners close (new connections are
+refused), a connection waiting for a request with nothing read is closed, and one in a
+request answers it with ``connection: close`` and then closes; serve_http1 returns when no
+connection is left (the caller bounds that with a cancel scope).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -120,6 +126,8 @@ class _Connection:
         # idle, a body after BODY_SECONDS), None while no read waits on the client.
         self.read_deadline: float | None = None
         self.expired = False
+        self.awaiting_head = False  # between requests: closed at once by a drain
+        self.draining = False
         self.client = _address(sock.getpeername())
         self.server = _address(sock.getsockname())
 
@@ -212,6 +220,7 @@ class _Connection:
         # ~10% of a request's cost): the server's _Reaper wakes a read that waited too long.
         self.read_deadline = trio.current_time() + KEEP_ALIVE_SECONDS
         self.expired = False
+        self.awaiting_head = True
         try:
             return await self._read_head()
         except trio.ClosedResourceError:
@@ -220,6 +229,7 @@ class _Connection:
             raise
         finally:
             self.read_deadline = None
+            self.awaiting_head = False
 
     async def _read_head(self) -> int:
         end = -1
@@ -228,6 +238,14 @@ class _Connection:
                 return -1
             end = self.buffer.find(b"\r\n\r\n")
         return end
+
+    def drain(self) -> None:
+        """The server drains: answer the request in progress with ``connection: close``; a
+        connection waiting for its next request with nothing read is closed now."""
+        self.draining = True
+        if self.awaiting_head and not self.buffer and self.fd >= 0:
+            self.expired = True
+            trio.lowlevel.notify_closing(self.fd)
 
     def expire(self, now: float) -> None:
         """The reaper's call: end a read past its deadline (a head awaited KEEP_ALIVE_SECONDS,
@@ -320,6 +338,7 @@ class _Connection:
         if method_b == b"GET" and self.poll is not None:
             answer = self.poll(target)
             if answer is not None:
+                keep = keep and not self.draining
                 await self._send(
                     self._head(200, [(b"content-type", b"application/json")], len(answer), keep)
                     + answer
@@ -449,7 +468,7 @@ class _Connection:
                 if length is None and not more:
                     length = len(data)
                 chunked = length is None
-                out = self._head(status, headers, length, keep)
+                out = self._head(status, headers, length, keep and not self.draining)
             if head_only or status in _NO_BODY:
                 data = b""
             if chunked and not head_only and status not in _NO_BODY:
@@ -479,7 +498,7 @@ class _Connection:
             if start is None:
                 await self._send(self._head(500, [], 0, False))
             return False
-        return keep
+        return keep and not self.draining
 
 
 def _unquote(path: bytes) -> str:
@@ -539,6 +558,7 @@ async def serve_http1(
     max_body: int,
     config: Config,
     poll: Callable[[bytes], bytes | None] | None = None,
+    drain: trio.Event | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` until cancelled; ``task_status.started(port)`` with the
@@ -548,7 +568,7 @@ async def serve_http1(
     (sent with the headers the app's JSON answers carry), or None to let the app answer. It is
     for a poll answered from memory thousands of times a second (GET /task/{id}, see
     server/api/_hot.py); building the ASGI scope and the app's calls cost more than the
-    answer."""
+    answer. When ``drain`` is set, it drains (see the module docstring) and returns."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     date = _Date()
     wrapped = ASGIWrapper(app)  # type: ignore[arg-type]
@@ -559,14 +579,19 @@ async def serve_http1(
         await server.run()
 
     connections: set[_Connection] = set()
+    changed = trio.Event()
 
     async def handle(stream: trio.SocketStream) -> None:
+        nonlocal changed
         connection = _Connection(stream, app, max_body, date, upgrade, poll)
+        connection.draining = drain is not None and drain.is_set()
         connections.add(connection)
         try:
             await connection.serve()
         finally:
             connections.discard(connection)
+            changed.set()
+            changed = trio.Event()
 
     bound = listeners[0].socket.getsockname()[1]
     log.info("REST API on http://%s:%d", host, bound)
@@ -574,4 +599,17 @@ async def serve_http1(
         if _RAW_IO:
             nursery.start_soon(_reap, connections)
         task_status.started(bound)
-        await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
+        if drain is None:
+            await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
+        async with trio.open_nursery() as accepting:
+            accepting.start_soon(
+                functools.partial(trio.serve_listeners, handle, listeners, handler_nursery=nursery)
+            )
+            await drain.wait()
+            accepting.cancel_scope.cancel()  # serve_listeners closes the listeners
+        log.info("REST API: draining %d connection(s)", len(connections))
+        for connection in list(connections):
+            connection.drain()
+        while connections:
+            await changed.wait()
+        nursery.cancel_scope.cancel()  # the reaper

@@ -134,6 +134,14 @@ class SqliteCore(RecordTables):
         }
 
     def close(self) -> None:
+        """Close the connection, the log copied into the database file first (a clean file:
+        the next open has nothing to recover). A checkpoint that fails (another process holds
+        the database) is logged: the log is still complete, and the next open replays it."""
+        if self.wal:
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except apsw.Error as exc:
+                log.warning("store %s: the checkpoint at close failed: %s", self.path, exc)
         self._conn.close()
 
     # -- transactions -------------------------------------------------------------------

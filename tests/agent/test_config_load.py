@@ -253,6 +253,8 @@ def test_load_config_warns_about_ignored_options(
             "expected one of always, never, allowed",
         ),
         ("tasks: [1, 2]", "tasks", "expected a mapping of options"),
+        ("shutdown: {drainSeconds: 0}", "shutdown.drainSeconds", "expected a number > 0"),
+        ("shutdown: {drainSeconds: soon}", "shutdown.drainSeconds", "expected a number"),
         ("a: [1\n", "line 2, column 1", "invalid YAML"),
         ("a: 1\na: 2\n", "line 2, column 1", "duplicate key 'a'"),
     ],
@@ -343,3 +345,8 @@ def test_configs_compare_by_value_not_by_source() -> None:
     assert hash(a) == hash(b)
     assert a.account("prod") is not None
     assert a.account("nope") is None
+
+
+def test_the_drain_bound_defaults_inside_kubernetes_grace_period() -> None:
+    assert parse_config("").shutdown.drain_seconds == 20.0  # of the pod's 30 s
+    assert parse_config("shutdown: {drainSeconds: 7.5}").shutdown.drain_seconds == 7.5

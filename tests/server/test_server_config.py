@@ -86,6 +86,8 @@ operations: {waitMs: 1000}
         ("sessions: {outboundQueue: true}", "sessions.outboundQueue", "an integer"),
         ("store: {type: postgres}", "store.type", "SQLITE"),
         ("api: {httpServer: nginx}", "api.httpServer", "kubesvc, hypercorn"),
+        ("shutdown: {drainSeconds: 0}", "shutdown.drainSeconds", "a number > 0"),
+        ("shutdown: {drainSecs: 3}", "shutdown.drainSecs", "unknown key"),
         ("- a list", "", "expected a mapping"),
         ("grpc: [1", "line 1", "invalid YAML"),
     ],
@@ -105,3 +107,9 @@ def test_errors_name_file_path_and_expectation(
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the file"):
         load_server_config(tmp_path / "absent.yaml")
+
+
+def test_the_drain_bound_defaults_inside_kubernetes_grace_period(tmp_path: Path) -> None:
+    assert load_server_config(write(tmp_path, "{}")).shutdown.drain_seconds == 15.0
+    config = load_server_config(write(tmp_path, "shutdown: {drainSeconds: 12}"))
+    assert config.shutdown.drain_seconds == 12.0
