@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import betterproto
 import httpx
 import jwt
 import msgspec
@@ -35,6 +36,7 @@ from server.ops._describe import normalize
 from server.ops._results import cache_records, parse_result
 from wire import messages as m
 from wire._envelope import (
+    decode_ack,
     decode_agent_message,
     decode_server_message,
     encode_agent_message,
@@ -93,6 +95,8 @@ def test_the_document_has_the_examples_the_tests_use() -> None:
         "scale-description",
         "scale-payload",
         "scale-failure",
+        "unknown-member-hex",
+        "unknown-field-hex",
     }
 
 
@@ -141,6 +145,19 @@ def test_the_ack_example_is_what_the_server_sends() -> None:
     ack = example_bytes("envelope-ack-hex")
     assert encode_server_message(m.ServerMessage(ack=m.Ack(seq=1))) == ack
     assert decode_server_message(ack).ack.seq == 1
+
+
+def test_the_forward_compatibility_examples_are_read_past() -> None:
+    """§13: a member this version lacks is skipped (no kind set, nothing refused) and named;
+    a field added to a known message leaves the rest of it readable."""
+    member = decode_agent_message(example_bytes("unknown-member-hex"))
+    assert betterproto.which_one_of(member, "message") == ("", None)
+    assert wire.unknown_fields(member) == [("AgentMessage", 15)]
+    extended = example_bytes("unknown-field-hex")
+    assert decode_ack(extended) is None  # not the bare Ack the fast path knows...
+    ack = decode_server_message(extended)  # ...so the full decoder reads it
+    assert ack.ack.seq == 1
+    assert wire.unknown_fields(ack) == [("Ack", 9)]
 
 
 def test_records_may_omit_the_scope_and_may_carry_later_fields() -> None:
