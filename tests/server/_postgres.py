@@ -1,8 +1,9 @@
 """A throwaway PostgreSQL server for the tests and benchmarks, from binaries found here.
 
-``find_binaries()`` looks for ``initdb``/``pg_ctl``/``postgres`` on PATH, then in
-/usr/lib/postgresql/<version>/bin (Debian's ``postgresql`` package), then in the ``pgserver``
-wheel (PyPI), and says why when there are none. ``TempPostgres`` runs ``initdb`` into a
+``find_binaries()`` looks in ``$KUBESVC_PG_BIN`` alone when it is set, else for
+``initdb``/``pg_ctl``/``postgres`` on PATH, then in /usr/lib/postgresql/<version>/bin
+(Debian's ``postgresql`` package), then in the ``pgserver`` wheel (PyPI), and says why when
+there are none. ``TempPostgres`` runs ``initdb`` into a
 temporary folder, starts the server listening on a unix socket in that folder only (no TCP
 port, so nothing else on the machine can reach it or collide with it), and at the end stops
 it (``pg_ctl stop -m fast``, waited for) and removes the folder. initdb and postgres refuse
@@ -50,7 +51,12 @@ def _version_key(path: Path) -> tuple[int, ...]:
 
 def find_binaries() -> Path:
     """The folder holding initdb, pg_ctl and postgres; raises NoPostgres saying where we
-    looked."""
+    looked. ``KUBESVC_PG_BIN``, when set, is the only place looked at."""
+    chosen = os.environ.get("KUBESVC_PG_BIN")
+    if chosen is not None:
+        if all((Path(chosen) / t).exists() for t in _TOOLS):
+            return Path(chosen)
+        raise NoPostgres(f"KUBESVC_PG_BIN={chosen!r} does not hold initdb, pg_ctl and postgres")
     looked = []
     on_path = shutil.which("initdb")
     if on_path:

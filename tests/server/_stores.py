@@ -25,6 +25,7 @@ class StoreBackend:
     name: str
     url: str
     server: TempPostgres | None = None
+    database: str = ""  # PostgreSQL: the database's name
 
     def open(
         self,

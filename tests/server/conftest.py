@@ -35,13 +35,23 @@ def postgres_server() -> Iterator[TempPostgres]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBackend]:
+    """Each backend in turn, with a fresh store."""
     if request.param == "sqlite":
         yield StoreBackend("sqlite", sqlite_url(str(tmp_path / "store.db")))
-        return
-    server: TempPostgres = request.getfixturevalue("postgres_server")
+    else:
+        yield from _postgres_backend(request.getfixturevalue("postgres_server"))
+
+
+@pytest.fixture
+def pg_backend(postgres_server: TempPostgres) -> Iterator[StoreBackend]:
+    """PostgreSQL alone (for what only it has), with a fresh database."""
+    yield from _postgres_backend(postgres_server)
+
+
+def _postgres_backend(server: TempPostgres) -> Iterator[StoreBackend]:
     name = server.create_database()
     try:
-        yield StoreBackend("postgresql", server.url(name), server)
+        yield StoreBackend("postgresql", server.url(name), server, name)
     finally:
         server.drop_database(name)
 
