@@ -65,7 +65,7 @@ class SqliteCore(RecordTables):
             self._conn = apsw.Connection(path)
             # First: another process (a second server) may be opening the same file.
             self._conn.execute("PRAGMA busy_timeout=5000")
-            mode = self._conn.execute("PRAGMA journal_mode=WAL").get
+            mode = _wal_mode(self._conn)
             # A file database is in WAL mode; an in-memory one keeps its journal in memory.
             self.wal = str(mode).lower() == "wal"
             self.page_size = int(self._conn.execute("PRAGMA page_size").get)
@@ -289,6 +289,24 @@ class _Writer:
         self._conn.executemany(
             "INSERT OR REPLACE INTO resource_versions VALUES (?,?,?,?,?,?)", rows
         )
+
+
+_WAL_SWITCH_SECONDS = 5.0
+
+
+def _wal_mode(conn: apsw.Connection) -> object:
+    """``PRAGMA journal_mode=WAL``, retried while another connection holds the file: the
+    switch needs an exclusive lock and SQLite answers BUSY at once, without its busy
+    handler, when two processes open a new file together (test_store's replicas test found
+    it). Returns the mode now in force."""
+    deadline = time.monotonic() + _WAL_SWITCH_SECONDS
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode=WAL").get
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)  # a worker thread: blocking here blocks no trio task
 
 
 def wall_clock_ms() -> int:
