@@ -8,15 +8,19 @@ another server replica) may have moved them. Connections are in autocommit mode,
 is one statement and a write is an explicit transaction; a connection is never left inside a
 transaction between calls.
 
-Batch ingest: the objects of a batch go in with ``executemany`` of one prepared upsert, which
-psycopg runs in pipeline mode (all rows sent, then all results read: one round trip per
-batch, not per row). COPY into a temporary table followed by one INSERT ... SELECT ... ON
-CONFLICT was measured against it (bench_server --store postgresql); see the commit that
-chose this.
+Batch ingest: each run of object writes in a batch goes in with a binary COPY into a
+temporary table of the connection (not WAL-logged, emptied at commit) and one INSERT ...
+SELECT ... ON CONFLICT DO UPDATE from it. Measured against ``executemany`` of the prepared
+upsert in pipeline mode (bench_server's 500 x 4.4 KB batches, alternating rounds on a loaded
+2-core machine): COPY 12-23k events/s, executemany 8-15k, and a third less Python CPU: the
+server parses one statement, not 500 Bind/Execute pairs, and the rows travel in binary.
+(``unnest`` of 12 array parameters instead of the temporary table: 5-6k.) Large values are
+compressed with lz4 (``_prefer_lz4``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +47,7 @@ from ._records import (
 )
 from ._url import redact
 
+log = logging.getLogger("server.store")
 T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
@@ -66,6 +71,39 @@ _UPSERT_NEWER = (
     f" AND excluded.resource_version ~ {_NUMERIC}"
     " THEN excluded.resource_version::numeric > objects.resource_version::numeric"
     " ELSE TRUE END"
+)
+# Batch ingest (see the module's docstring): a batch's objects are COPied (binary) into a
+# temporary table of the connection, emptied at each commit, and upserted from it at once.
+_IN_COLUMNS = {
+    "account": "text",
+    "grp": "text",
+    "kind": "text",
+    "namespace": "text",
+    "name": "text",
+    "api_version": "text",
+    "uid": "text",
+    "resource_version": "text",
+    "epoch": "bigint",
+    "updated_at_ms": "bigint",
+    "labels": "text",  # JSON text: cast to jsonb by the upsert
+    "body": "bytea",
+}
+assert tuple(_IN_COLUMNS) == UPSERT_COLUMNS
+_IN_TYPES = list(_IN_COLUMNS.values())
+_CREATE_IN = (
+    "CREATE TEMPORARY TABLE objects_in("
+    + ", ".join(f"{c} {t}" for c, t in _IN_COLUMNS.items())
+    + ") ON COMMIT DELETE ROWS"
+)
+_COPY_IN = f"COPY objects_in ({', '.join(UPSERT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+_UPSERT_FROM_IN = (
+    f"INSERT INTO objects({', '.join(UPSERT_COLUMNS)})"
+    f" SELECT {', '.join(c + '::jsonb' if c == 'labels' else c for c in UPSERT_COLUMNS)}"
+    " FROM objects_in"
+    " ON CONFLICT (account, grp, kind_key, namespace, name) DO UPDATE SET"
+    " api_version=excluded.api_version, uid=excluded.uid,"
+    " resource_version=excluded.resource_version, epoch=excluded.epoch,"
+    " updated_at_ms=excluded.updated_at_ms, labels=excluded.labels, body=excluded.body"
 )
 _DELETE = (
     "DELETE FROM objects WHERE account=%s AND grp=%s AND kind_key=lower(%s) AND namespace=%s"
@@ -93,11 +131,33 @@ def connect(conninfo: str, password_file: str) -> Conn:
             params["connect_timeout"] = _CONNECT_TIMEOUT_S
         if "application_name" not in given:
             params["application_name"] = "kubesvc-server"
-        return psycopg.connect(conninfo, autocommit=True, **params)
+        conn: Conn = psycopg.connect(conninfo, autocommit=True, **params)
+        try:
+            _prefer_lz4(conn)
+            conn.execute(_CREATE_IN)  # this connection's own, for batch ingest
+        except psycopg.Error:
+            conn.close()
+            raise
+        return conn
     except psycopg.Error as exc:
         raise StoreError(
             f"cannot connect to the PostgreSQL store {redact(conninfo)}: {exc}"
         ) from exc
+
+
+def _prefer_lz4(conn: Conn) -> None:
+    """Compress large values (object bodies) with lz4 rather than pglz, for this session.
+
+    The body of a 4.4 KB object is compressed where it first lands, the COPY's temporary
+    table (the upsert copies the compressed value as it is): with pglz that cost about half
+    the server's CPU per ingested event; with lz4 bench_server went from ~24k to ~37-41k
+    events/s, the database the same size. A server built without lz4 (or older than 14)
+    refuses the setting and keeps pglz: slower, not wrong.
+    """
+    try:
+        conn.execute("SET default_toast_compression = lz4")
+    except psycopg.Error as exc:
+        log.info("PostgreSQL store: no lz4 compression here, pglz it is (%s)", exc)
 
 
 def is_broken(conn: Conn) -> bool:
@@ -275,7 +335,17 @@ class _Writer:
         self._cur = cur
 
     def upsert(self, rows: list[Sequence[Any]]) -> None:
-        self._cur.executemany(_UPSERT, rows)
+        """COPY the rows (the last of each object: one statement may not update a row twice)
+        into the connection's ``objects_in``, then one INSERT ... SELECT ... ON CONFLICT."""
+        last: dict[tuple[Any, ...], Sequence[Any]] = {}
+        for row in rows:
+            last[(row[0], row[1], row[2].lower(), row[3], row[4])] = row
+        cur = self._cur
+        with cur.copy(_COPY_IN) as copy:
+            copy.set_types(_IN_TYPES)
+            for row in last.values():
+                copy.write_row(row)
+        cur.execute(_UPSERT_FROM_IN)
 
     def delete(self, keys: list[ObjectKey]) -> None:
         self._cur.executemany(_DELETE, keys)
