@@ -36,11 +36,13 @@ Target: p99 under 100 ms.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import functools
 import json
 import math
 import os
+import random
 import resource
 import socket
 import sys
@@ -71,7 +73,12 @@ BENCH_NAMESPACE = "bench"
 POLL_SECONDS = 0.005
 
 
-def _pod(i: int, rv: int) -> EventRecord:
+# --bodies mixed: half of each pad from a fixed random block, so a body compresses about 2x
+# as real JSON does (the default "x" pad compresses ~50x, which flatters PostgreSQL's TOAST).
+_MIXED_PAD = base64.b64encode(random.Random(7).randbytes(OBJECT_BYTES)).decode()
+
+
+def _pod(i: int, rv: int, *, mixed: bool = False) -> EventRecord:
     name = f"pod-{i:07d}"
     body = {
         "apiVersion": "v1",
@@ -86,7 +93,9 @@ def _pod(i: int, rv: int) -> EventRecord:
         "spec": {"containers": [{"name": "main", "image": "registry/app:1"}]},
     }
     raw = json.dumps(body).encode()
-    raw = raw[:-1] + b',"status":{"pad":"' + b"x" * max(0, OBJECT_BYTES - len(raw) - 20) + b'"}}'
+    size = max(0, OBJECT_BYTES - len(raw) - 20)
+    pad = (_MIXED_PAD[: size // 2] + "x" * size)[:size] if mixed else "x" * size
+    raw = raw[:-1] + b',"status":{"pad":"' + pad.encode() + b'"}}'
     etype = EventType.ADDED if rv == i else EventType.MODIFIED
     return EventRecord(
         int(etype), "bench", "v1", "Pod", f"ns-{i % 50}", name, f"uid-{i}", str(rv), raw, ""
@@ -98,12 +107,12 @@ def _decoded(payload: bytes) -> list[EventRecord]:
     return scrub_secret_records(wire.decode_events(payload))
 
 
-def _payloads(events: int, batch: int) -> list[bytes]:
+def _payloads(events: int, batch: int, *, mixed: bool = False) -> list[bytes]:
     distinct = events // 2
     payloads = []
     for start in range(0, events, batch):
         records = [
-            _pod(n % distinct, n if n < distinct else n + distinct)
+            _pod(n % distinct, n if n < distinct else n + distinct, mixed=mixed)
             for n in range(start, min(events, start + batch))
         ]
         payloads.append(wire.encode_events(records))
@@ -121,10 +130,12 @@ async def measure_ingest(
     events: int,
     batch: int,
     open_store: Callable[[], AbstractAsyncContextManager[Store]] = _sqlite_file,
+    *,
+    mixed: bool = False,
 ) -> float:
     """Events per second through a session's batch path (decode, scrub, one transaction per
     batch) into a new store (by default a new SQLite file)."""
-    payloads = _payloads(events, batch)
+    payloads = _payloads(events, batch, mixed=mixed)
     async with open_store() as store, trio.open_nursery() as nursery:
         await nursery.start(store.run_upkeep)  # as the server runs it
         began = time.perf_counter()
@@ -171,12 +182,13 @@ async def compare_ingest(args: argparse.Namespace) -> dict[str, object]:
     sqlite_rates: list[float] = []
     with _postgres(args.pg_url) as open_pg:
         for _ in range(args.rounds):
-            sqlite_rates.append(await measure_ingest(args.events, args.batch))
-            pg_rates.append(await measure_ingest(args.events, args.batch, open_pg))
+            mixed = args.bodies == "mixed"
+            sqlite_rates.append(await measure_ingest(args.events, args.batch, mixed=mixed))
+            pg_rates.append(await measure_ingest(args.events, args.batch, open_pg, mixed=mixed))
     pg, sqlite = max(pg_rates), max(sqlite_rates)
     print(
-        f"ingest: {args.events} events of ~4.4 KB, batches of {args.batch}, best of "
-        f"{args.rounds} alternating rounds:\n"
+        f"ingest: {args.events} events of ~4.4 KB ({args.bodies} bodies), batches of "
+        f"{args.batch}, best of {args.rounds} alternating rounds:\n"
         f"  PostgreSQL {pg:,.0f} events/s (rounds: {', '.join(f'{r:,.0f}' for r in pg_rates)})\n"
         f"  SQLite     {sqlite:,.0f} events/s (rounds: "
         f"{', '.join(f'{r:,.0f}' for r in sqlite_rates)})\n"
@@ -188,6 +200,7 @@ async def compare_ingest(args: argparse.Namespace) -> dict[str, object]:
         "pg_to_sqlite": round(pg / sqlite, 3),
         "events": args.events,
         "batch": args.batch,
+        "bodies": args.bodies,
         "pg": (args.pg_url and "given") or "throwaway, durable defaults",
     }
 
@@ -439,7 +452,7 @@ def _percentile(values: list[float], fraction: float) -> float:
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     if args.store == "postgresql":
         return await compare_ingest(args)
-    rate = await measure_ingest(args.events, args.batch)
+    rate = await measure_ingest(args.events, args.batch, mixed=args.bodies == "mixed")
     print(f"ingest: {args.events} events of ~4.4 KB, batches of {args.batch}: {rate:,.0f} events/s")
     with tempfile.TemporaryDirectory() as tmp:
         seen = await measure_visibility(
@@ -502,6 +515,12 @@ def main() -> None:
         choices=("sqlite", "postgresql"),
         default="sqlite",
         help="postgresql: compare ingest into PostgreSQL with SQLite (no visibility run)",
+    )
+    parser.add_argument(
+        "--bodies",
+        choices=("padded", "mixed"),
+        default="padded",
+        help="ingest bodies: padded with 'x' (the reference) or half random (compress ~2x)",
     )
     parser.add_argument("--pg-url", default=None, help="an existing PostgreSQL database to use")
     parser.add_argument("--rounds", type=int, default=2, help="--store postgresql: rounds each")
