@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -11,6 +12,8 @@ from ._protocol import Store
 from ._sqlite import open_sqlite_store
 from ._sqlite_core import wall_clock_ms
 from ._url import StoreConfig
+
+log = logging.getLogger("server.store")
 
 
 @asynccontextmanager
@@ -26,6 +29,7 @@ async def open_store(
         location = config.location
     except ValueError as exc:
         raise StoreError(f"store.url: {exc}") from exc
+    log.info("store: %s", location.redacted())
     if location.backend == "sqlite":
         async with open_sqlite_store(location.path, now_ms=now_ms) as sqlite:
             yield sqlite
