@@ -1,5 +1,6 @@
 """What only the PostgreSQL store has: a password from a file, reconnecting after the server
-dropped a connection, and clear errors when it cannot be reached (the shared behaviour is in
+dropped a connection, running a transaction again after a deadlock, and clear errors when it
+cannot be reached (the shared behaviour is in
 test_store.py, on both backends)."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import trio
 
 from server import StoreError
 from server.store import StoreConfig, open_store
+from server.store._pg_core import Cursor, PgCore, connect
+from server.store._sqlite_core import wall_clock_ms
 
 from ._postgres import PASSWORD, PASSWORD_USER, TempPostgres
 from ._stores import StoreBackend
@@ -81,3 +84,31 @@ async def test_an_unreachable_server_is_a_clear_error(
     with trio.fail_after(20), pytest.raises(StoreError, match=r"cannot connect .*nowhere"):
         async with open_store(StoreConfig(url=url)):
             pass
+
+
+def test_a_transaction_aborted_for_a_deadlock_runs_again(pg_backend: StoreBackend) -> None:
+    # PostgreSQL aborts one of two writers that lock rows in opposite orders (SQLSTATE
+    # 40P01); the store runs the loser's transaction again, from the start, and gives up
+    # with a StoreError only after three aborts in a row. The aborts here are real server
+    # errors with that code, raised on demand.
+    core = PgCore(wall_clock_ms)
+    aborts, session = 2, "s1"
+
+    def write(cur: Cursor) -> int:
+        nonlocal aborts
+        cur.execute("INSERT INTO agents VALUES (%s,'a','','','','','[]',0,0)", (session,))
+        if aborts:
+            aborts -= 1
+            cur.execute("DO $$ BEGIN RAISE EXCEPTION 'deadlock' USING ERRCODE = '40P01'; END $$")
+        cur.execute("SELECT count(*) FROM agents")
+        row = cur.fetchone()
+        return int(row[0]) if row else -1
+
+    with connect(pg_backend.url, "") as conn:
+        core.migrate(conn)
+        assert core._tx(conn, write) == 1  # the aborted runs' inserts were rolled back
+        assert pg_backend.sql("SELECT count(*) FROM agents") == [(1,)]
+        aborts, session = 3, "s2"
+        with pytest.raises(StoreError, match="failed 3 times in a row"):
+            core._tx(conn, write)
+        assert pg_backend.sql("SELECT count(*) FROM agents") == [(1,)]
