@@ -94,13 +94,8 @@ _IN_TYPES = list(_IN_COLUMNS.values())
 _CREATE_IN = (
     "CREATE TEMPORARY TABLE objects_in("
     + ", ".join(f"{c} {t}" for c, t in _IN_COLUMNS.items())
-    # MAIN and a tuple target of a page: a body stays in the row (compressed when it can
-    # be) instead of being cut into TOAST chunks that the upsert reads back at once; the
-    # TOAST writes of the COPY were a quarter of the backend's CPU on half-random bodies
-    # (perf), and this took ~7 % off it (bench_server --bodies mixed).
-    + ") WITH (toast_tuple_target = 8160) ON COMMIT DELETE ROWS"
+    + ") ON COMMIT DELETE ROWS"
 )
-_BODY_INLINE = "ALTER TABLE objects_in ALTER COLUMN body SET STORAGE MAIN"
 _COPY_IN = f"COPY objects_in ({', '.join(UPSERT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _UPSERT_FROM_IN = (
     f"INSERT INTO objects({', '.join(UPSERT_COLUMNS)})"
@@ -142,7 +137,6 @@ def connect(conninfo: str, password_file: str) -> Conn:
         try:
             _prefer_lz4(conn)
             conn.execute(_CREATE_IN)  # this connection's own, for batch ingest
-            conn.execute(_BODY_INLINE)
         except psycopg.Error:
             conn.close()
             raise
