@@ -6,6 +6,7 @@ brackets, is mirrored in memory (one process owns a SQLite file), reloaded after
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +30,8 @@ from ._records import (
 )
 from ._schema import migrate
 from ._sqlite_records import RecordTables
+
+log = logging.getLogger("server.store")
 
 _DELETED = int(EventType.DELETED)
 
