@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import pathlib
 from typing import Any
 
 import trio
@@ -24,6 +26,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "-c", "--config", default=None, help="the server's config file (default: built-in defaults)"
     )
+    parser.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="the store, overriding the config's store.url: sqlite:///path, sqlite://:memory: "
+        "or postgresql://user@host:port/db?sslmode=...&passwordFile=/path",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     parser.add_argument("--log-format", default="text", choices=("text", "json"))
     parser.set_defaults(func=_main)
@@ -31,6 +40,10 @@ def register(subparsers: Any) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     config = server.load_server_config(args.config) if args.config else server.ServerConfig()
+    if args.store:
+        config = dataclasses.replace(
+            config, store=server.store_config(args.store, pathlib.Path.cwd())
+        )
     configure_logging(level=args.log_level, format=args.log_format)
 
     async def main() -> int:

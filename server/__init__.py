@@ -11,7 +11,7 @@ from ._auth import (
     TlsSettings,
     server_ssl_context,
 )
-from ._config import ServerConfig, load_server_config, parse_server_config
+from ._config import ServerConfig, load_server_config, parse_server_config, store_config
 from ._errors import (
     AccountExists,
     AuthError,
@@ -81,4 +81,5 @@ __all__ = [
     "parse_server_config",
     "run_server",
     "server_ssl_context",
+    "store_config",
 ]

@@ -31,7 +31,7 @@ from ._grpc import ConnectHandler
 from ._sessions import SessionManager
 from ._state import OperationsHook, ServerState
 from .ops import OperationService
-from .store import open_sqlite_store
+from .store import open_store
 from .store._sqlite_core import wall_clock_ms
 
 log = logging.getLogger("server")
@@ -73,7 +73,7 @@ async def open_server_state(
 
     Raises StoreError/SchemaError when the store cannot be opened.
     """
-    async with open_sqlite_store(config.store.path, now_ms=now_ms) as store:
+    async with open_store(config.store, now_ms=now_ms) as store:
         accounts = await AccountService.load(
             store, now_ms=now_ms, orphan_grace_ms=int(config.accounts.orphan_grace_seconds * 1000)
         )

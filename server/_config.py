@@ -14,7 +14,9 @@ File paths inside the config are resolved relative to the config file's folder.
                           accountsClaim: accounts},
                     x509: {subjectFilters: [regex, ...]}}}
     api:    {host: 0.0.0.0, port: 7002, httpServer: kubesvc|hypercorn}
-    store:  {type: sqlite, path: kubesvc.db}            # path ":memory:" for no file
+    store:  {url: "sqlite://kubesvc.db",          # or sqlite:///abs.db, sqlite://:memory:,
+             passwordFile, maxConnections: 4}     # postgresql://user@host:port/db?sslmode=...
+            # (older: {type: sqlite, path: kubesvc.db}, read as url sqlite://<path>)
     accounts: {orphanGraceSeconds: 600, maxResumableResourceAgeMs: 300000}
     sessions: {helloTimeoutSeconds: 30, maxBatchEvents: 10000, maxAccountsPerAgent: 1000,
                outboundQueue: 64, heartbeatSeconds: 60}
@@ -34,6 +36,8 @@ import yaml
 
 from ._auth import AuthSettings, ClientAuth, JwtSettings, TlsSettings
 from ._errors import ConfigError
+from .store import StoreConfig as StoreConfig
+from .store import parse_store_url, sqlite_url
 
 T = TypeVar("T")
 
@@ -54,12 +58,6 @@ class ApiConfig:
     # Who speaks HTTP/1.1 for the REST API: our lean server (server/api/_http1.py; WebSocket
     # upgrades still go to Hypercorn) or Hypercorn for everything, the fallback.
     http_server: str = "kubesvc"
-
-
-@dataclass(frozen=True, slots=True)
-class StoreConfig:
-    type: str = "sqlite"
-    path: str = "kubesvc.db"
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,13 +282,7 @@ def parse_server_config(
         api_s.one_of("httpServer", ("kubesvc", "hypercorn"), "kubesvc"),
     )
     api_s.done()
-    store_s = root.section("store")
-    store = StoreConfig(
-        store_s.choice("type", ("SQLITE",), "sqlite").lower(), store_s.text("path", "kubesvc.db")
-    )
-    if store.path != ":memory:" and not Path(store.path).is_absolute():
-        store = StoreConfig(store.type, str(store_s.base / store.path))
-    store_s.done()
+    store = _store(root.section("store"))
     acc_s = root.section("accounts")
     accounts = AccountsConfig(
         acc_s.number("orphanGraceSeconds", 600.0),
@@ -319,6 +311,64 @@ def parse_server_config(
     shutdown_s.done()
     root.done()
     return ServerConfig(server_id, grpc, api, store, accounts, sessions, operations, shutdown)
+
+
+_STORE_URLS = "sqlite:///path, sqlite://:memory: or postgresql://user@host:port/db"
+
+
+def _store(s: _Section) -> StoreConfig:
+    """store.url (or the older store.type + store.path), checked and with relative paths
+    resolved against the config file's folder."""
+    url = s.text("url")
+    kind, path = s.text("type"), s.text("path")
+    password_file = s.file_path("passwordFile")
+    max_connections = s.integer("maxConnections", 4, low=1, high=1000)
+    s.done()
+    where = f"{s.path}.url"
+    if url:
+        if kind or path:
+            raise ConfigError(
+                s.file, f"{s.path}.{'type' if kind else 'path'}", "give url or type/path, not both"
+            )
+    else:
+        if kind.lower() not in ("", "sqlite"):
+            raise ConfigError(
+                s.file,
+                f"{s.path}.type",
+                f"expected sqlite (SQLITE); for PostgreSQL set {s.path}.url: postgresql://...",
+            )
+        url = sqlite_url(path or "kubesvc.db")
+    config = store_config(url, s.base, password_file=password_file, where=(s.file, where))
+    return StoreConfig(config.url, config.password_file, max_connections)
+
+
+def store_config(
+    url: str,
+    base: Path,
+    *,
+    password_file: str = "",
+    where: tuple[str, str] = ("--store", ""),
+) -> StoreConfig:
+    """A StoreConfig for ``url``, a relative SQLite path resolved against ``base``; raises
+    ConfigError at ``where`` (file, path) when the URL is not a store URL."""
+    file, path = where
+    try:
+        location = parse_store_url(url)
+    except ValueError as exc:
+        raise ConfigError(file, path, f"expected {_STORE_URLS}: {exc}") from exc
+    if location.backend == "sqlite":
+        if password_file:
+            raise ConfigError(file, path, "passwordFile is for a postgresql:// URL only")
+        if location.path != ":memory:" and not Path(location.path).is_absolute():
+            url = sqlite_url(str(base / location.path))
+    elif location.password_file:
+        if password_file:
+            raise ConfigError(file, path, "passwordFile given twice (in the URL and the section)")
+        if not Path(location.password_file).is_absolute():
+            raise ConfigError(
+                file, path, f"expected an absolute passwordFile, got {location.password_file!r}"
+            )
+    return StoreConfig(url, password_file)
 
 
 def _grpc(s: _Section) -> GrpcConfig:

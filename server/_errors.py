@@ -8,13 +8,14 @@
     │   ├── StoreClosed        we closed the store; no more calls
     │   ├── InvalidRecord      an event record cannot be stored (bad JSON, missing name, ...)
     │   ├── InvalidQuery       a query's filters are malformed (label selector, continue token)
-    │   └── SchemaError        the file's schema is newer than this code, or a migration failed
+    │   └── SchemaError        the database's schema is newer than this code, or a migration failed
     ├── RegistryError          an account registry request was refused
     │   ├── AccountExists      the name is already registered (carries the names)
     │   └── UnknownAccount     no account by that name
     └── AuthError              an agent's credentials were refused (carries a gRPC status name)
 
-Errors from sqlite3, jwt and yaml are translated at the edge with ``raise ... from exc``.
+Errors from APSW (SQLite), psycopg (PostgreSQL), jwt and yaml are translated at the edge with
+``raise ... from exc``.
 """
 
 from __future__ import annotations

@@ -1,3 +1,5 @@
+import pytest
+
 from kubesvc import __version__
 from kubesvc.cli import main
 
@@ -12,3 +14,11 @@ def test_version_prints_the_package_version() -> None:
 
 def test_no_command_prints_help_and_fails() -> None:
     assert main([]) == 2
+
+
+def test_server_store_url_errors_name_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["server", "--store", "postgresql://kubesvc:hunter2@db/k?bogus=1"]) != 0
+    err = capsys.readouterr().err
+    assert "--store: expected sqlite:///path" in err
+    assert "bogus" in err
+    assert "hunter2" not in err

@@ -1,4 +1,5 @@
-"""Kubernetes label selectors translated to SQL over the objects' ``labels`` JSON column.
+"""Kubernetes label selectors translated to SQL over the objects' ``labels`` JSON column
+(SQLite: JSON text read with json_extract; PostgreSQL: jsonb read with ->>).
 
 Supported: ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``,
 joined by commas (AND). As in Kubernetes, ``!=`` and ``notin`` also match objects without
@@ -8,8 +9,11 @@ the label.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from .._errors import InvalidQuery
+
+Dialect = Literal["sqlite", "postgresql"]
 
 _KEY = r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
@@ -35,8 +39,18 @@ def _split(selector: str) -> list[str]:
     return parts
 
 
-def selector_sql(selector: str) -> tuple[str, list[str]]:
-    """A SQL condition and its parameters for ``selector``; raises InvalidQuery saying where."""
+def _label(dialect: Dialect, key: str) -> tuple[str, list[str]]:
+    """The SQL that reads label ``key`` (NULL when absent), and its parameters."""
+    if dialect == "sqlite":
+        # key matched _KEY (no quotes): safe inside the JSON path.
+        return f"json_extract(labels, '$.\"{key}\"')", []
+    return "(labels->>%s)", [key]
+
+
+def selector_sql(selector: str, dialect: Dialect) -> tuple[str, list[str]]:
+    """A SQL condition and its parameters for ``selector`` (placeholders ``?`` for SQLite,
+    ``%s`` for PostgreSQL); raises InvalidQuery saying where."""
+    mark = "?" if dialect == "sqlite" else "%s"
     clauses: list[str] = []
     params: list[str] = []
     parts = [p for p in _split(selector) if p.strip()]
@@ -48,28 +62,31 @@ def selector_sql(selector: str) -> tuple[str, list[str]]:
             values = [v.strip() for v in raw.split(",")]
             if not values or any(not _VALUE_RE.fullmatch(v) for v in values):
                 raise InvalidQuery(f"label selector {part.strip()!r}: bad value list")
-            column = f"json_extract(labels, '$.\"{key}\"')"
-            marks = ",".join("?" * len(values))
+            column, keys = _label(dialect, key)
+            marks = ",".join([mark] * len(values))
             if op == "in":
                 clauses.append(f"{column} IN ({marks})")
+                params.extend([*keys, *values])
             else:
                 clauses.append(f"({column} IS NULL OR {column} NOT IN ({marks}))")
-            params.extend(values)
+                params.extend([*keys, *keys, *values])
         elif m := _EQ.fullmatch(part):
             key, op, value = m.group(1), m.group(2), m.group(3)
-            column = f"json_extract(labels, '$.\"{key}\"')"
+            column, keys = _label(dialect, key)
             if op == "!=":
-                clauses.append(f"({column} IS NULL OR {column} != ?)")
+                clauses.append(f"({column} IS NULL OR {column} != {mark})")
+                params.extend([*keys, *keys, value])
             else:
-                clauses.append(f"{column} = ?")
-            params.append(value)
+                clauses.append(f"{column} = {mark}")
+                params.extend([*keys, value])
         elif m := _EXISTS.fullmatch(part):
             negate, key = m.group(1), m.group(2)
-            column = f"json_extract(labels, '$.\"{key}\"')"
+            column, keys = _label(dialect, key)
             clauses.append(f"{column} IS NULL" if negate else f"{column} IS NOT NULL")
+            params.extend(keys)
         else:
             raise InvalidQuery(
                 f"label selector {part.strip()!r}: expected k=v, k!=v, k, !k, "
                 "k in (a,b) or k notin (a,b)"
             )
-    return " AND ".join(clauses) or "1", params
+    return " AND ".join(clauses) or "TRUE", params

@@ -1,7 +1,8 @@
 """The one interface the rest of the server uses to reach the cache store.
 
-SQLite implements it today (``open_sqlite_store``); a PostgreSQL store for several server
-replicas can implement the same Protocol later without touching its callers.
+SQLite (``open_sqlite_store``) and PostgreSQL (``open_postgres_store``, for several server
+replicas) implement it and pass the same test suite; ``open_store`` opens the one a
+``StoreConfig`` names.
 """
 
 from __future__ import annotations

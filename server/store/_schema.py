@@ -1,8 +1,10 @@
-"""The SQLite schema, as an ordered list of migrations.
+"""The SQLite schema, as an ordered list of migrations (PostgreSQL's: ``_pg_schema``).
 
 ``schema_version`` holds one row per applied migration. Opening a database applies the
-missing steps in order, each in its own transaction; a database newer than this code is
-refused (SchemaError) rather than guessed at. Never edit a released step: append a new one.
+missing steps in order, each in its own transaction, which reads the version again after it
+took the write lock (BEGIN IMMEDIATE): two processes opening one file at once apply each step
+once. A database newer than this code is refused (SchemaError) rather than guessed at. Never
+edit a released step: append a new one.
 
 Objects live in a rowid table with a unique index on their coordinates and the body as the
 last column: measured here (500 rows of 4.4 KB per transaction, WAL, synchronous=NORMAL)
@@ -76,6 +78,15 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
+def check_known(version: int, migrations: tuple[Migration, ...]) -> None:
+    """Raises SchemaError when the database's ``version`` is newer than ``migrations``."""
+    known = migrations[-1].version if migrations else 0
+    if version > known:
+        raise SchemaError(
+            f"the database has schema version {version}, newer than this server knows ({known})"
+        )
+
+
 def current_version(conn: apsw.Connection) -> int:
     """The highest applied migration (0 for a new database)."""
     conn.execute(
@@ -95,27 +106,31 @@ def migrate(
     step is rolled back; earlier steps stay applied).
     """
     version = current_version(conn)
-    known = migrations[-1].version if migrations else 0
-    if version > known:
-        raise SchemaError(
-            f"the database has schema version {version}, newer than this server knows ({known})"
-        )
+    check_known(version, migrations)
     for step in migrations:
         if step.version <= version:
             continue
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in step.statements:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_version(version, applied_at_ms, description) VALUES (?,?,?)",
-                (step.version, now_ms, step.description),
-            )
+            conn.execute("BEGIN IMMEDIATE")  # the write lock: one migrating process at a time
+            version = current_version(conn)
+            check_known(version, migrations)
+            if step.version > version:
+                for statement in step.statements:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_version(version, applied_at_ms, description)"
+                    " VALUES (?,?,?)",
+                    (step.version, now_ms, step.description),
+                )
             conn.execute("COMMIT")
-        except apsw.Error as exc:
-            conn.execute("ROLLBACK")
-            raise SchemaError(
-                f"migration {step.version} ({step.description}) failed: {exc}"
-            ) from exc
-        version = step.version
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, apsw.Error):
+                raise SchemaError(
+                    f"migration {step.version} ({step.description}) failed: {exc}"
+                ) from exc
+            raise
+    version = current_version(conn)
+    check_known(version, migrations)
     return version

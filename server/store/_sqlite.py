@@ -1,19 +1,20 @@
-"""The SQLite store: SqliteCore driven from trio through one serialized worker thread, and
-(``run_upkeep``, started by the owner) a WalCheckpointer copying its commits into the database
-file from another."""
+"""The SQLite store: SqliteCore driven from trio through a worker thread (``_threads``, one
+connection, so one call at a time), and (``run_upkeep``, started by the owner) a
+WalCheckpointer copying its commits into the database file from another."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 import trio
 
 from wire import EventRecord
 
-from .._errors import StoreClosed, StoreError
+from .._errors import StoreError
 from ._checkpointer import MAX_LOG_BYTES, WalCheckpointer
+from ._ingest import apply_groups
 from ._records import (
     AccountRecord,
     AgentRecord,
@@ -25,6 +26,7 @@ from ._records import (
     StoredObject,
 )
 from ._sqlite_core import AUTOCHECKPOINT_PAGES, SqliteCore, wall_clock_ms
+from ._threads import WorkerThreads
 
 _CLEANUP_SECONDS = 5.0  # to hand checkpoints back to SQLite after the upkeep stops
 
@@ -33,28 +35,34 @@ T = TypeVar("T")
 
 
 class SqliteStore:
-    """The Store on SQLite. Calls run one at a time in a worker thread (a limiter of 1).
+    """The Store on SQLite. Calls run one at a time in a worker thread (one connection).
 
     A call cancelled while its statement runs waits for the thread to finish (trio's
     to_thread is not abandoned), so a transaction is either committed or rolled back, never
     left half done. Obtain one with ``open_sqlite_store``.
     """
 
-    def __init__(self, core: SqliteCore, limiter: trio.CapacityLimiter) -> None:
-        self._core: SqliteCore | None = core
-        self._limiter = limiter
+    def __init__(self, core: SqliteCore) -> None:
+        self._core = core
+        self._threads = WorkerThreads(lambda: core, SqliteCore.close, 1)
         self._checkpointer: WalCheckpointer | None = None  # while run_upkeep runs
         # Held across admit and the write: a writer is admitted against the log's size only
-        # once the write before it has committed (else each writer queued on the limiter
+        # once the write before it has committed (else each writer queued on the thread
         # would be let in against the same stale size).
         self._write_lock = trio.Lock()
 
-    async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        if self._core is None:
-            raise StoreClosed("the store is closed")
-        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._limiter)
+    async def _run(
+        self, fn: Callable[Concatenate[SqliteCore, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        return await self._threads.run(fn, *args, **kwargs)
 
-    async def _write(self, nbytes: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    async def _write(
+        self,
+        nbytes: int,
+        fn: Callable[Concatenate[SqliteCore, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
         """``_run`` for a call that writes about ``nbytes``: it waits while the WAL is over
         its bound, and tells the checkpointer it has frames to copy."""
         checkpointer = self._checkpointer
@@ -77,12 +85,12 @@ class SqliteStore:
         cancelled, keeping the log under ``max_wal_bytes`` plus one transaction (see
         ``_checkpointer``). Without it (or for an in-memory store, where it returns at once)
         SQLite checkpoints inside the COMMIT that crosses AUTOCHECKPOINT_PAGES, as before."""
-        core = self._c
+        core = self._core
         if not core.wal:
             task_status.started()
             return
         checkpointer = WalCheckpointer(core.path, core.page_size, max_log_bytes=max_wal_bytes)
-        await self._run(core.set_autocheckpoint, 0)
+        await self._run(SqliteCore.set_autocheckpoint, 0)
         self._checkpointer = checkpointer
         task_status.started()
         try:
@@ -90,29 +98,23 @@ class SqliteStore:
         finally:
             self._checkpointer = None
             with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                if self._core is not None:
-                    await self._run(core.set_autocheckpoint, AUTOCHECKPOINT_PAGES)
-
-    @property
-    def _c(self) -> SqliteCore:
-        if self._core is None:
-            raise StoreClosed("the store is closed")
-        return self._core
+                if not self._threads.closed:
+                    await self._run(SqliteCore.set_autocheckpoint, AUTOCHECKPOINT_PAGES)
 
     async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
-        return await self._write(_size(records), self._c.apply_events, records, account)
+        return await self._write(_size(records), SqliteCore.apply_events, records, account)
 
     async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
-        return await self._write(_size(records), self._c.apply_events, records, None)
+        return await self._write(_size(records), SqliteCore.apply_events, records, None)
 
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
-        return await self._write(_size(records), self._c.apply_operation_objects, records)
+        return await self._write(_size(records), SqliteCore.apply_operation_objects, records)
 
     async def get_object(
         self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str
     ) -> StoredObject | None:
         return await self._run(
-            self._c.get_object, account, api_version_or_group, kind, namespace, name
+            SqliteCore.get_object, account, api_version_or_group, kind, namespace, name
         )
 
     async def query_objects(
@@ -127,7 +129,7 @@ class SqliteStore:
         group: str | None = None,
     ) -> ObjectPage:
         return await self._run(
-            self._c.query_objects,
+            SqliteCore.query_objects,
             account,
             group,
             kind,
@@ -138,69 +140,64 @@ class SqliteStore:
         )
 
     async def count_objects(self, account: str | None = None, kind: str | None = None) -> int:
-        return await self._run(self._c.count_objects, account, kind)
+        return await self._run(SqliteCore.count_objects, account, kind)
 
     async def resume_points(self, account: str) -> list[ResumePoint]:
-        return await self._run(self._c.resume_points, account)
+        return await self._run(SqliteCore.resume_points, account)
 
     async def upsert_account(self, record: AccountRecord) -> None:
-        await self._write(_SMALL, self._c.upsert_account, record)
+        await self._write(_SMALL, SqliteCore.upsert_account, record)
 
     async def get_account(self, name: str) -> AccountRecord | None:
-        return await self._run(self._c.get_account, name)
+        return await self._run(SqliteCore.get_account, name)
 
     async def list_accounts(self) -> list[AccountRecord]:
-        return await self._run(self._c.list_accounts)
+        return await self._run(SqliteCore.list_accounts)
 
     async def delete_account(self, name: str) -> bool:
-        return await self._write(_SMALL, self._c.delete_account, name)
+        return await self._write(_SMALL, SqliteCore.delete_account, name)
 
     async def upsert_agent(self, record: AgentRecord) -> None:
-        await self._write(_SMALL, self._c.upsert_agent, record)
+        await self._write(_SMALL, SqliteCore.upsert_agent, record)
 
     async def delete_agent(self, session_id: str) -> None:
-        await self._write(_SMALL, self._c.delete_agent, session_id)
+        await self._write(_SMALL, SqliteCore.delete_agent, session_id)
 
     async def list_agents(self) -> list[AgentRecord]:
-        return await self._run(self._c.list_agents)
+        return await self._run(SqliteCore.list_agents)
 
     async def record_operation(self, record: OperationRecord, message: str = "") -> None:
-        await self._write(_SMALL, self._c.record_operation, record, message)
+        await self._write(_SMALL, SqliteCore.record_operation, record, message)
 
     async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
-        await self._write(_SMALL, self._c.record_operations, items)
+        await self._write(_SMALL, SqliteCore.record_operations, items)
 
     async def record_operations_and_objects(
         self,
         items: Sequence[tuple[OperationRecord, str]],
         objects: Sequence[Sequence[EventRecord]],
     ) -> list[StoreError | None]:
-        core = self._c
-
-        def both() -> list[StoreError | None]:
-            errors = _apply_groups(core, objects)
+        def both(core: SqliteCore) -> list[StoreError | None]:
+            errors = apply_groups(core.apply_operation_objects, objects)
             core.record_operations(items)
             return errors
 
         return await self._write(sum(map(_size, objects)), both)
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
-        return await self._run(self._c.get_operation, operation_id)
+        return await self._run(SqliteCore.get_operation, operation_id)
 
     async def list_operations(
         self, account: str | None = None, limit: int = 100
     ) -> list[OperationRecord]:
-        return await self._run(self._c.list_operations, account, limit)
+        return await self._run(SqliteCore.list_operations, account, limit)
 
     async def operation_history(self, operation_id: str) -> list[OperationEvent]:
-        return await self._run(self._c.operation_history, operation_id)
+        return await self._run(SqliteCore.operation_history, operation_id)
 
     async def aclose(self) -> None:
         """Close the connection (after any call in progress); later calls raise StoreClosed."""
-        core, self._core = self._core, None
-        if core is not None:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(core.close, limiter=self._limiter)
+        await self._threads.aclose()
 
 
 # What a write of accounts, agents or operations adds to the log, about: a page or two.
@@ -211,29 +208,6 @@ def _size(records: Sequence[EventRecord]) -> int:
     """About what writing ``records`` adds to the log: their objects, and a page for the
     index entries and the resume points."""
     return sum(len(r.object) for r in records) + 4096
-
-
-def _apply_groups(
-    core: SqliteCore, groups: Sequence[Sequence[EventRecord]]
-) -> list[StoreError | None]:
-    """Every group in one transaction; if that fails, each group in its own (worker thread)."""
-    errors: list[StoreError | None] = [None] * len(groups)
-    filled = [i for i, group in enumerate(groups) if group]
-    if not filled:
-        return errors
-    try:
-        core.apply_operation_objects([r for i in filled for r in groups[i]])
-        return errors
-    except StoreError as exc:
-        if len(filled) == 1:
-            errors[filled[0]] = exc
-            return errors
-    for i in filled:
-        try:
-            core.apply_operation_objects(groups[i])
-        except StoreError as exc:
-            errors[i] = exc
-    return errors
 
 
 @asynccontextmanager
@@ -247,9 +221,8 @@ async def open_sqlite_store(
     StoreError/SchemaError when the file cannot be opened or migrated. The store is closed on
     exit.
     """
-    limiter = trio.CapacityLimiter(1)
-    core = await trio.to_thread.run_sync(SqliteCore, path, now_ms, limiter=limiter)
-    store = SqliteStore(core, limiter)
+    core = await trio.to_thread.run_sync(SqliteCore, path, now_ms)
+    store = SqliteStore(core)
     try:
         yield store
     finally:

@@ -1,38 +1,25 @@
 """The synchronous SQLite core of the store: one connection, used by one thread at a time.
 
-Theory of operation (sync brackets). The store keeps one counter, the *epoch*, persisted in
-``meta``. Every object write stamps the object with the current epoch. ``SYNC_BEGIN`` for
-(account, group, kind, scope) bumps the epoch and remembers it as that bracket's start;
-``SYNC_END`` deletes the objects of that account, group, kind (and namespace, when the scope
-is one) whose stamp is older than the start: nobody saw them in the full listing. A
-SYNC_END with no open bracket deletes nothing (logged). While any bracket of a kind is open,
-object events do not advance that kind's resume point: the versions of listed objects are not
-a watch position; the SYNC_END's own resourceVersion (the list's) is.
+The sync-bracket rules are ``_ingest``'s; here the epoch lives in ``meta`` and, with the open
+brackets, is mirrored in memory (one process owns a SQLite file), reloaded after a rollback.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import apsw
-import msgspec
 
 from wire import EventRecord, EventType
 
-from .._errors import InvalidQuery, StoreError
+from .._errors import StoreError
+from ._ingest import ObjectKey, apply_prepared
 from ._labels import selector_sql
-from ._prepared import (
-    EPOCH_SLOT,
-    TIME_SLOT,
-    UPSERT_COLUMNS,
-    PreparedEvents,
-    prepare_events,
-    upsert_row,
-)
+from ._paging import check_limit, make_token, read_token
+from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events, upsert_row
 from ._records import (
     BatchOutcome,
     ObjectPage,
@@ -42,16 +29,11 @@ from ._records import (
     group_of,
 )
 from ._schema import migrate
-from ._sqlite_records import RecordTables, encode
+from ._sqlite_records import RecordTables
 
 log = logging.getLogger("server.store")
 
-_ADDED, _MODIFIED, _DELETED = int(EventType.ADDED), int(EventType.MODIFIED), int(EventType.DELETED)
-_BOOKMARK, _BEGIN, _END = (
-    int(EventType.BOOKMARK),
-    int(EventType.SYNC_BEGIN),
-    int(EventType.SYNC_END),
-)
+_DELETED = int(EventType.DELETED)
 
 _UPSERT = (
     f"INSERT INTO objects({', '.join(UPSERT_COLUMNS)})"
@@ -73,25 +55,7 @@ _DELETE = "DELETE FROM objects WHERE account=? AND grp=? AND kind=? AND namespac
 _OBJECT_COLUMNS = (
     "account, api_version, kind, namespace, name, uid, resource_version, body, updated_at_ms"
 )
-_MAX_QUERY_LIMIT = 10_000
 AUTOCHECKPOINT_PAGES = 10_000
-
-
-_encode = encode
-
-
-def _token(key: Sequence[str]) -> str:
-    return base64.urlsafe_b64encode(_encode(list(key))).decode()
-
-
-def _untoken(token: str) -> list[str]:
-    try:
-        key = msgspec.json.decode(base64.urlsafe_b64decode(token.encode()), type=list[str])
-    except (ValueError, msgspec.DecodeError) as exc:
-        raise InvalidQuery(f"continue token {token[:40]!r} is not one this server issued") from exc
-    if len(key) != 5:
-        raise InvalidQuery(f"continue token {token[:40]!r} is not one this server issued")
-    return key
 
 
 class SqliteCore(RecordTables):
@@ -102,12 +66,13 @@ class SqliteCore(RecordTables):
         try:
             self.path = path
             self._conn = apsw.Connection(path)
-            mode = self._conn.execute("PRAGMA journal_mode=WAL").get
+            # First: another process (a second server) may be opening the same file.
+            self._conn.execute("PRAGMA busy_timeout=5000")
+            mode = _wal_mode(self._conn)
             # A file database is in WAL mode; an in-memory one keeps its journal in memory.
             self.wal = str(mode).lower() == "wal"
             self.page_size = int(self._conn.execute("PRAGMA page_size").get)
             self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("PRAGMA busy_timeout=5000")
             # SQLite's own checkpoint, inside the COMMIT that crosses this many pages, until
             # the store's upkeep (a WalCheckpointer) takes over. Measured (bench_server):
             # the default 1,000 pages cost about a quarter of the ingest rate.
@@ -176,71 +141,10 @@ class SqliteCore(RecordTables):
         return self._write(lambda: self._apply(prepared))  # type: ignore[no-any-return]
 
     def _apply(self, prepared: PreparedEvents) -> BatchOutcome:
-        conn, now, epoch = self._conn, self._now_ms(), self._epoch
-        pending: list[Sequence[Any]] = []
-        pending_sql = _UPSERT
-        rvs: dict[tuple[str, str, str, str], str] = {}
-        # Resume points are withheld per (account, group, kind, scope) while that scope's
-        # listing is open: a bracket left open in one namespace must not freeze the others.
-        syncing = set(self._open_syncs)
-        swept: list[ObjectRef] = []
-        upserted = deleted = 0
-
-        def flush() -> None:
-            if pending:
-                conn.executemany(pending_sql, pending)
-                pending.clear()
-
-        for r, group, row in zip(prepared.records, prepared.groups, prepared.rows, strict=True):
-            t = r.type
-            if t in (_ADDED, _MODIFIED, _DELETED):
-                sql = _DELETE if row is None else _UPSERT
-                if sql is not pending_sql:
-                    flush()
-                    pending_sql = sql
-                if row is None:
-                    pending.append((r.account, group, r.kind, r.namespace, r.name))
-                    deleted += 1
-                else:
-                    row[EPOCH_SLOT] = epoch
-                    row[TIME_SLOT] = now
-                    pending.append(row)
-                    upserted += 1
-                if not syncing or (r.account, group, r.kind.lower(), r.scope) not in syncing:
-                    rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
-                continue
-            scope_key = (r.account, group, r.kind.lower(), r.scope)
-            if t == _BOOKMARK:
-                if scope_key not in syncing and r.resource_version:
-                    rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
-            elif t == _BEGIN:
-                flush()
-                self._epoch = epoch = self._epoch + 1
-                conn.execute("UPDATE meta SET value=? WHERE key='epoch'", (str(epoch),))
-                conn.execute(
-                    "INSERT OR REPLACE INTO sync_state VALUES (?,?,?,?,?,?)",
-                    (r.account, group, r.kind, r.scope, epoch, now),
-                )
-                conn.execute(
-                    "DELETE FROM resource_versions WHERE account=? AND api_version=? AND kind=?"
-                    " AND scope=?",
-                    (r.account, r.api_version, r.kind, r.scope),
-                )
-                rvs.pop((r.account, r.api_version, r.kind, r.scope), None)
-                self._open_syncs[scope_key] = epoch
-                syncing.add(scope_key)
-            elif t == _END:
-                flush()
-                swept.extend(self._end_sync(r, group))
-                syncing = set(self._open_syncs)
-                if r.resource_version:
-                    rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
-        flush()
-        conn.executemany(
-            "INSERT OR REPLACE INTO resource_versions VALUES (?,?,?,?,?,?)",
-            [(*key, rv, now) for key, rv in rvs.items() if rv],
+        outcome, self._epoch = apply_prepared(
+            prepared, _Writer(self), self._open_syncs, self._epoch, self._now_ms()
         )
-        return BatchOutcome(upserted=upserted, deleted=deleted, swept=tuple(swept))
+        return outcome
 
     def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
         """Objects an operation returned (issue 6): upsert unless the stored version is newer,
@@ -264,34 +168,6 @@ class SqliteCore(RecordTables):
 
         return self._write(write)  # type: ignore[no-any-return]
 
-    def _end_sync(self, r: EventRecord, group: str) -> list[ObjectRef]:
-        key = (r.account, group, r.kind.lower(), r.scope)
-        begin = self._open_syncs.pop(key, None)
-        if begin is None:
-            log.warning(
-                "SYNC_END for %s %s/%s scope %r without a SYNC_BEGIN: nothing swept",
-                r.account,
-                group,
-                r.kind,
-                r.scope,
-            )
-            return []
-        self._conn.execute(
-            "DELETE FROM sync_state WHERE account=? AND grp=? AND kind=? AND scope=?",
-            (r.account, group, r.kind, r.scope),
-        )
-        where = "account=? AND grp=? AND kind=? AND epoch<?"
-        params: list[Any] = [r.account, group, r.kind, begin]
-        if r.scope:
-            where += " AND namespace=?"
-            params.append(r.scope)
-        rows: list[Any] = self._conn.execute(
-            f"DELETE FROM objects WHERE {where} RETURNING account, api_version, kind, namespace,"
-            " name",
-            params,
-        ).fetchall()
-        return [ObjectRef(*row) for row in rows]
-
     # -- reads --------------------------------------------------------------------------
 
     def get_object(
@@ -314,8 +190,7 @@ class SqliteCore(RecordTables):
         limit: int,
         continue_token: str | None,
     ) -> ObjectPage:
-        if not 1 <= limit <= _MAX_QUERY_LIMIT:
-            raise InvalidQuery(f"limit {limit} is outside 1..{_MAX_QUERY_LIMIT}")
+        check_limit(limit)
         where: list[str] = []
         params: list[Any] = []
         for column, value in (
@@ -328,12 +203,12 @@ class SqliteCore(RecordTables):
                 where.append(f"{column}=?")
                 params.append(value)
         if label_selector:
-            clause, values = selector_sql(label_selector)
+            clause, values = selector_sql(label_selector, "sqlite")
             where.append(clause)
             params.extend(values)
         if continue_token:
             where.append("(account, grp, kind, namespace, name) > (?,?,?,?,?)")
-            params.extend(_untoken(continue_token))
+            params.extend(read_token(continue_token))
         sql = (
             f"SELECT {_OBJECT_COLUMNS}, grp FROM objects WHERE {' AND '.join(where) or '1'}"
             f" ORDER BY account, grp, kind, namespace, name LIMIT ?"
@@ -343,7 +218,7 @@ class SqliteCore(RecordTables):
         if len(rows) <= limit:
             return ObjectPage(objects, None)
         last = rows[limit - 1]
-        return ObjectPage(objects, _token((last[0], last[9], last[2], last[3], last[4])))
+        return ObjectPage(objects, make_token((last[0], last[9], last[2], last[3], last[4])))
 
     def count_objects(self, account: str | None, kind: str | None) -> int:
         where, params = [], []
@@ -365,6 +240,76 @@ class SqliteCore(RecordTables):
             (account,),
         )
         return [ResumePoint(*row) for row in rows]
+
+
+class _Writer:
+    """``_ingest.BatchWriter`` on the core's connection, inside its write transaction."""
+
+    def __init__(self, core: SqliteCore) -> None:
+        self._core = core
+        self._conn = core._conn
+
+    def upsert(self, rows: list[Sequence[Any]]) -> None:
+        self._conn.executemany(_UPSERT, rows)
+
+    def delete(self, keys: list[ObjectKey]) -> None:
+        self._conn.executemany(_DELETE, keys)
+
+    def begin_sync(self, r: EventRecord, group: str, now_ms: int) -> int:
+        epoch = self._core._epoch + 1
+        self._core._epoch = epoch  # rolled back with the transaction (_load_sync_state)
+        conn = self._conn
+        conn.execute("UPDATE meta SET value=? WHERE key='epoch'", (str(epoch),))
+        conn.execute(
+            "INSERT OR REPLACE INTO sync_state VALUES (?,?,?,?,?,?)",
+            (r.account, group, r.kind, r.scope, epoch, now_ms),
+        )
+        conn.execute(
+            "DELETE FROM resource_versions WHERE account=? AND api_version=? AND kind=?"
+            " AND scope=?",
+            (r.account, r.api_version, r.kind, r.scope),
+        )
+        return epoch
+
+    def end_sync(self, r: EventRecord, group: str, begin_epoch: int) -> list[ObjectRef]:
+        self._conn.execute(
+            "DELETE FROM sync_state WHERE account=? AND grp=? AND kind=? AND scope=?",
+            (r.account, group, r.kind, r.scope),
+        )
+        where = "account=? AND grp=? AND kind=? AND epoch<?"
+        params: list[Any] = [r.account, group, r.kind, begin_epoch]
+        if r.scope:
+            where += " AND namespace=?"
+            params.append(r.scope)
+        rows: list[Any] = self._conn.execute(
+            f"DELETE FROM objects WHERE {where} RETURNING account, api_version, kind, namespace,"
+            " name",
+            params,
+        ).fetchall()
+        return [ObjectRef(*row) for row in rows]
+
+    def save_resume_points(self, rows: list[tuple[str, str, str, str, str, int]]) -> None:
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO resource_versions VALUES (?,?,?,?,?,?)", rows
+        )
+
+
+_WAL_SWITCH_SECONDS = 5.0
+
+
+def _wal_mode(conn: apsw.Connection) -> object:
+    """``PRAGMA journal_mode=WAL``, retried while another connection holds the file: the
+    switch needs an exclusive lock and SQLite answers BUSY at once, without its busy
+    handler, when two processes open a new file together (test_store's replicas test found
+    it). Returns the mode now in force."""
+    deadline = time.monotonic() + _WAL_SWITCH_SECONDS
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode=WAL").get
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)  # a worker thread: blocking here blocks no trio task
 
 
 def wall_clock_ms() -> int:

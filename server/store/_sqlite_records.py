@@ -1,4 +1,5 @@
-"""The store's small tables on SQLite: accounts, agents, operations and their history."""
+"""The store's small tables on SQLite: accounts, agents, operations and their history; and
+their rows, which both backends share (JSON fields as text, ``dynamic`` as 0/1)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,90 @@ from ._records import AccountRecord, AccountState, AgentRecord, OperationEvent, 
 
 encode = msgspec.json.encode
 _encode = encode
+
+
+def account_row(a: AccountRecord, now_ms: int) -> tuple[Any, ...]:
+    """An account as the ``accounts`` table's columns, in order."""
+    return (
+        a.name,
+        a.kube_host,
+        a.cert_fingerprint,
+        a.kube_version,
+        str(a.status),
+        a.error_message,
+        a.retry_count,
+        int(a.dynamic),
+        _encode(a.permissions).decode(),
+        _encode(a.properties).decode(),
+        a.zone_id,
+        a.last_updated_ms or now_ms,
+        _encode(a.connections).decode(),
+        a.orphaned_at_ms,
+    )
+
+
+def account_from_row(row: Sequence[Any]) -> AccountRecord:
+    return AccountRecord(
+        name=row[0],
+        kube_host=row[1],
+        cert_fingerprint=row[2],
+        kube_version=row[3],
+        status=AccountState(row[4]),
+        error_message=row[5],
+        retry_count=row[6],
+        dynamic=bool(row[7]),
+        permissions=msgspec.json.decode(row[8]),
+        properties=msgspec.json.decode(row[9]),
+        zone_id=row[10],
+        last_updated_ms=row[11],
+        connections=msgspec.json.decode(row[12]),
+        orphaned_at_ms=row[13],
+    )
+
+
+def agent_row(a: AgentRecord) -> tuple[Any, ...]:
+    """An agent session as the ``agents`` table's columns, in order."""
+    return (
+        a.session_id,
+        a.agent_id,
+        a.instance_id,
+        a.agent_version,
+        a.server_id,
+        a.peer,
+        _encode(a.accounts).decode(),
+        a.connected_at_ms,
+        a.last_seen_ms,
+    )
+
+
+def agent_from_row(r: Sequence[Any]) -> AgentRecord:
+    return AgentRecord(
+        session_id=r[0],
+        agent_id=r[1],
+        instance_id=r[2],
+        agent_version=r[3],
+        server_id=r[4],
+        peer=r[5],
+        accounts=msgspec.json.decode(r[6]),
+        connected_at_ms=r[7],
+        last_seen_ms=r[8],
+    )
+
+
+def operation_row(op: OperationRecord, now_ms: int) -> tuple[Any, ...]:
+    """An operation as the ``operations`` table's columns, in order."""
+    return (
+        op.id,
+        op.account,
+        op.type,
+        op.payload_json,
+        op.state,
+        op.created_ms or now_ms,
+        op.updated_ms or now_ms,
+        op.result_json,
+        op.error_message,
+        op.error_code,
+    )
 
 
 class RecordTables:
@@ -34,50 +119,16 @@ class RecordTables:
         self._write(
             lambda: self._conn.execute(
                 "INSERT OR REPLACE INTO accounts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    a.name,
-                    a.kube_host,
-                    a.cert_fingerprint,
-                    a.kube_version,
-                    str(a.status),
-                    a.error_message,
-                    a.retry_count,
-                    int(a.dynamic),
-                    _encode(a.permissions),
-                    _encode(a.properties),
-                    a.zone_id,
-                    a.last_updated_ms or self._now_ms(),
-                    _encode(a.connections),
-                    a.orphaned_at_ms,
-                ),
+                account_row(a, self._now_ms()),
             )
-        )
-
-    @staticmethod
-    def _account(row: Sequence[Any]) -> AccountRecord:
-        return AccountRecord(
-            name=row[0],
-            kube_host=row[1],
-            cert_fingerprint=row[2],
-            kube_version=row[3],
-            status=AccountState(row[4]),
-            error_message=row[5],
-            retry_count=row[6],
-            dynamic=bool(row[7]),
-            permissions=msgspec.json.decode(row[8]),
-            properties=msgspec.json.decode(row[9]),
-            zone_id=row[10],
-            last_updated_ms=row[11],
-            connections=msgspec.json.decode(row[12]),
-            orphaned_at_ms=row[13],
         )
 
     def get_account(self, name: str) -> AccountRecord | None:
         rows = self._read("SELECT * FROM accounts WHERE name=?", (name,))
-        return self._account(rows[0]) if rows else None
+        return account_from_row(rows[0]) if rows else None
 
     def list_accounts(self) -> list[AccountRecord]:
-        return [self._account(r) for r in self._read("SELECT * FROM accounts ORDER BY name")]
+        return [account_from_row(r) for r in self._read("SELECT * FROM accounts ORDER BY name")]
 
     def delete_account(self, name: str) -> bool:
         def delete() -> bool:
@@ -96,18 +147,7 @@ class RecordTables:
     def upsert_agent(self, a: AgentRecord) -> None:
         self._write(
             lambda: self._conn.execute(
-                "INSERT OR REPLACE INTO agents VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    a.session_id,
-                    a.agent_id,
-                    a.instance_id,
-                    a.agent_version,
-                    a.server_id,
-                    a.peer,
-                    _encode(a.accounts),
-                    a.connected_at_ms,
-                    a.last_seen_ms,
-                ),
+                "INSERT OR REPLACE INTO agents VALUES (?,?,?,?,?,?,?,?,?)", agent_row(a)
             )
         )
 
@@ -118,20 +158,7 @@ class RecordTables:
 
     def list_agents(self) -> list[AgentRecord]:
         rows = self._read("SELECT * FROM agents ORDER BY agent_id, session_id")
-        return [
-            AgentRecord(
-                session_id=r[0],
-                agent_id=r[1],
-                instance_id=r[2],
-                agent_version=r[3],
-                server_id=r[4],
-                peer=r[5],
-                accounts=msgspec.json.decode(r[6]),
-                connected_at_ms=r[7],
-                last_seen_ms=r[8],
-            )
-            for r in rows
-        ]
+        return [agent_from_row(r) for r in rows]
 
     # -- operations ---------------------------------------------------------------------
 
@@ -151,18 +178,7 @@ class RecordTables:
         now = self._now_ms()
         self._conn.execute(
             "INSERT OR REPLACE INTO operations VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                op.id,
-                op.account,
-                op.type,
-                op.payload_json,
-                op.state,
-                op.created_ms or now,
-                op.updated_ms or now,
-                op.result_json,
-                op.error_message,
-                op.error_code,
-            ),
+            operation_row(op, now),
         )
         self._conn.execute(
             "INSERT INTO operation_history(operation_id, at_ms, state, message) VALUES (?,?,?,?)",

@@ -110,7 +110,7 @@ def _server_config(port: int, tls: server.TlsSettings | None = None) -> server.S
     return replace(
         base,
         grpc=replace(base.grpc, host="127.0.0.1", port=port, tls=tls),
-        store=replace(base.store, path=":memory:"),
+        store=replace(base.store, url="sqlite://:memory:"),
     )
 
 

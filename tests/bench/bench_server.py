@@ -2,6 +2,15 @@
 
     .venv/bin/python -m tests.bench.bench_server [--events N] [--batch 500] [--rate 1000]
         [--seconds 10] [--objects 500] [--rest-samples 20] [--json]
+    .venv/bin/python -m tests.bench.bench_server --store postgresql [--pg-url URL] [--json]
+
+``--store postgresql`` measures ingest only, into PostgreSQL and into SQLite in the same run
+(alternating, ``--rounds`` each, the best of each kept), and prints the ratio: the server is
+a throwaway one started from this machine's binaries (tests/server/_postgres.py) with its
+durable defaults (fsync, synchronous_commit on: every batch's commit waits for its WAL
+flush), on a unix socket; or the database at ``--pg-url``. JSON keys:
+``pg_ingest_events_per_s``, ``sqlite_ingest_events_per_s``, ``pg_to_sqlite``. Goal: >= 20,000
+events/s and >= 0.6x SQLite.
 
 Ingest: N events of ~4.4 KB Pod objects, in batches of 500 encoded with ``wire.encode_events``,
 through what a gRPC session does with each batch (decode, Secret scrub, one store transaction)
@@ -27,27 +36,34 @@ Target: p99 under 100 ms.
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import functools
 import json
 import math
 import os
+import random
 import resource
 import socket
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import trio
 import trio_websocket
 import yaml
 
 import kubesim
 import wire
-from server.store import open_sqlite_store, scrub_secret_records
+from server.store import Store, open_postgres_store, open_sqlite_store, scrub_secret_records
+from tests.server._postgres import TempPostgres
 from wire import EventRecord, EventType
 
 OBJECT_BYTES = 4400
@@ -57,7 +73,12 @@ BENCH_NAMESPACE = "bench"
 POLL_SECONDS = 0.005
 
 
-def _pod(i: int, rv: int) -> EventRecord:
+# --bodies mixed: half of each pad from a fixed random block, so a body compresses about 2x
+# as real JSON does (the default "x" pad compresses ~50x, which flatters PostgreSQL's TOAST).
+_MIXED_PAD = base64.b64encode(random.Random(7).randbytes(OBJECT_BYTES)).decode()
+
+
+def _pod(i: int, rv: int, *, mixed: bool = False) -> EventRecord:
     name = f"pod-{i:07d}"
     body = {
         "apiVersion": "v1",
@@ -72,7 +93,9 @@ def _pod(i: int, rv: int) -> EventRecord:
         "spec": {"containers": [{"name": "main", "image": "registry/app:1"}]},
     }
     raw = json.dumps(body).encode()
-    raw = raw[:-1] + b',"status":{"pad":"' + b"x" * max(0, OBJECT_BYTES - len(raw) - 20) + b'"}}'
+    size = max(0, OBJECT_BYTES - len(raw) - 20)
+    pad = (_MIXED_PAD[: size // 2] + "x" * size)[:size] if mixed else "x" * size
+    raw = raw[:-1] + b',"status":{"pad":"' + pad.encode() + b'"}}'
     etype = EventType.ADDED if rv == i else EventType.MODIFIED
     return EventRecord(
         int(etype), "bench", "v1", "Pod", f"ns-{i % 50}", name, f"uid-{i}", str(rv), raw, ""
@@ -84,30 +107,102 @@ def _decoded(payload: bytes) -> list[EventRecord]:
     return scrub_secret_records(wire.decode_events(payload))
 
 
-async def measure_ingest(events: int, batch: int) -> float:
-    """Events per second through a session's batch path (decode, scrub, one transaction per
-    batch) into a new SQLite file."""
+def _payloads(events: int, batch: int, *, mixed: bool = False) -> list[bytes]:
     distinct = events // 2
     payloads = []
     for start in range(0, events, batch):
         records = [
-            _pod(n % distinct, n if n < distinct else n + distinct)
+            _pod(n % distinct, n if n < distinct else n + distinct, mixed=mixed)
             for n in range(start, min(events, start + batch))
         ]
         payloads.append(wire.encode_events(records))
+    return payloads
 
+
+@contextlib.asynccontextmanager
+async def _sqlite_file() -> AsyncIterator[Store]:
     with tempfile.TemporaryDirectory() as tmp:
-        async with (
-            open_sqlite_store(str(Path(tmp) / "bench.db")) as store,
-            trio.open_nursery() as nursery,
-        ):
-            await nursery.start(store.run_upkeep)  # as the server runs it
-            began = time.perf_counter()
-            for payload in payloads:
-                await store.apply_batch("bench", _decoded(payload))
-            elapsed = time.perf_counter() - began
-            nursery.cancel_scope.cancel()
+        async with open_sqlite_store(str(Path(tmp) / "bench.db")) as store:
+            yield store
+
+
+async def measure_ingest(
+    events: int,
+    batch: int,
+    open_store: Callable[[], AbstractAsyncContextManager[Store]] = _sqlite_file,
+    *,
+    mixed: bool = False,
+) -> float:
+    """Events per second through a session's batch path (decode, scrub, one transaction per
+    batch) into a new store (by default a new SQLite file)."""
+    payloads = _payloads(events, batch, mixed=mixed)
+    async with open_store() as store, trio.open_nursery() as nursery:
+        await nursery.start(store.run_upkeep)  # as the server runs it
+        began = time.perf_counter()
+        for payload in payloads:
+            await store.apply_batch("bench", _decoded(payload))
+        elapsed = time.perf_counter() - began
+        nursery.cancel_scope.cancel()
     return events / elapsed
+
+
+@contextlib.contextmanager
+def _postgres(url: str | None) -> Iterator[Callable[[], AbstractAsyncContextManager[Store]]]:
+    """Opens a new, empty database per call: on the server at ``url`` (its database is
+    emptied), or on a throwaway server with PostgreSQL's durable defaults."""
+    if url:
+
+        @contextlib.asynccontextmanager
+        async def existing() -> AsyncIterator[Store]:
+            async with open_postgres_store(url, max_connections=1) as store:
+                yield store
+            with psycopg.connect(url, autocommit=True) as conn:
+                for table in ("objects", "resource_versions", "sync_state"):
+                    conn.execute(f"TRUNCATE {table}")  # the next round starts empty too
+
+        yield existing
+        return
+    with TempPostgres({}) as server:
+
+        @contextlib.asynccontextmanager
+        async def fresh() -> AsyncIterator[Store]:
+            name = server.create_database()
+            try:
+                async with open_postgres_store(server.url(name), max_connections=1) as store:
+                    yield store
+            finally:
+                server.drop_database(name)
+
+        yield fresh
+
+
+async def compare_ingest(args: argparse.Namespace) -> dict[str, object]:
+    """PostgreSQL against SQLite, alternating rounds in one run; the best of each."""
+    pg_rates: list[float] = []
+    sqlite_rates: list[float] = []
+    with _postgres(args.pg_url) as open_pg:
+        for _ in range(args.rounds):
+            mixed = args.bodies == "mixed"
+            sqlite_rates.append(await measure_ingest(args.events, args.batch, mixed=mixed))
+            pg_rates.append(await measure_ingest(args.events, args.batch, open_pg, mixed=mixed))
+    pg, sqlite = max(pg_rates), max(sqlite_rates)
+    print(
+        f"ingest: {args.events} events of ~4.4 KB ({args.bodies} bodies), batches of "
+        f"{args.batch}, best of {args.rounds} alternating rounds:\n"
+        f"  PostgreSQL {pg:,.0f} events/s (rounds: {', '.join(f'{r:,.0f}' for r in pg_rates)})\n"
+        f"  SQLite     {sqlite:,.0f} events/s (rounds: "
+        f"{', '.join(f'{r:,.0f}' for r in sqlite_rates)})\n"
+        f"  PostgreSQL / SQLite = {pg / sqlite:.2f}"
+    )
+    return {
+        "pg_ingest_events_per_s": round(pg),
+        "sqlite_ingest_events_per_s": round(sqlite),
+        "pg_to_sqlite": round(pg / sqlite, 3),
+        "events": args.events,
+        "batch": args.batch,
+        "bodies": args.bodies,
+        "pg": (args.pg_url and "given") or "throwaway, durable defaults",
+    }
 
 
 # ---- change -> REST visibility, with the real agent and server in their own processes ----------
@@ -355,7 +450,9 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
-    rate = await measure_ingest(args.events, args.batch)
+    if args.store == "postgresql":
+        return await compare_ingest(args)
+    rate = await measure_ingest(args.events, args.batch, mixed=args.bodies == "mixed")
     print(f"ingest: {args.events} events of ~4.4 KB, batches of {args.batch}: {rate:,.0f} events/s")
     with tempfile.TemporaryDirectory() as tmp:
         seen = await measure_visibility(
@@ -413,6 +510,20 @@ def main() -> None:
         default="kubesvc",
         help="the server's api.httpServer (who speaks HTTP/1.1 for the REST API and the feed)",
     )
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="postgresql: compare ingest into PostgreSQL with SQLite (no visibility run)",
+    )
+    parser.add_argument(
+        "--bodies",
+        choices=("padded", "mixed"),
+        default="padded",
+        help="ingest bodies: padded with 'x' (the reference) or half random (compress ~2x)",
+    )
+    parser.add_argument("--pg-url", default=None, help="an existing PostgreSQL database to use")
+    parser.add_argument("--rounds", type=int, default=2, help="--store postgresql: rounds each")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
     args = parser.parse_args()
     result = trio.run(main_async, args)

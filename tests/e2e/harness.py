@@ -181,7 +181,7 @@ async def open_stack(
         base,
         grpc=replace(base.grpc, host="127.0.0.1", port=0),
         api=replace(base.api, host="127.0.0.1", port=0),
-        store=replace(base.store, path=str(tmp_path / "server.db")),
+        store=replace(base.store, url=server.store.sqlite_url(str(tmp_path / "server.db"))),
     )
     async with (
         wire.open_loop(),

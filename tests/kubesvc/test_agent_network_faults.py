@@ -108,7 +108,7 @@ async def test_the_agent_process_survives_resets_and_connects_when_the_server_an
                 server_config = replace(
                     base,
                     grpc=replace(base.grpc, host="127.0.0.1", port=listener.port),
-                    store=replace(base.store, path=":memory:"),
+                    store=replace(base.store, url="sqlite://:memory:"),
                 )
                 running: server.RunningServer = await nursery.start(
                     functools.partial(server.run_server, server_config)

@@ -20,7 +20,7 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 import wire
 from server import RunningServer, run_server
 from server.api import serve_api
-from server.store import open_sqlite_store
+from server.store import open_sqlite_store, sqlite_url
 from wire import messages as m
 
 from ..wire._loop import in_loop
@@ -137,7 +137,10 @@ async def test_the_server_drain_acks_then_tells_the_agent_and_closes_the_feed(
 
             async def serve(*, task_status: trio.TaskStatus[RunningServer]) -> None:
                 await run_server(
-                    config(str(store)), serve_api=serve_api, stop=stop, task_status=task_status
+                    config(sqlite_url(str(store))),
+                    serve_api=serve_api,
+                    stop=stop,
+                    task_status=task_status,
                 )
                 returned.set()
 

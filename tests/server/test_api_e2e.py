@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import betterproto
@@ -24,11 +23,12 @@ from wire import messages as m
 
 from .._wait import wait_until
 from ..wire._loop import in_loop
+from ._stores import StoreBackend
 
 SECRET = "a-shared-secret-for-the-api-e2e-test-0123456789"
 
 
-def config(store_path: str) -> ServerConfig:
+def config(store_url: str) -> ServerConfig:
     return parse_server_config(
         {
             "serverId": "e2e-server",
@@ -38,7 +38,7 @@ def config(store_path: str) -> ServerConfig:
                 "auth": {"jwt": {"enabled": True, "secret": SECRET, "audience": "kubesvc"}},
             },
             "api": {"host": "127.0.0.1", "port": 0},
-            "store": {"path": store_path},
+            "store": {"url": store_url},
             "sessions": {"helloTimeoutSeconds": 5, "heartbeatSeconds": 0.2},
         }
     )
@@ -87,12 +87,13 @@ async def next_of(stream: wire.ClientStream, kind: str) -> Any:
 
 
 @in_loop
-async def test_agent_stream_reaches_the_rest_api_and_the_feed(tmp_path: Path) -> None:
+async def test_agent_stream_reaches_the_rest_api_and_the_feed(
+    store_backend: StoreBackend,
+) -> None:
+    # On both stores: the whole server runs on PostgreSQL as it does on SQLite.
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            start = functools.partial(
-                run_server, config(str(tmp_path / "e2e.db")), serve_api=serve_api
-            )
+            start = functools.partial(run_server, config(store_backend.url), serve_api=serve_api)
             server: RunningServer = await nursery.start(start)
             assert server.api_port is not None
             base = f"127.0.0.1:{server.api_port}"

@@ -18,9 +18,15 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from server import ChangeFeed, ServerConfig, open_server_state
-from server._config import StoreConfig
 from server.api import ApiState, StandaloneState, build_app, serve_api
-from server.store import AccountRecord, AccountState, Store, open_sqlite_store
+from server.store import (
+    AccountRecord,
+    AccountState,
+    Store,
+    StoreConfig,
+    open_sqlite_store,
+    sqlite_url,
+)
 from wire import EventRecord, EventType
 
 ACCOUNT = "acct"
@@ -84,7 +90,7 @@ async def open_state(
         async with open_sqlite_store(path) as store:
             yield StandaloneState(store, feed or ChangeFeed(), server_id="srv-1")
         return
-    config = ServerConfig(server_id="srv-1", store=StoreConfig(path=path))
+    config = ServerConfig(server_id="srv-1", store=StoreConfig(url=sqlite_url(path)))
     async with open_server_state(config) as state:
         yield state if feed is None else dataclasses.replace(state, feed=feed)
 

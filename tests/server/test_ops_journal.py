@@ -1,22 +1,23 @@
-"""The operations journal: concurrent writes share transactions, and each is committed when
-its writer returns."""
+"""The operations journal, on both stores: concurrent writes share transactions, and each is
+committed when its writer returns."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import trio
 
 from server._errors import StoreError
 from server.ops._journal import OperationJournal
-from server.store import OperationRecord, open_sqlite_store
+from server.store import OperationRecord
 from wire import EventRecord, EventType
 
+from ._stores import StoreBackend
 
-async def test_concurrent_writes_are_grouped_and_committed(tmp_path: Path) -> None:
+
+async def test_concurrent_writes_are_grouped_and_committed(store_backend: StoreBackend) -> None:
     with trio.fail_after(20):
-        async with open_sqlite_store(str(tmp_path / "j.db")) as store:
+        async with store_backend.open() as store:
             journal = OperationJournal(store, max_pending=64, max_batch=50)
             async with trio.open_nursery() as nursery:
                 await nursery.start(journal.run)
@@ -54,10 +55,10 @@ def _object(name: str, body: bytes | None = None) -> EventRecord:
 
 
 async def test_objects_ride_with_the_records_and_a_bad_group_spoils_no_other(
-    tmp_path: Path,
+    store_backend: StoreBackend,
 ) -> None:
     with trio.fail_after(20):
-        async with open_sqlite_store(str(tmp_path / "j.db")) as store:
+        async with store_backend.open() as store:
             journal = OperationJournal(store)
             async with trio.open_nursery() as nursery:
                 await nursery.start(journal.run)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from server import ClientAuth, ConfigError, load_server_config
+from server._config import store_config
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -84,7 +85,14 @@ operations: {waitMs: 1000}
         ("grpc: {auth: {x509: {subjectFilters: ['(']}}}", "subjectFilters[0]", "regular expr"),
         ("accounts: {orphanGraceSeconds: -1}", "accounts.orphanGraceSeconds", ">= 0"),
         ("sessions: {outboundQueue: true}", "sessions.outboundQueue", "an integer"),
-        ("store: {type: postgres}", "store.type", "SQLITE"),
+        ("store: {type: postgres}", "store.type", "set store.url: postgresql://"),
+        ("store: {url: 'mysql://h/db'}", "store.url", "unknown store scheme 'mysql'"),
+        ("store: {url: 'postgresql://u@h/db?sslmod=require'}", "store.url", "sslmod"),
+        ("store: {url: 'postgresql://u@h:5432'}", "store.url", "names no database"),
+        ("store: {url: 'sqlite://'}", "store.url", "needs a path"),
+        ("store: {url: 'sqlite://a.db', path: b.db}", "store.path", "not both"),
+        ("store: {url: 'sqlite://a.db', passwordFile: x}", "store.passwordFile", "does not"),
+        ("store: {maxConnections: 0}", "store.maxConnections", "1..1000"),
         ("api: {httpServer: nginx}", "api.httpServer", "kubesvc, hypercorn"),
         ("shutdown: {drainSeconds: 0}", "shutdown.drainSeconds", "a number > 0"),
         ("shutdown: {drainSecs: 3}", "shutdown.drainSecs", "unknown key"),
@@ -113,3 +121,61 @@ def test_the_drain_bound_defaults_inside_kubernetes_grace_period(tmp_path: Path)
     assert load_server_config(write(tmp_path, "{}")).shutdown.drain_seconds == 15.0
     config = load_server_config(write(tmp_path, "shutdown: {drainSeconds: 12}"))
     assert config.shutdown.drain_seconds == 12.0
+
+
+@pytest.mark.parametrize(
+    ("text", "url"),
+    [
+        ("", "sqlite://{dir}/kubesvc.db"),  # the default, beside the config file
+        ("store: {type: sqlite, path: cache.db}", "sqlite://{dir}/cache.db"),  # older keys
+        ("store: {path: ':memory:'}", "sqlite://:memory:"),
+        ("store: {url: 'sqlite://:memory:'}", "sqlite://:memory:"),
+        ("store: {url: 'sqlite://data/k.db'}", "sqlite://{dir}/data/k.db"),
+        ("store: {url: 'sqlite:///var/lib/k.db'}", "sqlite:///var/lib/k.db"),
+        (
+            "store: {url: 'postgresql://kubesvc@db.example:5432/kubesvc?sslmode=verify-full'}",
+            "postgresql://kubesvc@db.example:5432/kubesvc?sslmode=verify-full",
+        ),
+    ],
+)
+def test_store_urls(tmp_path: Path, text: str, url: str) -> None:
+    config = load_server_config(write(tmp_path, text))
+    assert config.store.url == url.format(dir=tmp_path)
+
+
+def test_a_postgresql_password_comes_from_a_file_never_the_text(tmp_path: Path) -> None:
+    (tmp_path / "pg-password").write_text("hunter2\n")
+    config = load_server_config(
+        write(
+            tmp_path,
+            "store: {url: 'postgresql://kubesvc@db/kubesvc', passwordFile: pg-password,"
+            " maxConnections: 8}",
+        )
+    )
+    assert config.store.password_file == str(tmp_path / "pg-password")
+    assert config.store.max_connections == 8
+    assert config.store.location.conninfo == "postgresql://kubesvc@db/kubesvc"
+    # Also as an option of the URL (for --store), taken out before libpq sees the URL.
+    config = load_server_config(
+        write(tmp_path, "store: {url: 'postgresql://k@db/k?passwordFile=/run/pw&sslmode=require'}")
+    )
+    location = config.store.location
+    assert (location.conninfo, location.password_file) == (
+        "postgresql://k@db/k?sslmode=require",
+        "/run/pw",
+    )
+
+
+def test_a_bad_url_error_never_echoes_a_password(tmp_path: Path) -> None:
+    file = write(tmp_path, "store: {url: 'postgresql://k:hunter2@db/k?nonsense=1'}")
+    with pytest.raises(ConfigError, match=r"store\.url") as info:
+        load_server_config(file)
+    assert "hunter2" not in str(info.value)
+    assert "k:***@db" in str(info.value)
+
+
+def test_the_command_line_store_overrides_the_file(tmp_path: Path) -> None:
+    config = store_config("sqlite://rel.db", tmp_path)
+    assert config.url == f"sqlite://{tmp_path}/rel.db"
+    with pytest.raises(ConfigError, match=r"^--store: expected sqlite:///path"):
+        store_config("postgres:/oops", tmp_path)

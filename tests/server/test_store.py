@@ -1,4 +1,5 @@
-"""The SQLite store: batches, sync brackets, resume points, queries, Secrets, migrations."""
+"""The store on both backends (the ``store_backend`` fixture: SQLite and PostgreSQL): batches,
+sync brackets, resume points, queries, Secrets, migrations; then SQLite's own write-ahead log."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import trio
 
 from server import InvalidQuery, InvalidRecord, SchemaError, StoreClosed, StoreError
 from server.store import (
-    MIGRATIONS,
     AccountRecord,
     AccountState,
     OperationRecord,
@@ -20,6 +20,7 @@ from server.store import (
     open_sqlite_store,
 )
 from server.store._checkpointer import WalCheckpointer
+from tests.server._stores import StoreBackend
 from wire import EventRecord, EventType
 
 ACCOUNT = "prod"
@@ -77,9 +78,9 @@ class Clock:
         return self.ms
 
 
-async def test_upsert_get_delete_in_order() -> None:
+async def test_upsert_get_delete_in_order(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             out = await store.apply_batch(
                 ACCOUNT, [obj("a"), obj("b"), obj("a", rv="2", etype=EventType.MODIFIED)]
             )
@@ -99,9 +100,9 @@ async def test_upsert_get_delete_in_order() -> None:
             assert await store.count_objects(ACCOUNT) == 1
 
 
-async def test_group_not_version_is_the_key() -> None:
+async def test_group_not_version_is_the_key(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             await store.apply_batch(ACCOUNT, [obj("d", kind="Deployment", api_version="apps/v1")])
             for ref in ("apps", "apps/v1", "apps/v1beta2"):
                 found = await store.get_object(ACCOUNT, ref, "deployment", "default", "d")
@@ -110,9 +111,9 @@ async def test_group_not_version_is_the_key() -> None:
             assert await store.get_object(ACCOUNT, "v1", "Deployment", "default", "d") is None
 
 
-async def test_sync_bracket_deletes_objects_not_seen() -> None:
+async def test_sync_bracket_deletes_objects_not_seen(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             await store.apply_batch(
                 ACCOUNT,
                 [obj("old1"), obj("keep"), obj("old2", namespace="x"), obj("svc", kind="Service")],
@@ -127,9 +128,11 @@ async def test_sync_bracket_deletes_objects_not_seen() -> None:
             assert sorted(o.name for o in page.objects) == ["keep", "new", "svc"]
 
 
-async def test_namespaced_sync_scope_only_touches_its_namespace() -> None:
+async def test_namespaced_sync_scope_only_touches_its_namespace(
+    store_backend: StoreBackend,
+) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             await store.apply_batch(ACCOUNT, [obj("a", namespace="n1"), obj("b", namespace="n2")])
             out = await store.apply_batch(
                 ACCOUNT,
@@ -139,19 +142,21 @@ async def test_namespaced_sync_scope_only_touches_its_namespace() -> None:
             assert await store.get_object(ACCOUNT, "v1", "Pod", "n2", "b") is not None
 
 
-async def test_sync_end_without_begin_sweeps_nothing() -> None:
+async def test_sync_end_without_begin_sweeps_nothing(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             await store.apply_batch(ACCOUNT, [obj("a")])
             out = await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_END, rv="3")])
             assert out.swept == ()
             assert await store.count_objects() == 1
 
 
-async def test_resume_points_follow_watch_positions_not_list_items() -> None:
+async def test_resume_points_follow_watch_positions_not_list_items(
+    store_backend: StoreBackend,
+) -> None:
     clock = Clock()
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:", now_ms=clock) as store:
+        async with store_backend.open(now_ms=clock) as store:
             await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_BEGIN), obj("a", rv="50")])
             assert await store.resume_points(ACCOUNT) == []  # bracket open: no resume point
             clock.ms += 10
@@ -170,9 +175,9 @@ async def test_resume_points_follow_watch_positions_not_list_items() -> None:
             assert await store.resume_points(ACCOUNT) == []
 
 
-async def test_secret_data_is_never_stored() -> None:
+async def test_secret_data_is_never_stored(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             secret = obj(
                 "s",
                 kind="Secret",
@@ -203,9 +208,9 @@ async def test_secret_data_is_never_stored() -> None:
             assert b"hunter2" not in stored.body
 
 
-async def test_bad_record_rolls_back_the_whole_batch() -> None:
+async def test_bad_record_rolls_back_the_whole_batch(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             bad = EventRecord(
                 int(EventType.ADDED),
                 ACCOUNT,
@@ -228,9 +233,9 @@ async def test_bad_record_rolls_back_the_whole_batch() -> None:
             assert await store.count_objects() == 1
 
 
-async def test_query_pages_and_label_selectors() -> None:
+async def test_query_pages_and_label_selectors(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             records = [
                 obj(f"p{i:02}", labels={"app": "web" if i % 2 else "db", "tier": str(i % 3)})
                 for i in range(25)
@@ -261,9 +266,9 @@ async def test_query_pages_and_label_selectors() -> None:
                 await store.query_objects(limit=0)
 
 
-async def test_accounts_roundtrip_and_delete_cascades() -> None:
+async def test_accounts_roundtrip_and_delete_cascades(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             record = AccountRecord(
                 name=ACCOUNT,
                 kube_host="10.0.0.1:6443",
@@ -286,9 +291,9 @@ async def test_accounts_roundtrip_and_delete_cascades() -> None:
             assert await store.resume_points(ACCOUNT) == []
 
 
-async def test_operations_and_history() -> None:
+async def test_operations_and_history(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             op = OperationRecord(id="op1", account=ACCOUNT, type="deployManifest")
             await store.record_operation(op, "sent")
             await store.record_operation(
@@ -304,50 +309,79 @@ async def test_operations_and_history() -> None:
             assert [o.id for o in await store.list_operations(ACCOUNT)] == ["op1"]
 
 
-async def test_reopening_a_file_keeps_objects_brackets_and_resume_points(tmp_path: Path) -> None:
-    path = str(tmp_path / "cache.db")
+async def test_reopening_keeps_objects_brackets_and_resume_points(
+    store_backend: StoreBackend,
+) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(path) as store:
+        async with store_backend.open() as store:
             await store.apply_batch(
                 ACCOUNT, [obj("gone"), marker(EventType.SYNC_BEGIN), obj("kept")]
             )
-        async with open_sqlite_store(path) as store:
+        async with store_backend.open() as store:
             out = await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_END, rv="10")])
             assert [r.name for r in out.swept] == ["gone"]
             assert [p.resource_version for p in await store.resume_points(ACCOUNT)] == ["10"]
-        conn = sqlite3.connect(path)
-        try:
-            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            versions = [v for (v,) in conn.execute("SELECT version FROM schema_version")]
-            assert versions == [m.version for m in MIGRATIONS]
-        finally:
-            conn.close()
+    versions = [v for (v,) in store_backend.sql("SELECT version FROM schema_version")]
+    assert versions == [m.version for m in store_backend.migrations]
 
 
-async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
-    path = str(tmp_path / "future.db")
-    conn = sqlite3.connect(path)
-    conn.execute(
-        "CREATE TABLE schema_version(version INTEGER PRIMARY KEY, applied_at_ms INTEGER,"
-        " description TEXT)"
-    )
-    conn.execute("INSERT INTO schema_version VALUES (99, 0, 'from the future')")
-    conn.commit()
-    conn.close()
-    with trio.fail_after(10), pytest.raises(SchemaError, match="version 99"):
+async def test_a_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
+    path = str(tmp_path / "cache.db")
+    with trio.fail_after(10):
         async with open_sqlite_store(path):
+            pass
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+
+
+async def test_a_newer_schema_is_refused(store_backend: StoreBackend) -> None:
+    with trio.fail_after(10):
+        async with store_backend.open():
+            pass
+    mark = "?" if store_backend.name == "sqlite" else "%s"
+    store_backend.sql(f"INSERT INTO schema_version VALUES ({mark}, 0, 'from the future')", (99,))
+    with trio.fail_after(10), pytest.raises(SchemaError, match="version 99"):
+        async with store_backend.open():
             pass
 
 
-async def test_closed_store_refuses_calls() -> None:
+async def test_replicas_starting_together_migrate_once(store_backend: StoreBackend) -> None:
+    # Four servers opening one new database at the same moment: each step is applied by
+    # exactly one of them (SQLite: under BEGIN IMMEDIATE; PostgreSQL: under an advisory
+    # lock in the step's transaction), and all four end up open and usable.
+    opened = 0
+
+    async def replica(name: str) -> None:
+        nonlocal opened
+        async with store_backend.open() as store:
+            opened += 1
+            await store.apply_batch(ACCOUNT, [obj(name)])
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(replica, f"r{i}")
+        async with store_backend.open() as store:
+            assert await store.count_objects(ACCOUNT) == 4
+    assert opened == 4
+    versions = [v for (v,) in store_backend.sql("SELECT version FROM schema_version")]
+    assert versions == [m.version for m in store_backend.migrations]
+
+
+async def test_closed_store_refuses_calls(store_backend: StoreBackend) -> None:
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             pass
         with pytest.raises(StoreClosed):
             await store.count_objects()
 
 
-async def test_an_open_bracket_in_one_namespace_does_not_freeze_the_others() -> None:
+async def test_an_open_bracket_in_one_namespace_does_not_freeze_the_others(
+    store_backend: StoreBackend,
+) -> None:
     # An agent that died mid-list in namespace "a" (and then stopped watching it) leaves that
     # bracket open; namespace "b" of the same kind must keep advancing its resume point.
     def in_b(name: str, rv: str) -> EventRecord:
@@ -366,7 +400,7 @@ async def test_an_open_bracket_in_one_namespace_does_not_freeze_the_others() -> 
         )
 
     with trio.fail_after(10):
-        async with open_sqlite_store(":memory:") as store:
+        async with store_backend.open() as store:
             await store.apply_batch(ACCOUNT, [marker(EventType.SYNC_BEGIN, scope="a")])
             await store.apply_batch(
                 ACCOUNT,

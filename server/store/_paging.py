@@ -1,0 +1,37 @@
+"""Continue tokens and limits of object queries, the same on both backends.
+
+A token is the last returned object's sort key (account, group, kind key, namespace, name),
+JSON in URL-safe base64: opaque to clients, checked when it comes back.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+import msgspec
+
+from .._errors import InvalidQuery
+
+MAX_QUERY_LIMIT = 10_000
+
+
+def check_limit(limit: int) -> None:
+    """Raises InvalidQuery unless 1 <= limit <= MAX_QUERY_LIMIT."""
+    if not 1 <= limit <= MAX_QUERY_LIMIT:
+        raise InvalidQuery(f"limit {limit} is outside 1..{MAX_QUERY_LIMIT}")
+
+
+def make_token(key: Sequence[str]) -> str:
+    return base64.urlsafe_b64encode(msgspec.json.encode(list(key))).decode()
+
+
+def read_token(token: str) -> list[str]:
+    """The sort key in ``token``; raises InvalidQuery for one this server did not issue."""
+    try:
+        key = msgspec.json.decode(base64.urlsafe_b64decode(token.encode()), type=list[str])
+    except (ValueError, msgspec.DecodeError) as exc:
+        raise InvalidQuery(f"continue token {token[:40]!r} is not one this server issued") from exc
+    if len(key) != 5:
+        raise InvalidQuery(f"continue token {token[:40]!r} is not one this server issued")
+    return key

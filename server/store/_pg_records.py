@@ -1,0 +1,179 @@
+"""The store's small tables on PostgreSQL: accounts, agents, operations and their history
+(rows mapped as on SQLite, by ``_sqlite_records``'s shared functions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._records import AccountRecord, AgentRecord, OperationEvent, OperationRecord
+from ._sqlite_records import (
+    account_from_row,
+    account_row,
+    agent_from_row,
+    agent_row,
+    operation_row,
+)
+
+if TYPE_CHECKING:
+    from ._pg_core import Conn, Cursor
+
+T = TypeVar("T")
+
+
+def _upsert(table: str, columns: Sequence[str], key: str) -> str:
+    """INSERT OR REPLACE, PostgreSQL's way: every column but the key updated on conflict."""
+    marks = ",".join(["%s"] * len(columns))
+    updates = ", ".join(f"{c}=excluded.{c}" for c in columns if c != key)
+    return f"INSERT INTO {table} VALUES ({marks}) ON CONFLICT ({key}) DO UPDATE SET {updates}"
+
+
+_UPSERT_ACCOUNT = _upsert(
+    "accounts",
+    (
+        "name",
+        "kube_host",
+        "cert_fingerprint",
+        "kube_version",
+        "status",
+        "error_message",
+        "retry_count",
+        "dynamic",
+        "permissions",
+        "properties",
+        "zone_id",
+        "last_updated_ms",
+        "connections",
+        "orphaned_at_ms",
+    ),
+    "name",
+)
+_UPSERT_AGENT = _upsert(
+    "agents",
+    (
+        "session_id",
+        "agent_id",
+        "instance_id",
+        "agent_version",
+        "server_id",
+        "peer",
+        "accounts",
+        "connected_at_ms",
+        "last_seen_ms",
+    ),
+    "session_id",
+)
+_UPSERT_OPERATION = _upsert(
+    "operations",
+    (
+        "id",
+        "account",
+        "type",
+        "payload_json",
+        "state",
+        "created_ms",
+        "updated_ms",
+        "result_json",
+        "error_message",
+        "error_code",
+    ),
+    "id",
+)
+
+
+class PgRecordTables:
+    """Accounts, agents and operations; mixed into PgCore, which provides the transaction
+    helpers. Every method takes the connection to run on."""
+
+    _now_ms: Callable[[], int]
+
+    def _tx(self, conn: Conn, fn: Callable[[Cursor], T]) -> T:
+        raise NotImplementedError
+
+    def _read(self, conn: Conn, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    # -- accounts -----------------------------------------------------------------------
+
+    def upsert_account(self, conn: Conn, a: AccountRecord) -> None:
+        row = account_row(a, self._now_ms())
+        self._tx(conn, lambda cur: cur.execute(_UPSERT_ACCOUNT, row))
+
+    def get_account(self, conn: Conn, name: str) -> AccountRecord | None:
+        rows = self._read(conn, "SELECT * FROM accounts WHERE name=%s", (name,))
+        return account_from_row(rows[0]) if rows else None
+
+    def list_accounts(self, conn: Conn) -> list[AccountRecord]:
+        return [
+            account_from_row(r) for r in self._read(conn, "SELECT * FROM accounts ORDER BY name")
+        ]
+
+    def delete_account(self, conn: Conn, name: str) -> bool:
+        def delete(cur: Cursor) -> bool:
+            for table in ("objects", "resource_versions", "sync_state"):
+                cur.execute(f"DELETE FROM {table} WHERE account=%s", (name,))
+            cur.execute("DELETE FROM accounts WHERE name=%s", (name,))
+            return cur.rowcount > 0
+
+        return self._tx(conn, delete)
+
+    # -- agents -------------------------------------------------------------------------
+
+    def upsert_agent(self, conn: Conn, a: AgentRecord) -> None:
+        row = agent_row(a)
+        self._tx(conn, lambda cur: cur.execute(_UPSERT_AGENT, row))
+
+    def delete_agent(self, conn: Conn, session_id: str) -> None:
+        self._tx(
+            conn, lambda cur: cur.execute("DELETE FROM agents WHERE session_id=%s", (session_id,))
+        )
+
+    def list_agents(self, conn: Conn) -> list[AgentRecord]:
+        rows = self._read(conn, "SELECT * FROM agents ORDER BY agent_id, session_id")
+        return [agent_from_row(r) for r in rows]
+
+    # -- operations ---------------------------------------------------------------------
+
+    def record_operations(self, conn: Conn, items: Sequence[tuple[OperationRecord, str]]) -> None:
+        """Several record_operation calls in ONE transaction (a group commit, issue 6)."""
+
+        def write(cur: Cursor) -> None:
+            now = self._now_ms()
+            cur.executemany(_UPSERT_OPERATION, [operation_row(op, now) for op, _ in items])
+            cur.executemany(
+                "INSERT INTO operation_history(operation_id, at_ms, state, message)"
+                " VALUES (%s,%s,%s,%s)",
+                [(op.id, op.updated_ms or now, op.state, message) for op, message in items],
+            )
+
+        if items:
+            self._tx(conn, write)
+
+    def record_operation(self, conn: Conn, op: OperationRecord, message: str) -> None:
+        self.record_operations(conn, [(op, message)])
+
+    def get_operation(self, conn: Conn, operation_id: str) -> OperationRecord | None:
+        rows = self._read(conn, "SELECT * FROM operations WHERE id=%s", (operation_id,))
+        return OperationRecord(*rows[0]) if rows else None
+
+    def list_operations(self, conn: Conn, account: str | None, limit: int) -> list[OperationRecord]:
+        if account is None:
+            rows = self._read(
+                conn, "SELECT * FROM operations ORDER BY created_ms DESC LIMIT %s", (limit,)
+            )
+        else:
+            rows = self._read(
+                conn,
+                "SELECT * FROM operations WHERE account=%s ORDER BY created_ms DESC LIMIT %s",
+                (account, limit),
+            )
+        return [OperationRecord(*r) for r in rows]
+
+    def operation_history(self, conn: Conn, operation_id: str) -> list[OperationEvent]:
+        rows = self._read(
+            conn,
+            "SELECT operation_id, at_ms, state, message FROM operation_history"
+            " WHERE operation_id=%s ORDER BY id",
+            (operation_id,),
+        )
+        return [OperationEvent(*r) for r in rows]

@@ -1,0 +1,114 @@
+"""What only the PostgreSQL store has: a password from a file, reconnecting after the server
+dropped a connection, running a transaction again after a deadlock, and clear errors when it
+cannot be reached (the shared behaviour is in
+test_store.py, on both backends)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+import trio
+
+from server import StoreError
+from server.store import StoreConfig, open_store
+from server.store._pg_core import Cursor, PgCore, connect
+from server.store._sqlite_core import wall_clock_ms
+
+from ._postgres import PASSWORD, PASSWORD_USER, TempPostgres
+from ._stores import StoreBackend
+from .test_store import ACCOUNT, obj
+
+
+def _as_password_user(backend: StoreBackend) -> str:
+    assert backend.server is not None
+    return backend.url.replace("postgresql://kubesvc@", f"postgresql://{PASSWORD_USER}@", 1)
+
+
+async def test_the_password_comes_from_a_file(pg_backend: StoreBackend, tmp_path: Path) -> None:
+    secret = tmp_path / "pg-password"
+    secret.write_text(PASSWORD + "\n")  # as `kubectl create secret --from-file` may leave it
+    url = _as_password_user(pg_backend)
+    with trio.fail_after(20):
+        async with pg_backend.open(url=url, password_file=str(secret)) as store:
+            await store.apply_batch(ACCOUNT, [obj("a")])
+            assert await store.count_objects(ACCOUNT) == 1
+        # The URL's own option works the same (for --store).
+        async with pg_backend.open(url=f"{url}&passwordFile={secret}") as store:
+            assert await store.count_objects(ACCOUNT) == 1
+        secret.write_text("wrong")
+        with pytest.raises(StoreError, match="cannot connect to the PostgreSQL store") as info:
+            async with pg_backend.open(url=url, password_file=str(secret)):
+                pass
+        assert "wrong" not in str(info.value)
+        with pytest.raises(StoreError, match="cannot read the PostgreSQL password file"):
+            async with pg_backend.open(url=url, password_file=str(tmp_path / "absent")):
+                pass
+
+
+async def test_a_dropped_connection_fails_one_call_and_the_next_reconnects(
+    pg_backend: StoreBackend,
+) -> None:
+    # What a PostgreSQL restart or failover does to the pool's connections.
+    config = StoreConfig(url=pg_backend.url, max_connections=1)
+    with trio.fail_after(20):
+        async with open_store(config) as store:
+            await store.apply_batch(ACCOUNT, [obj("a")])
+            pg_backend_server_sql(
+                pg_backend,
+                # 5 s: wait until each is gone, so the next call finds its connection dead.
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                pg_backend.database,
+            )
+            with pytest.raises(StoreError):
+                await store.count_objects()
+            assert await store.count_objects() == 1  # a new connection
+            await store.apply_batch(ACCOUNT, [obj("b")])
+            assert await store.count_objects() == 2
+
+
+def pg_backend_server_sql(backend: StoreBackend, statement: str, *params: object) -> None:
+    assert backend.server is not None
+    with psycopg.connect(backend.server.url(), autocommit=True) as conn:
+        conn.execute(statement, params)
+
+
+async def test_an_unreachable_server_is_a_clear_error(
+    pg_backend: StoreBackend, tmp_path: Path
+) -> None:
+    server: TempPostgres | None = pg_backend.server
+    assert server is not None
+    url = f"postgresql://kubesvc@/t?host={tmp_path}/nowhere&port=5432"
+    with trio.fail_after(20), pytest.raises(StoreError, match=r"cannot connect .*nowhere"):
+        async with open_store(StoreConfig(url=url)):
+            pass
+
+
+def test_a_transaction_aborted_for_a_deadlock_runs_again(pg_backend: StoreBackend) -> None:
+    # PostgreSQL aborts one of two writers that lock rows in opposite orders (SQLSTATE
+    # 40P01); the store runs the loser's transaction again, from the start, and gives up
+    # with a StoreError only after three aborts in a row. The aborts here are real server
+    # errors with that code, raised on demand.
+    core = PgCore(wall_clock_ms)
+    aborts, session = 2, "s1"
+
+    def write(cur: Cursor) -> int:
+        nonlocal aborts
+        cur.execute("INSERT INTO agents VALUES (%s,'a','','','','','[]',0,0)", (session,))
+        if aborts:
+            aborts -= 1
+            cur.execute("DO $$ BEGIN RAISE EXCEPTION 'deadlock' USING ERRCODE = '40P01'; END $$")
+        cur.execute("SELECT count(*) FROM agents")
+        row = cur.fetchone()
+        return int(row[0]) if row else -1
+
+    with connect(pg_backend.url, "") as conn:
+        core.migrate(conn)
+        assert core._tx(conn, write) == 1  # the aborted runs' inserts were rolled back
+        assert pg_backend.sql("SELECT count(*) FROM agents") == [(1,)]
+        aborts, session = 3, "s2"
+        with pytest.raises(StoreError, match="failed 3 times in a row"):
+            core._tx(conn, write)
+        assert pg_backend.sql("SELECT count(*) FROM agents") == [(1,)]
