@@ -225,3 +225,56 @@ async def test_deploy_refuses_a_service_whose_selector_keys_the_workload_has(
     assert "lb" in refused.answer.error_message
     assert "non-empty selector" in no_selector.answer.error_message
     assert replica_sets == []
+
+
+async def test_services_without_traffic_then_enable_and_a_managed_replicaset(
+    tmp_path: Path,
+) -> None:
+    """``services`` writes the annotation; ``enableTraffic: false`` leaves the labels off until
+    enableManifest. A ReplicaSet a Deployment owns is patched like a bare one, with a note."""
+    with trio.fail_after(30):
+        async with open_ops_bench(tmp_path) as bench:
+            quiet = await bench.run(
+                "deployManifest",
+                {
+                    "namespace": "default",
+                    "manifests": [service(), replica_set()],
+                    "services": ["service front"],
+                    "enableTraffic": False,
+                },
+            )
+            sim = bench.sim
+            before = sim.get("apps", "v1", "replicasets", "default", "web-v000")
+            target = {"kind": "ReplicaSet", "name": "web-v000", "namespace": "default"}
+            enabled = await bench.run("enableManifest", target)
+            after = sim.get("apps", "v1", "replicasets", "default", "web-v000")
+            assert_ok(
+                await bench.run(
+                    "deployManifest", {"namespace": "default", "manifests": [deployment()]}
+                )
+            )
+            (managed,) = [
+                rs
+                for rs in sim.list("apps", "v1", "replicasets", "default")
+                if rs["metadata"]["name"].startswith("api-")
+            ]
+            name = managed["metadata"]["name"]
+            managed_run = await bench.run(
+                "disableManifest",
+                {
+                    "kind": "ReplicaSet",
+                    "name": name,
+                    "namespace": "default",
+                    "loadBalancers": ["service front"],
+                },
+            )
+    assert_ok(quiet, enabled, managed_run)
+    assert before["metadata"]["annotations"][LB] == '["service front"]'
+    assert "lb" not in template_labels(before)
+    assert template_labels(after)["lb"] == "front"
+    assert all(p["metadata"]["labels"]["lb"] == "front" for p in pods_of(sim, "web-v000"))
+    statuses = [p["status"] for p in managed_run.body["phases"]]
+    assert (
+        f"replicaSet {name} is managed by Deployment api: its controller may treat the "
+        "patched template as drift" in statuses
+    )
