@@ -77,7 +77,24 @@ async def _traffic(
                 f"load balancer service {name} does not exist in namespace {namespace}"
             )
         selector = (live.get("spec") or {}).get("selector") or {}
+        # Clouddriver's KubernetesServiceHandler#attach refuses both.
+        if not selector:
+            raise InvalidOperation(
+                f"Service {name} must have a non-empty selector in order to be attached to a "
+                f"workload ({_name_of(obj)})"
+            )
+        shared = sorted(set(labels) & set(selector))
+        if shared:
+            raise InvalidOperation(
+                f"Service {name}'s selector must have no label keys in common with the target "
+                f"workload ({_name_of(obj)} already has {', '.join(shared)}): disabling it would "
+                "remove labels it owns"
+            )
         labels.update(selector)
+
+
+def _name_of(obj: Mapping[str, Any]) -> str:
+    return f"{obj.get('kind')} {(obj.get('metadata') or {}).get('name')}"
 
 
 def _replicas(obj: Mapping[str, Any]) -> int | None:

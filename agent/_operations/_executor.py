@@ -55,6 +55,7 @@ from ._rollout import (
     scale_manifest,
     undo_rollout,
 )
+from ._traffic import DISABLE, ENABLE, disable_manifest, enable_manifest
 
 __all__ = ["OPERATIONS", "OperationExecutor"]
 
@@ -73,6 +74,8 @@ OPERATIONS: Mapping[str, tuple[str, Handler]] = {
     "resumeRolloutManifest": ("RESUME_ROLLOUT_KUBERNETES_MANIFEST", resume_rollout),
     "rollingRestartManifest": ("ROLLING_RESTART_KUBERNETES_MANIFEST", rolling_restart),
     "runJob": (RUN_JOB, run_job),
+    "disableManifest": (DISABLE, disable_manifest),
+    "enableManifest": (ENABLE, enable_manifest),
     "cleanupArtifacts": (CLEANUP, cleanup_artifacts),
     "podLogs": ("POD_LOGS", pod_logs),  # a read for the server's log routes (no task)
 }

@@ -18,7 +18,13 @@ from ..store import AccountRecord, Store, StoredObject
 from ._armory import account_namespaces
 from ._context import collect_objects, context
 from ._errors import BadRequest, NotFound
-from ._manifest_view import artifacts_of, events_about, parse_manifest_name, pick_by_criteria
+from ._manifest_view import (
+    age_key,
+    artifacts_of,
+    events_about,
+    parse_manifest_name,
+    pick_by_criteria,
+)
 
 _decode = msgspec.json.decode
 
@@ -183,7 +189,7 @@ def _coordinates(ref: KindRef, namespace: str, obj: Mapping[str, Any]) -> dict[s
 
 async def list_cluster(request: Request) -> Response:
     ref, namespace, members = await _cluster_members(request)
-    members.sort(key=lambda o: str(o.get("metadata", {}).get("creationTimestamp", "")))
+    members.sort(key=age_key)
     return JSONResponse([_coordinates(ref, namespace, o) for o in members])
 
 

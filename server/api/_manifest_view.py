@@ -5,6 +5,7 @@ No I/O: the handlers fetch from the store and call these.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from ._errors import BadRequest
 
 __all__ = [
     "CRITERIA",
+    "age_key",
     "artifacts_of",
     "events_about",
     "parse_manifest_name",
@@ -132,6 +134,24 @@ def _created(obj: Mapping[str, Any]) -> str:
     return str(_mapping(obj.get("metadata")).get("creationTimestamp") or "")
 
 
+_SEQUENCE_SUFFIX = re.compile(r"-v(\d{3,})$")
+
+
+def age_key(obj: Mapping[str, Any]) -> tuple[str, int, str]:
+    """Oldest first: creationTimestamp, then -- because the API server stamps whole seconds
+    and a red/black deploys v001 within a second of v000 -- the version sequence (moniker
+    annotation, else the ``-vNNN`` suffix), then the name."""
+    meta = _mapping(obj.get("metadata"))
+    name = str(meta.get("name") or "")
+    raw = _mapping(meta.get("annotations")).get("moniker.spinnaker.io/sequence")
+    sequence = -1
+    if isinstance(raw, str) and raw.strip().isdigit():
+        sequence = int(raw.strip())
+    elif (found := _SEQUENCE_SUFFIX.search(name)) is not None:
+        sequence = int(found.group(1))
+    return _created(obj), sequence, name
+
+
 def _replicas(obj: Mapping[str, Any]) -> int:
     value = _mapping(obj.get("spec")).get("replicas")
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
@@ -146,7 +166,7 @@ def pick_by_criteria(
     key = criteria.lower().replace("-", "_")
     if key not in CRITERIA:
         raise BadRequest(f"criteria {criteria!r} is not one of {', '.join(CRITERIA)}")
-    by_age = sorted(objects, key=_created)  # oldest first
+    by_age = sorted(objects, key=age_key)  # oldest first
     if not by_age:
         return None
     if key == "newest":

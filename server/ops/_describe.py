@@ -74,6 +74,8 @@ OPERATIONS: dict[str, OperationSpec] = {
             "ROLLING_RESTART_KUBERNETES_MANIFEST",
         ),
         OperationSpec("runJob", "KubernetesRunJobOperation", "RUN_KUBERNETES_JOB"),
+        OperationSpec("disableManifest", "KubernetesDisableManifestOperation", "DISABLE_MANIFEST"),
+        OperationSpec("enableManifest", "KubernetesEnableManifestOperation", "ENABLE_MANIFEST"),
         OperationSpec(
             "cleanupArtifacts",
             "KubernetesCleanupArtifactsOperation",
@@ -320,17 +322,36 @@ def _deploy(f: _Fields, payload: dict[str, Any]) -> None:
     options = _Fields(traffic.mapping("options") or {}, f"{traffic.where}.options")
     payload["enableTraffic"] = f.boolean("enableTraffic", options.boolean("enableTraffic", True))
     payload["services"] = f.strings("services") or options.strings("services")
-    strategy = (f.string("strategy") or options.string("strategy") or "NONE").upper()
-    if strategy not in {"RED_BLACK", "BLUE_GREEN", "HIGHLANDER", "NONE"}:
-        raise InvalidDescription(
-            f"{f.where}.strategy",
-            f"expected RED_BLACK, BLUE_GREEN, HIGHLANDER or NONE, got {strategy!r}",
-        )
-    payload["strategy"] = strategy
+    if f.string("strategy"):
+        payload["strategy"] = _strategy(f, "strategy")
+    else:
+        payload["strategy"] = _strategy(options, "strategy")
     selectors = f.mapping("labelSelectors")
     if selectors:
         payload["labelSelectors"] = selectors
     payload["skipSpecTemplateLabels"] = f.boolean("skipSpecTemplateLabels", False)
+
+
+# Orca sends the enum's name (RED_BLACK) flat and its JSON value (redblack) under
+# trafficManagement.options; Deck and hand-written pipelines use either, in any case.
+_STRATEGIES = {
+    "redblack": "RED_BLACK",
+    "bluegreen": "BLUE_GREEN",
+    "highlander": "HIGHLANDER",
+    "none": "NONE",
+}
+
+
+def _strategy(f: _Fields, key: str) -> str:
+    raw = f.string(key) or "none"
+    found = _STRATEGIES.get(raw.lower().replace("_", "").replace("-", ""))
+    if found is None:
+        raise InvalidDescription(
+            f"{f.where}.{key}",
+            f"expected redblack, bluegreen, highlander or none (or RED_BLACK, BLUE_GREEN, "
+            f"HIGHLANDER, NONE), got {raw!r}",
+        )
+    return found
 
 
 _CASCADING = frozenset({"foreground", "background", "orphan"})
@@ -412,6 +433,14 @@ def _rollout(f: _Fields, payload: dict[str, Any]) -> None:
     _target(f, payload)
 
 
+def _traffic(f: _Fields, payload: dict[str, Any]) -> None:
+    _target(f, payload)
+    balancers = f.strings("loadBalancers")
+    if balancers:
+        payload["loadBalancers"] = balancers
+    # targetPercentage is accepted and ignored, as in Clouddriver's Kubernetes provider.
+
+
 def _run_job(f: _Fields, payload: dict[str, Any]) -> None:
     manifest = f.mapping("manifest")
     if manifest is None:
@@ -442,6 +471,8 @@ _NORMALIZERS: dict[str, Callable[[_Fields, dict[str, Any]], None]] = {
     "resumeRolloutManifest": _rollout,
     "rollingRestartManifest": _rollout,
     "runJob": _run_job,
+    "disableManifest": _traffic,
+    "enableManifest": _traffic,
     "cleanupArtifacts": _cleanup,
 }
 
