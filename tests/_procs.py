@@ -278,22 +278,22 @@ async def open_logged(
 
 
 class Role:
-    """``kubesvc ARGV`` that a test ends and starts again, one process at a time; every start
-    appends to one log file (after a ``--- start N of NAME`` line). ``ready`` is a pattern the
-    role logs once its signal handler is set (``None``: no such wait). The owner calls
-    ``aclose`` (shielded, bounded) however its block ends."""
+    """``command`` (a ``kubesvc`` role) that a test ends and starts again, one process at a
+    time; every start appends to one log file (after a ``--- start N of NAME`` line).
+    ``ready`` is a pattern the role logs once its signal handler is set (``None``: no such
+    wait). The owner calls ``aclose`` (shielded, bounded) however its block ends."""
 
     def __init__(
         self,
         nursery: trio.Nursery,
         name: str,
-        argv: Sequence[str],
+        command: Sequence[str],
         log_path: Path,
         *,
         ready: str | None = None,
     ) -> None:
         self.name = name
-        self.command = kubesvc_command(*argv)
+        self.command = list(command)
         self.log_path = log_path
         self.ready = ready
         self.starts = 0

@@ -37,7 +37,7 @@ import yaml
 
 import kubesim
 
-from .._procs import Role
+from .._procs import Role, kubesvc_command
 from .._wait import wait_until
 from .cache_check import expected_objects
 from .chaos_proxy import ChaosProxy
@@ -350,14 +350,14 @@ async def run_chaos(tmp_path: Path, settings: ChaosSettings, report: Report) -> 
         server = Role(
             nursery,
             "server",
-            ["server", "-c", str(server_yaml)],
+            kubesvc_command("server", "-c", str(server_yaml)),
             tmp_path / "server.log",
             ready=SERVER_READY,
         )
         agent = Role(
             nursery,
             "agent",
-            ["agent", "-c", str(agent_yaml)],
+            kubesvc_command("agent", "-c", str(agent_yaml)),
             tmp_path / "agent.log",
             ready=AGENT_READY,
         )
