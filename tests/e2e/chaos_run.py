@@ -347,19 +347,12 @@ async def run_chaos(tmp_path: Path, settings: ChaosSettings, report: Report) -> 
         server_yaml, agent_yaml = _write_configs(
             tmp_path, kube, kube_link.port, server_link.port, grpc_port, api_port
         )
-        server = Role(
-            nursery,
-            "server",
-            kubesvc_command("server", "-c", str(server_yaml)),
-            tmp_path / "server.log",
-            ready=SERVER_READY,
-        )
-        agent = Role(
-            nursery,
-            "agent",
-            kubesvc_command("agent", "-c", str(agent_yaml)),
-            tmp_path / "agent.log",
-            ready=AGENT_READY,
+        server, agent = (
+            Role(nursery, role, kubesvc_command(role, "-c", str(config)), log, ready=ready)
+            for role, config, log, ready in (
+                ("server", server_yaml, tmp_path / "server.log", SERVER_READY),
+                ("agent", agent_yaml, tmp_path / "agent.log", AGENT_READY),
+            )
         )
         churn = kubesim.Churn(
             sim,
