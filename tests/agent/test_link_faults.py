@@ -185,19 +185,25 @@ async def test_an_address_that_answers_garbage(
         await _survives_then_connects(send_garbage(answer), caplog, reasons)
 
 
+def _tls_server(tmp_path: Path) -> tuple[CertificateAuthority, server.TlsSettings]:
+    """A CA the agent trusts, and the real server's TLS settings with a certificate of it."""
+    trusted = CertificateAuthority(tmp_path, "trusted CA")
+    real = trusted.issue("server", server=True)
+    return trusted, server.TlsSettings(str(real.cert), str(real.key))
+
+
 @in_loop
 async def test_a_tls_handshake_that_fails(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    trusted = CertificateAuthority(tmp_path, "trusted CA")
+    trusted, tls = _tls_server(tmp_path)
     stranger = CertificateAuthority(tmp_path, "stranger CA")
     impostor = stranger.issue("impostor", server=True)
-    real = trusted.issue("server", server=True)
     with trio.fail_after(30):
         await _survives_then_connects(
             tls_with(server_context(stranger, impostor, require_client=False)),
             caplog,
             ("CERTIFICATE_VERIFY_FAILED",),
             client_ssl=client_context(trusted),
-            tls=server.TlsSettings(str(real.cert), str(real.key)),
+            tls=tls,
         )
 
 
@@ -205,15 +211,14 @@ async def test_a_tls_handshake_that_fails(tmp_path: Path, caplog: pytest.LogCapt
 async def test_a_tls_address_that_answers_in_plain_http(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    trusted = CertificateAuthority(tmp_path, "trusted CA")
-    real = trusted.issue("server", server=True)
+    trusted, tls = _tls_server(tmp_path)
     with trio.fail_after(30):
         await _survives_then_connects(
             send_garbage(HTTP1_ANSWER),
             caplog,
             NOT_TLS,
             client_ssl=client_context(trusted),
-            tls=server.TlsSettings(str(real.cert), str(real.key)),
+            tls=tls,
         )
 
 
@@ -223,13 +228,12 @@ async def test_a_tls_address_that_stays_silent(
 ) -> None:
     # The TLS handshake never ends: without a deadline of the link's own, asyncio would wait
     # 60 s for it on every attempt.
-    trusted = CertificateAuthority(tmp_path, "trusted CA")
-    real = trusted.issue("server", server=True)
+    trusted, tls = _tls_server(tmp_path)
     with trio.fail_after(30):
         await _survives_then_connects(
             stay_silent,
             caplog,
             ("could not connect within 0.5 s",),
             client_ssl=client_context(trusted),
-            tls=server.TlsSettings(str(real.cert), str(real.key)),
+            tls=tls,
         )

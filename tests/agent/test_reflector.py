@@ -9,6 +9,7 @@ clock would race.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import kubesim
 from agent import (
@@ -84,20 +86,32 @@ class Env:
 
 @asynccontextmanager
 async def open_env(
-    tmp_path: Path, config: kubesim.SimConfig | None = None, grants: dict[str, Any] | None = None
+    tmp_path: Path,
+    config: kubesim.SimConfig | None = None,
+    grants: dict[str, Any] | None = None,
+    *,
+    tls: bool = False,
+    clock: trio.testing.MockClock | None = None,
 ) -> AsyncIterator[Env]:
-    """kubesim on loopback, the agent's real Kubernetes client, a budget channel drained."""
+    """kubesim on loopback (over TLS, HTTP/2, if ``tls``), the agent's real Kubernetes
+    client, a budget channel drained. With an autojump ``clock``, time jumps only once the
+    client is open: opening it reads the kubeconfig in a worker thread, which trio cannot
+    see, so a jump could skip it."""
+    if clock is not None:
+        clock.autojump_threshold = math.inf
     sim = kubesim.Cluster(config or kubesim.SimConfig(bookmark_interval=0.2, controllers=False))
-    async with kubesim.open_server(sim) as server:
+    async with kubesim.open_server(sim, tls=tls) as server:
         user = "agent" if grants else "admin"
         if grants:
             server.add_user(user, grants)
         kubeconfig = server.kubeconfig(tmp_path / "kubeconfig", user=user)
         account = AccountConfig(name="acc", kube_config_file=str(kubeconfig))
         async with open_kube_client(account) as client:
+            if clock is not None:
+                clock.autojump_threshold = 0
             send, receive = open_event_channel(ByteBudget(8 * 2**20))
             receiver = Receiver()
-            async with trio.open_nursery() as nursery:
+            async with send, trio.open_nursery() as nursery:
                 nursery.start_soon(receiver.drain, receive)
                 yield Env(sim, server, client, receiver, send, nursery, ListCaps())
                 nursery.cancel_scope.cancel()

@@ -16,10 +16,9 @@ looks for I/O, and the clock only jumps when both are waiting on timers. Delays 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import astuple, dataclass, replace
+from dataclasses import astuple, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,10 @@ import trio
 import trio.testing
 
 import kubesim
-from agent import AccountConfig, ListCaps, Reflector, ReflectorSettings, WatchTarget
-from agent._kube_client import KubeClient, open_kube_client
+from agent import Reflector, ReflectorSettings, WatchTarget
 from agent._watch_retry import Retry, RetryReason
-from budget import ByteBudget, EventSender, open_event_channel
 
-from .reflector_harness import Receiver
-from .test_reflector import PODS, pod
+from .test_reflector import PODS, Env, open_env, pod
 
 pytestmark = pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning")
 
@@ -51,45 +47,19 @@ CUT = 2.0
 RECOVERY = 1.0 + 1.6 - CUT
 
 
-@dataclass
-class Env:
-    sim: kubesim.Cluster
-    server: kubesim.Server
-    client: KubeClient
-    receiver: Receiver
-    send: EventSender
-    nursery: trio.Nursery
-
-    def reflector(self, settings: ReflectorSettings = SETTINGS) -> Reflector:
-        return Reflector(
-            account="acc",
-            target=WatchTarget(PODS),
-            transport=self.client,
-            send=self.send.clone(),
-            caps=ListCaps().for_account("acc"),
-            settings=settings,
-        )
+def _reflector(env: Env, settings: ReflectorSettings = SETTINGS) -> Reflector:
+    return env.reflector(WatchTarget(PODS), settings=settings)
 
 
 @asynccontextmanager
-async def open_env(tmp_path: Path, clock: trio.testing.MockClock, **sim: Any) -> AsyncIterator[Env]:
-    """kubesim over TLS (HTTP/2: every watch on one connection), the agent's client, a
-    drained budget channel. The clock jumps only once the client is open: opening it reads
-    the kubeconfig in a worker thread, which trio cannot see, so a jump could skip it."""
-    clock.autojump_threshold = math.inf
+async def _open_env(
+    tmp_path: Path, clock: trio.testing.MockClock, **sim: Any
+) -> AsyncIterator[Env]:
+    """tests/agent/test_reflector.py's stack over TLS (HTTP/2: every watch on one connection),
+    on the autojump ``clock``, with no bookmarks unless ``sim`` says otherwise."""
     config = kubesim.SimConfig(controllers=False, **{"bookmark_interval": 3600.0, **sim})
-    cluster = kubesim.Cluster(config)
-    async with kubesim.open_server(cluster, tls=True) as server:
-        kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
-        account = AccountConfig(name="acc", kube_config_file=str(kubeconfig))
-        async with open_kube_client(account) as client:
-            clock.autojump_threshold = 0
-            send, receive = open_event_channel(ByteBudget(8 * 2**20))
-            receiver = Receiver()
-            async with send, trio.open_nursery() as nursery:
-                nursery.start_soon(receiver.drain, receive)
-                yield Env(cluster, server, client, receiver, send, nursery)
-                nursery.cancel_scope.cancel()
+    async with open_env(tmp_path, config, tls=True, clock=clock) as env:
+        yield env
 
 
 async def test_ten_cuts_in_a_row_recover_as_fast_as_the_first(
@@ -97,9 +67,9 @@ async def test_ten_cuts_in_a_row_recover_as_fast_as_the_first(
 ) -> None:
     caplog.set_level(logging.INFO, logger="agent.reflector")
     with trio.fail_after(600):
-        async with open_env(tmp_path, autojump_clock) as env:
+        async with _open_env(tmp_path, autojump_clock) as env:
             env.sim.create(pod("first"))
-            reflector = env.reflector()
+            reflector = _reflector(env)
             await env.nursery.start(reflector.run)
             await env.receiver.wait_for(lambda: reflector.state.synced)
             recoveries = []
@@ -155,9 +125,9 @@ async def test_a_watch_that_ran_longer_than_the_cap_then_broke_starts_over(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     with trio.fail_after(600):
-        async with open_env(tmp_path, autojump_clock) as env:
+        async with _open_env(tmp_path, autojump_clock) as env:
             env.server.faults.fail_next(4, status=503, retry_after=None, verb="watch")
-            reflector = env.reflector()
+            reflector = _reflector(env)
             await env.nursery.start(reflector.run)
             await _grown(reflector, env, 4)
             await env.receiver.wait_for(lambda: reflector.state.watches == 5)
@@ -173,10 +143,10 @@ async def test_a_successful_streaming_list_starts_over(
 ) -> None:
     settings = replace(SETTINGS, streaming_list=True)
     with trio.fail_after(600):
-        async with open_env(tmp_path, autojump_clock) as env:
+        async with _open_env(tmp_path, autojump_clock) as env:
             env.sim.create(pod("a"))
             # The first four streaming lists (watch requests) fail; the fifth delivers.
-            reflector = env.reflector(settings)
+            reflector = _reflector(env, settings)
             env.server.faults.fail_next(4, status=503, retry_after=None, verb="watch")
             await env.nursery.start(reflector.run)
             await _grown(reflector, env, 4)
@@ -191,8 +161,8 @@ async def test_a_relist_after_a_410_starts_over(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     with trio.fail_after(600):
-        async with open_env(tmp_path, autojump_clock, watch_history=5) as env:
-            reflector = env.reflector()
+        async with _open_env(tmp_path, autojump_clock, watch_history=5) as env:
+            reflector = _reflector(env)
             await env.nursery.start(reflector.run)
             await env.receiver.wait_for(lambda: reflector.state.synced)
             # A long cut: the backoff climbs while more changes happen than the API server

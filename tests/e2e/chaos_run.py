@@ -11,7 +11,12 @@ links. For each fault of the schedule:
    stays down); it ends when the link is restored or the new process has been spawned;
 3. recovery: a probe ConfigMap is changed in kubesim, and the server's REST API is polled
    until it holds that resourceVersion. The agent and the server are separate processes,
-   so there is no event to wait on: polling every 50 ms with a deadline is the measurement.
+   so there is no event to wait on: polling every 50 ms with a deadline (tests/_wait.py's
+   ``wait_until``) is the measurement.
+
+A SIGTERM is what Kubernetes sends before it stops a pod: the process must drain and exit 0
+within the pod's 30 s grace; any other end (a signal's exit code, still running, killed) is
+a finding. It is sent once the process logged that it runs (its handler is set by then).
 
 At checkpoints the churn pauses and the server's objects (REST ``/v1/objects``) are compared
 with kubesim's, kind by kind: missing, extra, stale (another resourceVersion or uid) and
@@ -32,8 +37,9 @@ import yaml
 
 import kubesim
 
+from .._procs import Role, kubesvc_command
+from .._wait import wait_until
 from .cache_check import expected_objects
-from .chaos_procs import Role
 from .chaos_proxy import ChaosProxy
 from .chaos_schedule import (
     Checkpoint,
@@ -61,7 +67,12 @@ KINDS = {
 }
 PROBE = ("default", "chaos-probe")  # the ConfigMap whose changes measure recovery
 POLL = 0.05
+CHECK_POLL = 0.25  # a checkpoint's comparison lists every object: not every 50 ms
 TERM_GRACE = 30.0  # Kubernetes' default grace period: a pod still running then is killed
+# What each role logs once it runs (its SIGTERM handler is set): a SIGTERM before that would
+# find Python's default handler (exit -15) in a process that has not started yet.
+SERVER_READY = r"gRPC on \S+, REST on "
+AGENT_READY = r"connected to server"
 
 
 @dataclass(frozen=True)
@@ -151,13 +162,20 @@ class _Run:
                 code = await role.kill()
                 outcome.notes.append(f"exit {code}")
             else:
-                term, took = await role.terminate(TERM_GRACE)
+                term, took, ready = await role.terminate(TERM_GRACE)
+                if not ready:
+                    outcome.findings.append(
+                        f"not running {TERM_GRACE} s after its start (no {role.ready!r} "
+                        f"logged), SIGTERMed anyway: {role.log_tail(1)}"
+                    )
                 if term is None:
                     outcome.findings.append(f"still running {TERM_GRACE} s after SIGTERM")
                 else:
                     outcome.notes.append(f"exit {term} in {took:.1f} s")
-                    if term not in (0, -15):
-                        outcome.findings.append(f"SIGTERM ended it with exit {term}")
+                    if term != 0:  # a graceful drain exits 0; -15 is no drain at all
+                        outcome.findings.append(
+                            f"SIGTERM ended it with exit {term}, not 0: {role.log_tail(1)}"
+                        )
             await trio.sleep(fault.duration)
             await role.start()
             self.down.discard(role.name)
@@ -172,14 +190,19 @@ class _Run:
             "", "v1", "configmaps", namespace, name, {"data": {"probe": str(self.probes)}}
         )
         want = int(changed["metadata"]["resourceVersion"])
-        with trio.move_on_after(self.settings.recovery_patience):
-            while True:
-                await self.restart_crashed(outcome.findings)
-                held = await self.probe_version()
-                if held is not None and held >= want:
-                    return trio.current_time() - ended
-                await trio.sleep(POLL)
-        return None
+
+        async def visible() -> bool:
+            await self.restart_crashed(outcome.findings)
+            held = await self.probe_version()
+            return held is not None and held >= want
+
+        try:
+            await wait_until(
+                visible, timeout=self.settings.recovery_patience, interval=POLL, what="probe"
+            )
+        except AssertionError:
+            return None  # the table and the failures say "never"
+        return trio.current_time() - ended
 
     async def probe_version(self) -> int | None:
         namespace, name = PROBE
@@ -232,13 +255,22 @@ class _Run:
         await self.pause_churn()
         started = trio.current_time()
         result: Checkpoint | None = None
-        with trio.move_on_after(self.settings.converge_patience):
-            while True:
-                await self.restart_crashed(self.report.findings)
-                result = await self.compare(after, trio.current_time() - started)
-                if result.equal:
-                    break
-                await trio.sleep(0.25)
+
+        async def converged() -> bool:
+            nonlocal result
+            await self.restart_crashed(self.report.findings)
+            result = await self.compare(after, trio.current_time() - started)
+            return result.equal
+
+        try:
+            await wait_until(
+                converged,
+                timeout=self.settings.converge_patience,
+                interval=CHECK_POLL,
+                what="the server holds kubesim's objects",
+            )
+        except AssertionError:
+            pass  # the differences are recorded below, and fail the run
         if result is None or not result.equal:
             result = await self.compare(after, trio.current_time() - started)
         self.report.checkpoints.append(result)
@@ -246,16 +278,15 @@ class _Run:
 
 
 async def _wait_healthy(http: httpx.AsyncClient, server: Role, patience: float) -> None:
-    with trio.fail_after(patience):
-        while True:
-            code = server.exited()
-            assert code is None, f"the server exited (exit {code}): {server.log_tail(20)}"
-            try:
-                if (await http.get("/health")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass  # not listening yet
-            await trio.sleep(POLL)
+    async def healthy() -> bool:
+        code = server.exited()
+        assert code is None, f"the server exited (exit {code}): {server.log_tail(20)}"
+        try:
+            return (await http.get("/health")).status_code == 200
+        except httpx.TransportError:
+            return False  # not listening yet
+
+    await wait_until(healthy, timeout=patience, interval=POLL, what="the server's /health")
 
 
 def _write_configs(
@@ -316,8 +347,13 @@ async def run_chaos(tmp_path: Path, settings: ChaosSettings, report: Report) -> 
         server_yaml, agent_yaml = _write_configs(
             tmp_path, kube, kube_link.port, server_link.port, grpc_port, api_port
         )
-        server = Role("server", ["server", "-c", str(server_yaml)], tmp_path / "server.log")
-        agent = Role("agent", ["agent", "-c", str(agent_yaml)], tmp_path / "agent.log")
+        server, agent = (
+            Role(nursery, role, kubesvc_command(role, "-c", str(config)), log, ready=ready)
+            for role, config, log, ready in (
+                ("server", server_yaml, tmp_path / "server.log", SERVER_READY),
+                ("agent", agent_yaml, tmp_path / "agent.log", AGENT_READY),
+            )
+        )
         churn = kubesim.Churn(
             sim,
             rate=settings.churn_rate,

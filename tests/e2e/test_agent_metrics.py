@@ -84,10 +84,16 @@ async def test_watch_retries_and_their_delay_are_in_the_metrics(tmp_path: Path) 
                 }
             )
             waiting = 0.0
-            while not await _pods_stored(stack, 1, "default"):
+
+            async def stored_noting_the_delay() -> bool:
+                nonlocal waiting
+                if await _pods_stored(stack, 1, "default"):
+                    return True
                 metrics = await _scrape(stack)
                 waiting = max(waiting, metrics.get(("kubesvc_watch_backoff_seconds", labels), 0))
-                await trio.sleep(0.05)
+                return False
+
+            await wait_until(stored_noting_the_delay, interval=0.05, what="the pod 'after'")
             after = await _scrape(stack)
     # The delays of the policy (1 s, then 1.6 s, ±20 %) were visible while waited.
     assert 0.8 <= waiting <= 1.92

@@ -23,86 +23,28 @@ from pathlib import Path
 
 import httpx
 import trio
-import yaml
 
 import kubesim
 from server.store import open_sqlite_store
 
-from .harness import agent_config, wait_until
-from .processes import KubesvcProcess, open_kubesvc, server_config, server_ports
-
-NAMESPACE = "churn"
-KINDS = {"ConfigMap": "configmaps", "Pod": "pods"}
-AGENT_DRAIN_SECONDS = 8.0
-SERVER_DRAIN_SECONDS = 8.0
-
-State = dict[tuple[str, str], str]  # (kind, name) -> resourceVersion
-
-
-def _sim_state(sim: kubesim.Cluster) -> State:
-    return {
-        (kind, obj["metadata"]["name"]): obj["metadata"]["resourceVersion"]
-        for kind, plural in KINDS.items()
-        for obj in sim.list("", "v1", plural, NAMESPACE)
-    }
-
-
-async def _server_state(http: httpx.AsyncClient) -> State:
-    found: State = {}
-    token = ""
-    while True:
-        page = (
-            await http.get(
-                "/v1/objects",
-                params={"account": "k1", "namespace": NAMESPACE, "continue": token},
-            )
-        ).json()
-        for item in page["items"]:
-            if item["kind"] in KINDS:
-                found[(item["kind"], item["name"])] = item["resourceVersion"]
-        token = page["continue"] or ""
-        if not token:
-            return found
-
-
-async def _wait_converged(http: httpx.AsyncClient, sim: kubesim.Cluster) -> None:
-    async def equal() -> bool:
-        return await _server_state(http) == _sim_state(sim)
-
-    await wait_until(equal, interval=0.1)
-
-
-def _new_sim() -> kubesim.Cluster:
-    sim = kubesim.Cluster(kubesim.SimConfig(watch_history=200_000, controllers=False))
-    sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    return sim
-
-
-def _write_agent_config(
-    tmp_path: Path,
-    grpc_port: int,
-    kubeconfig: Path,
-    *,
-    base_delay: str = "100ms",
-    drain_seconds: float = AGENT_DRAIN_SECONDS,
-) -> Path:
-    accounts = [
-        {
-            "name": "k1",
-            "kubeConfigFile": str(kubeconfig),
-            "kinds": list(KINDS),
-            "namespaces": [NAMESPACE],
-        }
-    ]
-    config = agent_config(
-        grpc_port,
-        accounts,
-        clouddriver={"backoff": {"baseDelay": base_delay, "maxDelay": "10s"}},
-        shutdown={"drainSeconds": drain_seconds},
-    )
-    path = tmp_path / "kubesvc.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
+from .drain_stack import (
+    AGENT_DRAIN_SECONDS,
+    KINDS,
+    NAMESPACE,
+    SERVER_DRAIN_SECONDS,
+    State,
+    assert_clean_store,
+    new_sim,
+    open_kubesvc,
+    open_server_and_agent,
+    server_config,
+    server_ports,
+    sim_state,
+    stop,
+    wait_converged,
+    write_agent_config,
+)
+from .harness import wait_until
 
 
 async def _churn(churn: kubesim.Churn, progressed: trio.Event, after: int) -> None:
@@ -113,19 +55,6 @@ async def _churn(churn: kubesim.Churn, progressed: trio.Event, after: int) -> No
         if done == after:
             progressed.set()
         await trio.sleep(0.002)  # pacing: ~300 changes/s with the agent's share of the CPU
-
-
-async def _stop(process: KubesvcProcess, bound: float) -> float:
-    """SIGTERM ``process``; it must exit 0 within ``bound`` seconds. Returns the seconds."""
-    code, seconds = await process.signal_and_wait(signal.SIGTERM)
-    assert code == 0, f"{process.name} exited {code}:\n{process.output()}"
-    assert seconds < bound, f"{process.name} took {seconds:.1f} s:\n{process.output()}"
-    return seconds
-
-
-def _assert_clean_store(path: Path) -> None:
-    wal = path.with_name(path.name + "-wal")
-    assert not wal.exists() or wal.stat().st_size == 0, "the WAL was not checkpointed at close"
 
 
 async def _stored_at_resume_points(path: Path, sim: kubesim.Cluster) -> list[str]:
@@ -156,7 +85,7 @@ async def _stored_at_resume_points(path: Path, sim: kubesim.Cluster) -> list[str
 
 
 async def test_sigterm_agent_under_churn_drains_and_loses_nothing(tmp_path: Path) -> None:
-    sim = _new_sim()
+    sim = new_sim()
     churn = kubesim.Churn(sim, rate=1, kinds=tuple(KINDS.values()), namespace=NAMESPACE, seed=7)
     for _ in range(60):
         churn.step()
@@ -169,56 +98,40 @@ async def test_sigterm_agent_under_churn_drains_and_loses_nothing(tmp_path: Path
             httpx.AsyncClient(timeout=10) as http,
         ):
             kubeconfig = kube.kubeconfig(tmp_path / "kubeconfig", user="admin")
-            server_log, agent_log = tmp_path / "server.log", tmp_path / "agent.log"
-            async with open_kubesvc(
-                nursery, "server", ["server", "-c", str(server_yaml)], server_log
-            ) as srv:
-                grpc_port, api_port = await server_ports(srv)
-                http.base_url = httpx.URL(f"http://127.0.0.1:{api_port}")
-                agent_yaml = _write_agent_config(tmp_path, grpc_port, kubeconfig)
-                async with open_kubesvc(
-                    nursery, "agent", ["agent", "-c", str(agent_yaml)], agent_log
-                ) as agent:
-                    await agent.wait_for(r"connected to server")  # its signal handler is set
-                    await _wait_converged(http, sim)
-                    progressed = trio.Event()
-                    async with trio.open_nursery() as churning:
-                        churning.start_soon(_churn, churn, progressed, 300)
-                        await progressed.wait()
-                        seconds = await _stop(agent, AGENT_DRAIN_SECONDS)
-                        churning.cancel_scope.cancel()
-                    await agent.wait_for(r"every event taken from the watches is acknowledged")
-                    await agent.wait_for(r"shutdown: drained in")
-                    assert "Traceback" not in agent.output()
-                    print(f"\nagent drained under churn in {seconds:.2f} s")
-                await _stop(srv, SERVER_DRAIN_SECONDS)
-            _assert_clean_store(store)
+            logs = {"server_log": tmp_path / "server.log", "agent_log": tmp_path / "agent.log"}
+            async with open_server_and_agent(
+                nursery, http, sim, tmp_path, server_yaml, kubeconfig, **logs
+            ) as (srv, agent):
+                progressed = trio.Event()
+                async with trio.open_nursery() as churning:
+                    churning.start_soon(_churn, churn, progressed, 300)
+                    await progressed.wait()
+                    seconds = await stop(agent, AGENT_DRAIN_SECONDS)
+                    churning.cancel_scope.cancel()
+                await agent.wait_for(r"every event taken from the watches is acknowledged")
+                await agent.wait_for(r"shutdown: drained in")
+                assert "Traceback" not in agent.output()
+                print(f"\nagent drained under churn in {seconds:.2f} s")
+                await stop(srv, SERVER_DRAIN_SECONDS)
+            assert_clean_store(store)
             assert await _stored_at_resume_points(store, sim) == []
             for _ in range(30):
                 churn.step()  # changes while no agent runs: the restarted one must bring them
 
             # A restart of both: the agent resumes from what the server stored and the
             # changes made since (the churn went on after the agent stopped reading) arrive.
-            async with open_kubesvc(
-                nursery, "server", ["server", "-c", str(server_yaml)], server_log
-            ) as srv:
-                grpc_port, api_port = await server_ports(srv)
-                http.base_url = httpx.URL(f"http://127.0.0.1:{api_port}")
-                agent_yaml = _write_agent_config(tmp_path, grpc_port, kubeconfig)
-                async with open_kubesvc(
-                    nursery, "agent", ["agent", "-c", str(agent_yaml)], agent_log
-                ) as agent:
-                    await agent.wait_for(r"connected to server")  # its signal handler is set
-                    await _wait_converged(http, sim)
-                    await _stop(agent, AGENT_DRAIN_SECONDS)
-                await _stop(srv, SERVER_DRAIN_SECONDS)
-            _assert_clean_store(store)
+            async with open_server_and_agent(
+                nursery, http, sim, tmp_path, server_yaml, kubeconfig, **logs
+            ) as (srv, agent):
+                await stop(agent, AGENT_DRAIN_SECONDS)
+                await stop(srv, SERVER_DRAIN_SECONDS)
+            assert_clean_store(store)
 
 
 async def test_sigterm_agent_ends_a_hanging_operation_with_a_retryable_failure(
     tmp_path: Path,
 ) -> None:
-    sim = _new_sim()
+    sim = new_sim()
     store = tmp_path / "server.db"
     server_yaml = server_config(tmp_path, store, drain_seconds=SERVER_DRAIN_SECONDS)
     stalled = 1000
@@ -229,49 +142,42 @@ async def test_sigterm_agent_ends_a_hanging_operation_with_a_retryable_failure(
             httpx.AsyncClient(timeout=10) as http,
         ):
             kubeconfig = kube.kubeconfig(tmp_path / "kubeconfig", user="admin")
-            async with open_kubesvc(
-                nursery, "server", ["server", "-c", str(server_yaml)], tmp_path / "server.log"
-            ) as srv:
-                grpc_port, api_port = await server_ports(srv)
-                http.base_url = httpx.URL(f"http://127.0.0.1:{api_port}")
-                agent_yaml = _write_agent_config(tmp_path, grpc_port, kubeconfig)
-                async with open_kubesvc(
-                    nursery, "agent", ["agent", "-c", str(agent_yaml)], tmp_path / "agent.log"
-                ) as agent:
-                    await agent.wait_for(r"connected to server")  # its signal handler is set
-                    await _wait_converged(http, sim)
-                    await agent.wait_for(r"account k1: PRIMARY")
-                    # From now on every API request but the watches hangs: the deploy below
-                    # cannot finish, however long it is given.
-                    kube.faults.stall_responses(count=stalled)
-                    manifest = {
-                        "apiVersion": "v1",
-                        "kind": "ConfigMap",
-                        "metadata": {"name": "stuck", "namespace": NAMESPACE},
-                        "data": {"a": "b"},
-                    }
-                    body = [{"deployManifest": {"account": "k1", "manifests": [manifest]}}]
-                    answer = await http.post("/kubernetes/ops", json=body)
-                    assert answer.status_code == 200, answer.text
-                    task_id = answer.json()["id"]
+            logs = {"server_log": tmp_path / "server.log", "agent_log": tmp_path / "agent.log"}
+            async with open_server_and_agent(
+                nursery, http, sim, tmp_path, server_yaml, kubeconfig, **logs
+            ) as (srv, agent):
+                await agent.wait_for(r"account k1: PRIMARY")
+                # From now on every API request but the watches hangs: the deploy below
+                # cannot finish, however long it is given.
+                kube.faults.stall_responses(count=stalled)
+                manifest = {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "stuck", "namespace": NAMESPACE},
+                    "data": {"a": "b"},
+                }
+                body = [{"deployManifest": {"account": "k1", "manifests": [manifest]}}]
+                answer = await http.post("/kubernetes/ops", json=body)
+                assert answer.status_code == 200, answer.text
+                task_id = answer.json()["id"]
 
-                    async def hanging() -> bool:
-                        await trio.lowlevel.checkpoint()
-                        return kube.faults.stall_next < stalled
+                async def hanging() -> bool:
+                    await trio.lowlevel.checkpoint()
+                    return kube.faults.stall_next < stalled
 
-                    await wait_until(hanging, interval=0.02)
-                    seconds = await _stop(agent, AGENT_DRAIN_SECONDS)
-                    await agent.wait_for(r"ending 1 operation\(s\) still running")
+                await wait_until(hanging, interval=0.02)
+                seconds = await stop(agent, AGENT_DRAIN_SECONDS)
+                await agent.wait_for(r"ending 1 operation\(s\) still running")
 
-                    task = (await http.get(f"/task/{task_id}")).json()
-                    assert task["status"]["failed"] is True, task
-                    failure = task["resultObjects"][-1]
-                    assert failure["cause"] == "Unavailable", failure
-                    assert "shutting down" in failure["message"], failure
-                    assert "retry" in failure["message"], failure
-                    assert "disconnected" not in json.dumps(task)
-                    print(f"\nagent ended the operation and exited in {seconds:.2f} s")
-                await _stop(srv, SERVER_DRAIN_SECONDS)
+                task = (await http.get(f"/task/{task_id}")).json()
+                assert task["status"]["failed"] is True, task
+                failure = task["resultObjects"][-1]
+                assert failure["cause"] == "Unavailable", failure
+                assert "shutting down" in failure["message"], failure
+                assert "retry" in failure["message"], failure
+                assert "disconnected" not in json.dumps(task)
+                print(f"\nagent ended the operation and exited in {seconds:.2f} s")
+                await stop(srv, SERVER_DRAIN_SECONDS)
 
 
 class _Service:
@@ -325,7 +231,7 @@ async def _read_response(stream: trio.SocketStream) -> tuple[str, bytes]:
 
 
 async def test_sigterm_server_drains_and_the_agent_moves_at_once(tmp_path: Path) -> None:
-    sim = _new_sim()
+    sim = new_sim()
     churn = kubesim.Churn(sim, rate=1, kinds=tuple(KINDS.values()), namespace=NAMESPACE, seed=3)
     for _ in range(40):
         churn.step()
@@ -357,7 +263,7 @@ async def test_sigterm_server_drains_and_the_agent_moves_at_once(tmp_path: Path)
                 service_port: int = await nursery.start(service.serve)
                 # A 10 s base delay (8 s at least with its jitter): a reconnect well within it
                 # was no backoff.
-                agent_yaml = _write_agent_config(
+                agent_yaml = write_agent_config(
                     tmp_path, service_port, kubeconfig, base_delay="10s"
                 )
                 async with open_kubesvc(
@@ -365,7 +271,7 @@ async def test_sigterm_server_drains_and_the_agent_moves_at_once(tmp_path: Path)
                 ) as agent:
                     await agent.wait_for(r"connected to server server-a")
                     http.base_url = httpx.URL(f"http://127.0.0.1:{api_a}")
-                    await _wait_converged(http, sim)
+                    await wait_converged(http, sim)
 
                     # A request in flight: its head and half its body are sent.
                     query = b"GET /v1/objects?account=k1&namespace=churn HTTP/1.1\r\n"
@@ -386,7 +292,7 @@ async def test_sigterm_server_drains_and_the_agent_moves_at_once(tmp_path: Path)
                         response, body = await _read_response(request)
                     assert response.startswith("HTTP/1.1 200"), response
                     assert "connection: close" in response.lower(), response
-                    assert len(json.loads(body)["items"]) == len(_sim_state(sim))
+                    assert len(json.loads(body)["items"]) == len(sim_state(sim))
                     assert moved < 6.0, f"the agent took {moved:.1f} s to move (a backoff?)"
                     code = await server_a.process.wait()
                     assert code == 0, server_a.output()
@@ -394,11 +300,11 @@ async def test_sigterm_server_drains_and_the_agent_moves_at_once(tmp_path: Path)
                     print(f"\nagent moved to server-b {moved:.2f} s after server-a's SIGTERM")
 
                     http.base_url = httpx.URL(f"http://127.0.0.1:{api_b}")
-                    await _wait_converged(http, sim)
-                    await _stop(agent, AGENT_DRAIN_SECONDS)
-                await _stop(server_b, SERVER_DRAIN_SECONDS)
-            _assert_clean_store(store_a)
+                    await wait_converged(http, sim)
+                    await stop(agent, AGENT_DRAIN_SECONDS)
+                await stop(server_b, SERVER_DRAIN_SECONDS)
+            assert_clean_store(store_a)
             async with open_sqlite_store(str(store_a)) as reopened:
-                assert await reopened.count_objects(account="k1") == len(_sim_state(sim))
+                assert await reopened.count_objects(account="k1") == len(sim_state(sim))
             assert not any("REST" in line and "ERROR" in line for line in server_a.lines)
             nursery.cancel_scope.cancel()  # the proxy

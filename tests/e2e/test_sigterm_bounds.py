@@ -9,6 +9,8 @@ docs/configuration.md documents.
 from __future__ import annotations
 
 import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -17,17 +19,33 @@ import trio
 import kubesim
 from server.store import open_sqlite_store
 
-from .processes import KubesvcProcess, open_kubesvc, server_config, server_ports
-from .test_sigterm import NAMESPACE, _new_sim, _wait_converged, _write_agent_config
+from .._procs import LoggedProcess
+from .drain_stack import (
+    NAMESPACE,
+    new_sim,
+    open_kubesvc,
+    server_config,
+    server_ports,
+    wait_converged,
+    write_agent_config,
+)
 
 HALF_A_REQUEST = b"POST /armory/accounts HTTP/1.1\r\nhost: s\r\ncontent-length: 100\r\n\r\n{"
 
 
-async def _hold_a_request(server: KubesvcProcess) -> trio.SocketStream:
-    _, api_port = await server_ports(server)
-    stream = await trio.open_tcp_stream("127.0.0.1", api_port)
-    await stream.send_all(HALF_A_REQUEST)
-    return stream
+@asynccontextmanager
+async def _server_holding_a_request(
+    nursery: trio.Nursery, tmp_path: Path, config: Path
+) -> AsyncIterator[tuple[LoggedProcess, trio.SocketStream]]:
+    """A server process and a REST connection to it that sent half a request (a test may
+    close it early); both closed, the server killed if it still runs, when the block ends."""
+    server_args = ["server", "-c", str(config)]
+    async with open_kubesvc(nursery, "server", server_args, tmp_path / "server.log") as server:
+        _, api_port = await server_ports(server)
+        stream = await trio.open_tcp_stream("127.0.0.1", api_port)
+        async with stream:
+            await stream.send_all(HALF_A_REQUEST)
+            yield server, stream
 
 
 async def _assert_clean(store: Path) -> None:
@@ -44,11 +62,8 @@ async def test_the_drain_bound_stops_the_server_with_exit_0(tmp_path: Path) -> N
     with trio.fail_after(60):
         async with (
             trio.open_nursery() as nursery,
-            open_kubesvc(
-                nursery, "server", ["server", "-c", str(path)], tmp_path / "server.log"
-            ) as server,
+            _server_holding_a_request(nursery, tmp_path, path) as (server, stream),
         ):
-            stream = await _hold_a_request(server)
             async with stream:
                 code, seconds = await server.signal_and_wait(signal.SIGTERM)
             assert code == 0, server.output()
@@ -64,11 +79,8 @@ async def test_a_second_sigterm_stops_a_drain_at_once_with_143(tmp_path: Path) -
     with trio.fail_after(60):
         async with (
             trio.open_nursery() as nursery,
-            open_kubesvc(
-                nursery, "server", ["server", "-c", str(path)], tmp_path / "server.log"
-            ) as server,
+            _server_holding_a_request(nursery, tmp_path, path) as (server, stream),
         ):
-            stream = await _hold_a_request(server)
             async with stream:
                 server.process.send_signal(signal.SIGTERM)
                 await server.wait_for(r"REST API: draining 1 connection")
@@ -83,7 +95,7 @@ async def test_a_second_sigterm_stops_a_drain_at_once_with_143(tmp_path: Path) -
 async def test_the_drain_bound_stops_an_agent_whose_server_froze(tmp_path: Path) -> None:
     """The server is frozen (SIGSTOP): no Ack, no end of the call. The agent's drain runs out
     at its bound, it exits 0 all the same, and after a restart nothing is lost."""
-    sim = _new_sim()
+    sim = new_sim()
     churn = kubesim.Churn(sim, rate=1, kinds=("configmaps",), namespace=NAMESPACE, seed=5)
     for _ in range(20):
         churn.step()  # objects to sync: the agent has read them once the server holds them
@@ -101,11 +113,11 @@ async def test_the_drain_bound_stops_an_agent_whose_server_froze(tmp_path: Path)
             kubeconfig = kube.kubeconfig(tmp_path / "kubeconfig", user="admin")
             grpc_port, api_port = await server_ports(server)
             http.base_url = httpx.URL(f"http://127.0.0.1:{api_port}")
-            agent_yaml = _write_agent_config(tmp_path, grpc_port, kubeconfig, drain_seconds=2)
+            agent_yaml = write_agent_config(tmp_path, grpc_port, kubeconfig, drain_seconds=2)
             agent_args = ["agent", "-c", str(agent_yaml)]
             async with open_kubesvc(nursery, "agent", agent_args, tmp_path / "a.log") as agent:
                 await agent.wait_for(r"connected to server")
-                await _wait_converged(http, sim)
+                await wait_converged(http, sim)
                 server.process.send_signal(signal.SIGSTOP)
                 try:
                     for _ in range(20):
@@ -119,7 +131,7 @@ async def test_the_drain_bound_stops_an_agent_whose_server_froze(tmp_path: Path)
                 assert "Traceback" not in agent.output()
             async with open_kubesvc(nursery, "agent", agent_args, tmp_path / "a.log") as agent:
                 await agent.wait_for(r"connected to server")  # its signal handler is in place
-                await _wait_converged(http, sim)
+                await wait_converged(http, sim)
                 code, _ = await agent.signal_and_wait(signal.SIGTERM)
                 assert code == 0, agent.output()
             code, _ = await server.signal_and_wait(signal.SIGTERM)

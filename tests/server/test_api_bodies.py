@@ -4,7 +4,6 @@ both HTTP servers; none is a 500 and none logs an ERROR (issue 12, defect 4)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -17,12 +16,10 @@ import httpx
 import pytest
 import trio
 
-import wire
-from server import RunningServer, parse_server_config, run_server
-from server.api import serve_api
+from server import RunningServer, parse_server_config
 from server.api._body import MAX_BODY_BYTES, MAX_JSON_DEPTH
 
-from .test_ops_api import ScriptedAgent, deployed
+from .test_ops_api import deployed, open_scripted_server
 
 HTTP_SERVERS = ["kubesvc", "hypercorn"]
 
@@ -48,16 +45,11 @@ async def open_api(tmp_path: Path, http_server: str) -> AsyncIterator[Api]:
             "store": {"path": str(tmp_path / "bodies.db")},
         }
     )
-    async with wire.open_loop(), trio.open_nursery() as nursery:
-        server: RunningServer = await nursery.start(
-            functools.partial(run_server, config, serve_api=serve_api)
-        )
-        agent = ScriptedAgent(deployed)
-        nursery.start_soon(agent.run, server.grpc_port)
-        await agent.welcomed.wait()
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.api_port}") as http:
-            yield Api(server, http)
-        nursery.cancel_scope.cancel()
+    async with (
+        open_scripted_server(config, deployed) as server,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.api_port}") as http,
+    ):
+        yield Api(server, http)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ this test's trio loop. Derandomized, with a bounded number of examples per opera
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -32,12 +31,10 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.core.result import Err
 
-import wire
-from server import RunningServer, parse_server_config, run_server
-from server.api import serve_api
+from server import RunningServer, parse_server_config
 from wire import messages as m
 
-from .test_ops_api import ScriptedAgent
+from .test_ops_api import open_scripted_server
 
 # KUBESVC_FUZZ_EXAMPLES=200 explores: that many examples per operation, from random seeds.
 _EXPLORE = int(os.environ.get("KUBESVC_FUZZ_EXAMPLES", "0"))
@@ -69,15 +66,8 @@ async def open_server(tmp_path: Path) -> AsyncIterator[RunningServer]:
             "operations": {"waitMs": 2000},
         }
     )
-    async with wire.open_loop(), trio.open_nursery() as nursery:
-        server: RunningServer = await nursery.start(
-            functools.partial(run_server, config, serve_api=serve_api)
-        )
-        agent = ScriptedAgent(answer_anything)
-        nursery.start_soon(agent.run, server.grpc_port)
-        await agent.welcomed.wait()
+    async with open_scripted_server(config, answer_anything) as server:
         yield server
-        nursery.cancel_scope.cancel()
 
 
 def fuzz(document: dict[str, Any], base_url: str) -> list[str]:

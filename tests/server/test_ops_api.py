@@ -150,6 +150,23 @@ async def open_env(tmp_path: Path, wait_ms: int = 5000) -> AsyncIterator[Env]:
         nursery.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def open_scripted_server(
+    config: ServerConfig, answer: Answer
+) -> AsyncIterator[RunningServer]:
+    """``run_server`` with its REST API (``config``), and a ScriptedAgent answering
+    ``answer`` for k1 that the server has welcomed when the block starts; both end with it."""
+    async with wire.open_loop(), trio.open_nursery() as nursery:
+        server: RunningServer = await nursery.start(
+            functools.partial(run_server, config, serve_api=serve_api)
+        )
+        agent = ScriptedAgent(answer)
+        nursery.start_soon(agent.run, server.grpc_port)
+        await agent.welcomed.wait()
+        yield server
+        nursery.cancel_scope.cancel()
+
+
 DEPLOY_CONTEXT = {
     "cloudProvider": "kubernetes",
     "credentials": "k1",
