@@ -82,7 +82,8 @@ async def apply_object(
     expect_new: bool = False,
 ) -> dict[str, Any]:
     """Create or update ``obj`` (namespace and name already final, or a ``generateName`` and
-    no name: then always a create); returns the object as the API server answered. Raises KubernetesRefusal / AgentUnavailable / OperationTimeout.
+    no name: then always a create); returns the object as the API server answered. Raises
+    KubernetesRefusal / AgentUnavailable / OperationTimeout.
 
     ``expect_new``: the caller just listed the namespace and knows the name is free (a new
     ``-vNNN`` version), so client-side apply creates at once instead of reading first; if

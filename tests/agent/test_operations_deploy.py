@@ -242,7 +242,8 @@ async def test_run_job_keeps_the_name_recreates_it_and_refuses_other_kinds(
             one = await bench.run(
                 "runJob", {"namespace": "default", "manifest": migrate, "application": "shop"}
             )
-            first_uid = bench.sim.get("batch", "v1", "jobs", "default", "migrate")["metadata"]["uid"]
+            first = bench.sim.get("batch", "v1", "jobs", "default", "migrate")
+            first_uid = first["metadata"]["uid"]
             two = await bench.run(
                 "runJob", {"namespace": "default", "manifest": migrate, "application": "shop"}
             )
