@@ -13,9 +13,9 @@ from kubesim._controllers import (
     get_live,
     new_pod,
     owned_by,
-    template_hash,
 )
 from kubesim._deletes import delete
+from kubesim._revisions import sync_revision
 
 if TYPE_CHECKING:
     from kubesim._cluster import Cluster
@@ -37,7 +37,7 @@ def statefulset(cluster: Cluster, namespace: str, name: str) -> None:
     spec = sts.get("spec") or {}
     desired = spec.get("replicas", 1)
     template = spec.get("template") or {}
-    revision = f"{name}-{template_hash(template)}"
+    revision, _ = sync_revision(cluster, sts)
     uid = sts["metadata"]["uid"]
     existing = {s.name for s in owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")}
     for index in range(desired):
@@ -77,7 +77,7 @@ def daemonset(cluster: Cluster, namespace: str, name: str) -> None:
     if ds is None:
         return
     template = (ds.get("spec") or {}).get("template") or {}
-    digest = template_hash(template)
+    _, digest = sync_revision(cluster, ds)
     uid = ds["metadata"]["uid"]
     pods = owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")
     current = [p for p in pods if p.labels.get("controller-revision-hash") == digest]

@@ -160,3 +160,52 @@ def test_a_running_job_stays_active() -> None:
     assert "conditions" not in job["status"]
     (pod,) = sim.list("", "v1", "pods", "default")
     assert pod["status"]["phase"] == "Running"
+
+
+def _set(kind: str, name: str, image: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": name}},
+        "template": {
+            "metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "image": image}]},
+        },
+    }
+    if kind == "StatefulSet":
+        spec.update(replicas=1, serviceName=name)
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def _revisions(sim: kubesim.Cluster) -> dict[str, tuple[int, str]]:
+    return {
+        r["metadata"]["name"]: (
+            r["revision"],
+            r["data"]["spec"]["template"]["spec"]["containers"][0]["image"],
+        )
+        for r in sim.list("apps", "v1", "controllerrevisions", "default")
+    }
+
+
+def test_statefulsets_and_daemonsets_keep_their_history_in_controller_revisions() -> None:
+    sim = kubesim.Cluster()
+    for kind, plural in (("StatefulSet", "statefulsets"), ("DaemonSet", "daemonsets")):
+        sim.create({**_set(kind, "db", "db:1"), "metadata": {"name": "db", "namespace": "default"}})
+        for image in ("db:2", "db:1"):  # roll forward, then back to the first template
+            patch = {
+                "spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}
+            }
+            sim.patch("apps", "v1", plural, "default", "db", patch)
+        revisions = _revisions(sim)
+        assert sorted(revisions.values()) == [(2, "db:2"), (3, "db:1")]  # db:1 moved to 3
+        (cr,) = [
+            r
+            for r in sim.list("apps", "v1", "controllerrevisions", "default")
+            if r["revision"] == 3
+        ]
+        assert cr["metadata"]["ownerReferences"][0]["kind"] == kind
+        assert cr["data"]["spec"]["template"]["$patch"] == "replace"
+        assert cr["metadata"]["labels"]["app"] == "db"
+        if kind == "StatefulSet":
+            status = sim.get("apps", "v1", plural, "default", "db")["status"]
+            assert status["updateRevision"] == cr["metadata"]["name"]
+        sim.delete("apps", "v1", plural, "default", "db")
+        assert sim.list("apps", "v1", "controllerrevisions", "default") == []
