@@ -121,16 +121,14 @@ async def _deploy_one(
     name = base
     source: Mapping[str, Any] | None = None
     expect_new = False
-    if generated:
-        pass
-    elif is_versioned(res.kind, strategy, versioned):
+    if not generated and is_versioned(res.kind, strategy, versioned):
         existing = await ctx.cluster.list(res, namespace)
         sequence = next_version(existing, base)
         name = f"{base}-v{sequence:03d}"
         versions = [o for o in existing if version_of(o, base) is not None]
         source = max(versions, key=lambda o: version_of(o, base) or 0) if versions else None
         expect_new = True  # one past every listed version: no need to read it first
-    elif strategy.use_source_capacity:
+    elif not generated and strategy.use_source_capacity:
         source = await ctx.cluster.get(res, namespace, base)
     if not generated:
         meta["name"] = name
