@@ -39,7 +39,7 @@ _CONTROLLED = frozenset(
         ("batch", "Job"),
     }
 )
-_POD_OWNERS = ("ReplicaSet", "StatefulSet", "DaemonSet")
+_POD_OWNERS = ("ReplicaSet", "StatefulSet", "DaemonSet", "Job")
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 

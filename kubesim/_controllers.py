@@ -3,6 +3,12 @@ and a kubelet-lite makes new Pods Running. Synchronous: ``_reconcile.reconcile``
 write until nothing is dirty, so a deploy, a scale, a rollback or a restart is visible as the
 events a real cluster would emit (RS created, pods added, statuses updated), in order.
 
+A test steers a rollout with the pod template annotation ``kubesim.io/outcome`` (OUTCOME):
+``unready`` (pods run but never become Ready: the rollout hangs, Available=False),
+``deadline-exceeded`` (the same, and the Deployment reports ProgressDeadlineExceeded at once,
+as if ``progressDeadlineSeconds`` had passed), ``fail`` (containers crash: CrashLoopBackOff
+for long-running pods, exit code 1 for a Job's pods), ``running`` (a Job's pods never end).
+
 Rollback the kubectl way works because a Deployment whose template equals an old
 ReplicaSet's (pod-template-hash) adopts that ReplicaSet again and bumps its
 ``deployment.kubernetes.io/revision`` to the next number.
@@ -18,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from kubesim._deletes import delete
+from kubesim._events import record_event
 from kubesim._meta import new_uid, now_rfc3339
 from kubesim._resources import ResourceType
 from kubesim._store import Stored
@@ -32,15 +39,21 @@ __all__ = [
     "kubelet",
     "new_pod",
     "now",
+    "outcome_of",
     "owned_by",
+    "pod_ready",
     "pod_status",
     "replicaset",
     "template_hash",
 ]
 
 REVISION = "deployment.kubernetes.io/revision"
+OUTCOME = "kubesim.io/outcome"
+NOT_READY = frozenset({"unready", "deadline-exceeded", "fail"})
 HASH_LABEL = "pod-template-hash"
 MANAGER = "kube-controller-manager"
+_RS_CONTROLLER = "replicaset-controller"
+_DEPLOYMENT_CONTROLLER = "deployment-controller"
 
 
 def template_hash(template: dict[str, Any]) -> str:
@@ -59,31 +72,73 @@ def _hex64() -> str:
     return f"{_ids.getrandbits(256):064x}"
 
 
-def pod_status(spec: dict[str, Any], now: str, ip: str) -> dict[str, Any]:
-    """A Running, Ready pod status for ``spec``, as a kubelet would report it."""
-    conditions = [
-        {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
-        for t in (
-            "PodReadyToStartContainers",
-            "Initialized",
-            "Ready",
-            "ContainersReady",
-            "PodScheduled",
-        )
-    ]
-    containers = [
-        {
-            "name": c.get("name", "app"),
-            "ready": True,
-            "restartCount": 0,
-            "started": True,
-            "image": c.get("image", ""),
-            "imageID": f"docker.io/library/{c.get('image', 'app')}@sha256:{_hex64()}",
-            "containerID": f"containerd://{_hex64()}",
-            "state": {"running": {"startedAt": now}},
+def outcome_of(template: dict[str, Any]) -> str:
+    """The OUTCOME annotation of a pod template (or a pod), ``""`` when absent."""
+    notes = (template.get("metadata") or {}).get("annotations") or {}
+    return str(notes.get(OUTCOME) or "")
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pod_status(spec: dict[str, Any], now: str, ip: str, outcome: str = "") -> dict[str, Any]:
+    """A Running pod status for ``spec``, as a kubelet would report it: Ready, or, for an
+    ``outcome`` in NOT_READY, running unready (``fail``: crash-looping)."""
+    ready = outcome not in NOT_READY
+    names = [c.get("name", "app") for c in spec.get("containers") or []]
+    conditions = []
+    for t in (
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ):
+        condition: dict[str, Any] = {
+            "type": t,
+            "status": "True",
+            "lastProbeTime": None,
+            "lastTransitionTime": now,
         }
-        for c in spec.get("containers") or []
-    ]
+        if not ready and t in ("Ready", "ContainersReady"):
+            condition["status"] = "False"
+            condition["reason"] = "ContainersNotReady"
+            condition["message"] = f"containers with unready status: [{' '.join(names)}]"
+        conditions.append(condition)
+    containers = []
+    for c in spec.get("containers") or []:
+        state: dict[str, Any] = {"running": {"startedAt": now}}
+        extra: dict[str, Any] = {}
+        if outcome == "fail":
+            state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off 10s restarting failed container={c.get('name', 'app')}",
+                }
+            }
+            extra["lastState"] = {
+                "terminated": {
+                    "exitCode": 1,
+                    "reason": "Error",
+                    "startedAt": now,
+                    "finishedAt": now,
+                }
+            }
+        containers.append(
+            {
+                "name": c.get("name", "app"),
+                "ready": ready,
+                "restartCount": 1 if outcome == "fail" else 0,
+                "started": outcome != "fail",
+                "image": c.get("image", ""),
+                "imageID": f"docker.io/library/{c.get('image', 'app')}@sha256:{_hex64()}",
+                "containerID": f"containerd://{_hex64()}",
+                "state": state,
+                **extra,
+            }
+        )
     return {
         "phase": "Running",
         "conditions": conditions,
@@ -160,12 +215,14 @@ def kubelet(cluster: Cluster, namespace: str, name: str) -> None:
         return
     new = msgspec.json.decode(msgspec.json.encode(pod))
     new.setdefault("spec", {}).setdefault("nodeName", "kubesim-node-1")
-    new["status"] = pod_status(new["spec"], now(), _pod_ip(cluster))
+    new["status"] = pod_status(new["spec"], now(), _pod_ip(cluster), outcome_of(pod))
     commit_if_changed(cluster, pods, pod, new)
 
 
 def new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[str, Any],
-             extra_labels: dict[str, str]) -> None:  # fmt: skip
+             extra_labels: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """Create a pod of ``owner`` from ``template``, already running (the kubelet-lite's work
+    done at once); returns it as stored."""
     pods = cluster.resolve("", "v1", "pods")
     tmeta = template.get("metadata") or {}
     spec = msgspec.json.decode(msgspec.json.encode(template.get("spec") or {}))
@@ -184,11 +241,12 @@ def new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[s
             "ownerReferences": [_owner_ref(owner)],
         },
         "spec": spec,
-        "status": pod_status(spec, stamp, _pod_ip(cluster)),
+        "status": pod_status(spec, stamp, _pod_ip(cluster), outcome_of(template)),
     }
     if tmeta.get("annotations"):
         pod["metadata"]["annotations"] = dict(tmeta["annotations"])
     cluster.commit(pods, pod, added=True)
+    return pod
 
 
 def replicaset(cluster: Cluster, namespace: str, name: str) -> None:
@@ -202,21 +260,31 @@ def replicaset(cluster: Cluster, namespace: str, name: str) -> None:
     pods = owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")
     template = (rs.get("spec") or {}).get("template") or {}
     for _ in range(desired - len(pods)):
-        new_pod(cluster, rs, f"{name}-{secrets.token_hex(3)[:5]}", template, {})
+        pod = new_pod(cluster, rs, f"{name}-{secrets.token_hex(3)[:5]}", template, {})
+        record_event(
+            cluster, rs, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}",
+            component=_RS_CONTROLLER,
+        )  # fmt: skip
     if len(pods) > desired:
         for victim in sorted(pods, key=lambda s: s.rv, reverse=True)[: len(pods) - desired]:
             delete(cluster, pods_type, namespace, victim.name, grace_period=0)
-    count = len(owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-"))
+            record_event(
+                cluster, rs, "SuccessfulDelete", f"Deleted pod: {victim.name}",
+                component=_RS_CONTROLLER,
+            )  # fmt: skip
+    live = [s.decode() for s in owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")]
+    count = len(live)
+    ready = sum(1 for pod in live if pod_ready(pod))
     new = msgspec.json.decode(msgspec.json.encode(rs))
     new["status"] = {
         "replicas": count,
         "fullyLabeledReplicas": count,
-        "readyReplicas": count,
-        "availableReplicas": count,
+        "readyReplicas": ready,
+        "availableReplicas": ready,
         "observedGeneration": rs["metadata"].get("generation", 1),
     }
-    if count == 0:
-        for field in ("readyReplicas", "availableReplicas", "fullyLabeledReplicas"):
+    for field in ("readyReplicas", "availableReplicas", "fullyLabeledReplicas"):
+        if new["status"][field] == 0:
             new["status"].pop(field)
     commit_if_changed(cluster, rs_type, rs, new)
 
@@ -257,6 +325,13 @@ def deployment(cluster: Cluster, namespace: str, name: str) -> None:
             want = replicas if rs["metadata"]["uid"] == current["metadata"]["uid"] else 0
             fresh = get_live(cluster, rs_type, namespace, rs["metadata"]["name"])
             if fresh is not None and (fresh.get("spec") or {}).get("replicas") != want:
+                before = (fresh.get("spec") or {}).get("replicas", 1)
+                way = "up" if want > before else "down"
+                record_event(
+                    cluster, dep, "ScalingReplicaSet",
+                    f"Scaled {way} replica set {rs['metadata']['name']} from {before} to {want}",
+                    component=_DEPLOYMENT_CONTROLLER,
+                )  # fmt: skip
                 fresh["spec"]["replicas"] = want
                 fresh["metadata"].setdefault("annotations", {})[
                     "deployment.kubernetes.io/desired-replicas"
@@ -312,6 +387,18 @@ def _trim_history(cluster: Cluster, dep: dict[str, Any], current_uid: str) -> No
         delete(cluster, rs_type, rs["metadata"]["namespace"], rs["metadata"]["name"])
 
 
+def _max_unavailable(spec: dict[str, Any], want: int) -> int:
+    """The rolling update's maxUnavailable as a count (default 25 %, rounded down)."""
+    rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+    value = rolling.get("maxUnavailable", "25%")
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            return want * int(value[:-1]) // 100
+        except ValueError:
+            return 0
+    return value if isinstance(value, int) else 0
+
+
 def _deployment_status(
     cluster: Cluster, dep: dict[str, Any], current: dict[str, Any] | None
 ) -> None:
@@ -338,35 +425,62 @@ def _deployment_status(
     stamp = now()
     old_conditions = {c["type"]: c for c in (fresh.get("status") or {}).get("conditions", [])}
 
-    def condition(kind: str, reason: str, message: str) -> dict[str, Any]:
+    def condition(kind: str, state: str, reason: str, message: str) -> dict[str, Any]:
         previous = old_conditions.get(kind)
         changed = previous is None or previous.get("reason") != reason
+        flipped = previous is None or previous.get("status") != state
         return {
             "type": kind,
-            "status": "True",
+            "status": state,
             "lastUpdateTime": stamp if changed else previous.get("lastUpdateTime", stamp),  # type: ignore[union-attr]
-            "lastTransitionTime": previous.get("lastTransitionTime", stamp) if previous else stamp,
+            "lastTransitionTime": stamp if flipped else previous.get("lastTransitionTime", stamp),  # type: ignore[union-attr]
             "reason": reason,
             "message": message,
         }
 
     rs_name = current["metadata"]["name"] if current else ""
+    spec = fresh.get("spec") or {}
+    if ready >= want - _max_unavailable(spec, want):
+        available = condition(
+            "Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability."
+        )
+    else:
+        available = condition(
+            "Available",
+            "False",
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.",
+        )
+    complete = updated == want and ready == want and total == want
+    if spec.get("paused"):
+        progressing = condition(
+            "Progressing", "Unknown", "DeploymentPaused", "Deployment is paused"
+        )
+    elif complete:
+        progressing = condition(
+            "Progressing",
+            "True",
+            "NewReplicaSetAvailable",
+            f'ReplicaSet "{rs_name}" has successfully progressed.',
+        )
+    elif outcome_of(spec.get("template") or {}) == "deadline-exceeded":
+        progressing = condition(
+            "Progressing",
+            "False",
+            "ProgressDeadlineExceeded",
+            f'ReplicaSet "{rs_name}" has timed out progressing.',
+        )
+    else:
+        progressing = condition(
+            "Progressing", "True", "ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.'
+        )
     status: dict[str, Any] = {
         "observedGeneration": fresh["metadata"].get("generation", 1),
         "replicas": total,
         "updatedReplicas": updated,
         "readyReplicas": ready,
         "availableReplicas": ready,
-        "conditions": [
-            condition(
-                "Available", "MinimumReplicasAvailable", "Deployment has minimum availability."
-            ),
-            condition(
-                "Progressing",
-                "NewReplicaSetAvailable",
-                f'ReplicaSet "{rs_name}" has successfully progressed.',
-            ),
-        ],
+        "conditions": [available, progressing],
     }
     if want - ready > 0:
         status["unavailableReplicas"] = want - ready

@@ -1,5 +1,6 @@
 """Controllers, lite, for the set-like kinds: StatefulSets own ordinal pods, DaemonSets run
-one pod on the simulated node, Jobs complete. Enough for a Clouddriver-style stable check."""
+one pod on the simulated node (Jobs: _controllers_jobs.py). Enough for a Clouddriver-style
+stable check."""
 
 from __future__ import annotations
 
@@ -11,16 +12,15 @@ from kubesim._controllers import (
     commit_if_changed,
     get_live,
     new_pod,
-    now,
     owned_by,
-    template_hash,
 )
 from kubesim._deletes import delete
+from kubesim._revisions import sync_revision
 
 if TYPE_CHECKING:
     from kubesim._cluster import Cluster
 
-__all__ = ["daemonset", "job", "statefulset"]
+__all__ = ["daemonset", "statefulset"]
 
 
 def _copy(obj: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def statefulset(cluster: Cluster, namespace: str, name: str) -> None:
     spec = sts.get("spec") or {}
     desired = spec.get("replicas", 1)
     template = spec.get("template") or {}
-    revision = f"{name}-{template_hash(template)}"
+    revision, _ = sync_revision(cluster, sts)
     uid = sts["metadata"]["uid"]
     existing = {s.name for s in owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")}
     for index in range(desired):
@@ -77,7 +77,7 @@ def daemonset(cluster: Cluster, namespace: str, name: str) -> None:
     if ds is None:
         return
     template = (ds.get("spec") or {}).get("template") or {}
-    digest = template_hash(template)
+    _, digest = sync_revision(cluster, ds)
     uid = ds["metadata"]["uid"]
     pods = owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")
     current = [p for p in pods if p.labels.get("controller-revision-hash") == digest]
@@ -98,27 +98,3 @@ def daemonset(cluster: Cluster, namespace: str, name: str) -> None:
         "updatedNumberScheduled": 1,
     }
     commit_if_changed(cluster, ds_type, ds, new)
-
-
-def job(cluster: Cluster, namespace: str, name: str) -> None:
-    """A Job completes at once: its status says every completion succeeded."""
-    job_type = cluster.resolve("batch", "v1", "jobs")
-    current = get_live(cluster, job_type, namespace, name)
-    if current is None or (current.get("status") or {}).get("completionTime"):
-        return
-    completions = (current.get("spec") or {}).get("completions", 1)
-    stamp = now()
-    new = _copy(current)
-    new["status"] = {
-        "startTime": stamp,
-        "completionTime": stamp,
-        "succeeded": completions,
-        "ready": 0,
-        "terminating": 0,
-        "uncountedTerminatedPods": {},
-        "conditions": [
-            {"type": t, "status": "True", "lastProbeTime": stamp, "lastTransitionTime": stamp}
-            for t in ("SuccessCriteriaMet", "Complete")
-        ],
-    }
-    commit_if_changed(cluster, job_type, current, new)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kubesim._controllers import deployment, kubelet, replicaset
-from kubesim._controllers_sets import daemonset, job, statefulset
+from kubesim._controllers_jobs import job
+from kubesim._controllers_sets import daemonset, statefulset
 
 if TYPE_CHECKING:
     from kubesim._cluster import Cluster

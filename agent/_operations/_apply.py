@@ -81,16 +81,20 @@ async def apply_object(
     *,
     expect_new: bool = False,
 ) -> dict[str, Any]:
-    """Create or update ``obj`` (namespace and name already final); returns the object as
-    the API server answered. Raises KubernetesRefusal / AgentUnavailable / OperationTimeout.
+    """Create or update ``obj`` (namespace and name already final, or a ``generateName`` and
+    no name: then always a create); returns the object as the API server answered. Raises
+    KubernetesRefusal / AgentUnavailable / OperationTimeout.
 
     ``expect_new``: the caller just listed the namespace and knows the name is free (a new
     ``-vNNN`` version), so client-side apply creates at once instead of reading first; if
     the name was taken meanwhile (409), it applies over it as kubectl would have."""
     meta = obj["metadata"]
     namespace = str(meta.get("namespace") or "") if res.namespaced else ""
-    name = str(meta["name"])
     cluster = ctx.cluster
+    if not meta.get("name") and meta.get("generateName"):
+        # Nothing to look up by name: a create, and the API server picks the name.
+        return await cluster.create(res, namespace, obj)
+    name = str(meta["name"])
     if uses_server_side_apply(ctx, res, strategy):
         params = {"fieldManager": ctx.settings.field_manager}
         if strategy.server_side_apply == "force-conflicts":

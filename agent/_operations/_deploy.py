@@ -11,7 +11,6 @@ to the pod template's labels when ``enableTraffic`` (default true).
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,7 +42,6 @@ DEPLOY = "DEPLOY_KUBERNETES_MANIFEST"
 RUN_JOB = "RUN_KUBERNETES_JOB"
 CLEANUP = "CLEANUP_KUBERNETES_ARTIFACTS"
 RUN_JOB_REFUSAL = "Only kind of Job is accepted for the Run Job operation."
-_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 
 
 def _artifacts(ctx: OperationContext) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
@@ -117,7 +115,10 @@ async def _deploy_one(
     res: Resource = await ctx.cluster.kinds.resolve(
         str(obj["kind"]), api_version=str(obj.get("apiVersion") or "")
     )
-    base = str(meta.get("name") or "")
+    # generateName without a name: created, never applied, and named by the API server
+    # (Clouddriver's CanDeploy#deploy does the same with kubectl create).
+    generated = not meta.get("name") and bool(meta.get("generateName"))
+    base = str(meta.get("name") or meta.get("generateName") or "")
     if not base:
         raise InvalidOperation(f"{res.kind}: metadata.name is required")
     if res.namespaced:
@@ -137,16 +138,17 @@ async def _deploy_one(
     name = base
     source: Mapping[str, Any] | None = None
     expect_new = False
-    if is_versioned(res.kind, strategy, versioned):
+    if not generated and is_versioned(res.kind, strategy, versioned):
         existing = await ctx.cluster.list(res, namespace)
         sequence = next_version(existing, base)
         name = f"{base}-v{sequence:03d}"
         versions = [o for o in existing if version_of(o, base) is not None]
         source = max(versions, key=lambda o: version_of(o, base) or 0) if versions else None
         expect_new = True  # one past every listed version: no need to read it first
-    elif strategy.use_source_capacity:
+    elif not generated and strategy.use_source_capacity:
         source = await ctx.cluster.get(res, namespace, base)
-    meta["name"] = name
+    if not generated:
+        meta["name"] = name
     if strategy.use_source_capacity and source is not None:
         replicas = _replicas(source)
         if replicas is not None:
@@ -167,6 +169,7 @@ async def _deploy_one(
     )
     ctx.outcome.say(f"Deploying manifest {res.spinnaker_kind} {name}")
     applied = await apply_object(ctx, res, obj, strategy, expect_new=expect_new)
+    name = str(applied["metadata"]["name"])
     if res.kind == "CustomResourceDefinition":
         ctx.cluster.kinds.invalidate()  # its custom resources may follow in this deploy
     # ``applied`` was decoded from the API server's answer for this call alone: no copy.
@@ -257,10 +260,9 @@ async def run_job(ctx: OperationContext) -> None:
         raise InvalidOperation(RUN_JOB_REFUSAL)
     job = flatten([manifest], where="runJob.manifest")[0]
     meta = job.setdefault("metadata", {})
-    # Always a new Job: a run is never an update of the last one (Clouddriver names it
-    # like generateName would; computed here so the name is known before the create).
-    prefix = str(meta.pop("generateName", "") or "") or f"{meta.get('name') or 'job'}-"
-    meta["name"] = prefix + "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
+    # Always a new Job, as Clouddriver does: the name as given with the recreate strategy
+    # (a Job is immutable: an apply would not run it again), or, when the manifest has a
+    # generateName and no name, a create that lets the API server pick the name.
     meta.setdefault("annotations", {})[RECREATE] = "true"
     ctx.outcome.say("Running Kubernetes job...")
     result = await _deploy(

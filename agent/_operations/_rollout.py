@@ -3,8 +3,8 @@
 Undo is done the way ``kubectl rollout undo`` does it for a Deployment: the ReplicaSets the
 Deployment owns carry ``deployment.kubernetes.io/revision``; the chosen revision's pod
 template (minus the ``pod-template-hash`` label) is written back with a JSON patch replacing
-``/spec/template``. StatefulSets and DaemonSets keep their history in ControllerRevisions,
-which the agent does not read yet: undo on them is refused as unsupported, naming both.
+``/spec/template``. StatefulSets and DaemonSets keep their history in ControllerRevisions
+(``revision`` and ``data.spec.template``), read and written back the same way.
 """
 
 from __future__ import annotations
@@ -121,54 +121,69 @@ def _revision(obj: dict[str, Any]) -> int | None:
         return None
 
 
+async def _history(
+    ctx: OperationContext, res: Resource, namespace: str, live: dict[str, Any]
+) -> dict[int, dict[str, Any]]:
+    """Revision number -> pod template: a Deployment's from the ReplicaSets it owns (their
+    revision annotation), a StatefulSet's or DaemonSet's from its ControllerRevisions (their
+    ``data.spec.template``, as ``kubectl rollout undo`` reads them)."""
+    uid = live["metadata"].get("uid")
+    source = "ReplicaSet" if res.kind == "Deployment" else "ControllerRevision"
+    history: dict[int, dict[str, Any]] = {}
+    for item in await ctx.cluster.list(await ctx.cluster.kinds.resolve(source), namespace):
+        owners = item.get("metadata", {}).get("ownerReferences") or ()
+        if not any(o.get("uid") == uid and o.get("controller") for o in owners):
+            continue
+        if source == "ReplicaSet":
+            revision = _revision(item)
+            template = (item.get("spec") or {}).get("template") or {}
+        else:
+            number = item.get("revision")
+            revision = number if isinstance(number, int) else None
+            template = ((item.get("data") or {}).get("spec") or {}).get("template") or {}
+        if revision is not None:
+            template = copy.deepcopy(template)
+            template.pop("$patch", None)
+            labels = (template.get("metadata") or {}).get("labels")
+            if isinstance(labels, dict):
+                labels.pop(HASH_LABEL, None)
+            history[revision] = template
+    return history
+
+
 async def undo_rollout(ctx: OperationContext) -> None:
     d = ctx.description
     res, namespace, name, live = await _target(ctx, "undoRolloutManifest", ROLLABLE)
-    if res.kind != "Deployment":
-        raise UnsupportedOperation(
-            f"undoRolloutManifest is not supported for kind {res.kind} by this agent (its "
-            "history is in ControllerRevisions)"
-        )
+    kind = res.spinnaker_kind
     if (live.get("spec") or {}).get("paused"):
         raise InvalidOperation(
             f"you cannot rollback a paused deployment; resume it first with "
             f"resumeRolloutManifest (deployment {name}) and try again"
         )
-    uid = live["metadata"].get("uid")
-    replica_sets = await ctx.cluster.list(await ctx.cluster.kinds.resolve("ReplicaSet"), namespace)
-    history: dict[int, dict[str, Any]] = {}
-    for rs in replica_sets:
-        owners = rs.get("metadata", {}).get("ownerReferences") or ()
-        if any(o.get("uid") == uid and o.get("controller") for o in owners):
-            revision = _revision(rs)
-            if revision is not None:
-                history[revision] = rs
+    history = await _history(ctx, res, namespace, live)
     revisions = sorted(history)
     back = d.integer("numRevisionsBack")
     wanted = d.integer("revision")
     if back is not None:
         if back < 0 or back >= len(revisions):
             raise InvalidOperation(
-                f"cannot undo deployment {name} {back} revisions back: only {len(revisions)} "
+                f"cannot undo {kind} {name} {back} revisions back: only {len(revisions)} "
                 f"revisions exist"
             )
         target = revisions[len(revisions) - 1 - back]
     elif wanted:
         if wanted not in history:
             raise InvalidOperation(
-                f"unable to find specified revision {wanted} in history of deployment {name} "
+                f"unable to find specified revision {wanted} in history of {kind} {name} "
                 f"(revisions: {', '.join(map(str, revisions)) or 'none'})"
             )
         target = wanted
     else:
         if len(revisions) < 2:
-            raise InvalidOperation(f'no rollout history found for deployment "{name}"')
+            raise InvalidOperation(f'no rollout history found for {kind} "{name}"')
         target = revisions[-2]
-    template = copy.deepcopy((history[target].get("spec") or {}).get("template") or {})
-    labels = (template.get("metadata") or {}).get("labels")
-    if isinstance(labels, dict):
-        labels.pop(HASH_LABEL, None)
-    ctx.outcome.say(f"Rolling back deployment {name} in {namespace} to revision {target}")
+    template = history[target]
+    ctx.outcome.say(f"Rolling back {kind} {name} in {namespace} to revision {target}")
     if template == (live.get("spec") or {}).get("template"):
         ctx.outcome.say(f"skipped rollback (current template already matches revision {target})")
         ctx.outcome.wrote(live)

@@ -233,7 +233,7 @@ async def test_a_forbidden_kind_fails_with_the_403_message(tmp_path: Path) -> No
     assert allowed.ok, allowed.answer
 
 
-async def test_run_job_creates_a_new_job_each_time_and_refuses_other_kinds(
+async def test_run_job_keeps_the_name_recreates_it_and_refuses_other_kinds(
     tmp_path: Path,
 ) -> None:
     migrate = job("migrate")
@@ -242,18 +242,39 @@ async def test_run_job_creates_a_new_job_each_time_and_refuses_other_kinds(
             one = await bench.run(
                 "runJob", {"namespace": "default", "manifest": migrate, "application": "shop"}
             )
+            first = bench.sim.get("batch", "v1", "jobs", "default", "migrate")
+            first_uid = first["metadata"]["uid"]
             two = await bench.run(
                 "runJob", {"namespace": "default", "manifest": migrate, "application": "shop"}
             )
+            again = bench.sim.get("batch", "v1", "jobs", "default", "migrate")
             jobs = _names(bench.sim, "batch", "jobs")
             refused = await bench.run("runJob", {"namespace": "default", "manifest": deployment()})
     assert_ok(one, two)
-    assert len(jobs) == 2
-    assert all(name.startswith("migrate-") for name in jobs)
-    located = one.result["deployedNamesByLocation"]["default"]
-    assert located[0].startswith("job migrate-")
+    assert jobs == {"migrate"}  # the name as given, as current Clouddriver keeps it
+    assert again["metadata"]["uid"] != first_uid  # recreated: a run is never an update
+    assert one.result["deployedNamesByLocation"] == {"default": ["job migrate"]}
     assert not refused.ok
     assert refused.answer.error_message == "Only kind of Job is accepted for the Run Job operation."
+
+
+async def test_run_job_with_generate_name_lets_the_api_server_name_each_run(
+    tmp_path: Path,
+) -> None:
+    migrate = job("ignored")
+    migrate["metadata"] = {"generateName": "migrate-"}
+    with trio.fail_after(30):
+        async with open_ops_bench(tmp_path) as bench:
+            runs = [
+                await bench.run("runJob", {"namespace": "default", "manifest": migrate})
+                for _ in range(2)
+            ]
+            jobs = _names(bench.sim, "batch", "jobs")
+    assert_ok(*runs)
+    assert len(jobs) == 2
+    assert all(name.startswith("migrate-") and len(name) > len("migrate-") for name in jobs)
+    located = {r.result["deployedNamesByLocation"]["default"][0] for r in runs}
+    assert located == {f"job {name}" for name in jobs}
 
 
 async def test_source_capacity_traffic_secrets_and_a_crd_with_its_resources(

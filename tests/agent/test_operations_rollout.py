@@ -202,3 +202,43 @@ async def test_delete_by_name_and_by_label_selector(tmp_path: Path) -> None:
         "configMap a",
         "configMap b",
     ]
+
+
+def _set_workload(kind: str, image: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": "db"}},
+        "template": {
+            "metadata": {"labels": {"app": "db"}},
+            "spec": {"containers": [{"name": "db", "image": image}]},
+        },
+    }
+    if kind == "StatefulSet":
+        spec.update(replicas=1, serviceName="db")
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "db"}, "spec": spec}
+
+
+async def test_undo_rollout_of_statefulsets_and_daemonsets_reads_controller_revisions(
+    tmp_path: Path,
+) -> None:
+    images: dict[str, list[str]] = {}
+    with trio.fail_after(30):
+        async with open_ops_bench(tmp_path) as bench:
+            for kind, plural in (("StatefulSet", "statefulsets"), ("DaemonSet", "daemonsets")):
+                for image in ("db:1", "db:2", "db:3"):
+                    await _deploy(bench, _set_workload(kind, image))
+                seen = []
+                for payload in ({"numRevisionsBack": 1}, {"revision": 1}):
+                    assert_ok(
+                        await bench.run("undoRolloutManifest", _target(kind, "db", **payload))
+                    )
+                    live = bench.sim.get("apps", "v1", plural, "default", "db")
+                    seen.append(live["spec"]["template"]["spec"]["containers"][0]["image"])
+                images[kind] = seen
+                too_far = await bench.run(
+                    "undoRolloutManifest", _target(kind, "db", numRevisionsBack=9)
+                )
+                assert not too_far.ok
+                assert "only 3 revisions exist" in too_far.answer.error_message
+                bench.sim.delete("apps", "v1", plural, "default", "db")
+    # db:2 one back from db:3; then revision 1 (db:1) by number.
+    assert images == {"StatefulSet": ["db:2", "db:1"], "DaemonSet": ["db:2", "db:1"]}

@@ -182,7 +182,7 @@ async def test_run_job_and_its_refusal(tmp_path: Path) -> None:
             assert any(h["phase"] == "RUN_KUBERNETES_JOB" for h in task["history"])
             names = task["resultObjects"][0]["deployedNamesByLocation"]["default"]
             assert len(names) == 1
-            assert names[0].startswith("job migrate-")
+            assert names[0].startswith("job migrate-")  # generateName: the API server names it
             assert stack.sim.get("batch", "v1", "jobs", "default", names[0].split()[1])
             exc = exception_of(
                 await orca.run("runJob", {"account": "k1", "manifest": deployment("nojob")})

@@ -1,0 +1,164 @@
+"""The Job controller, lite: a Job runs pods until enough succeed or too many fail.
+
+On first sight a Job gets what the API server's defaulting would have given it (a
+``batch.kubernetes.io/controller-uid`` selector and the job labels on its template,
+``completions``/``parallelism`` 1, ``backoffLimit`` 6). Then, synchronously: a pod is created,
+and the kubelet-lite ends it at once as its template's ``kubesim.io/outcome`` says (absent:
+exit 0, ``fail``: exit 1, ``running``: never ends). The Job completes (conditions
+SuccessCriteriaMet + Complete) when ``completions`` pods succeeded, and fails (FailureTarget +
+Failed, reason BackoffLimitExceeded) when more than ``backoffLimit`` pods failed, as a real
+controller does; so a failing Job leaves ``backoffLimit + 1`` Failed pods behind.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from kubesim._controllers import commit_if_changed, get_live, new_pod, now, outcome_of, owned_by
+from kubesim._events import WARNING, record_event
+
+if TYPE_CHECKING:
+    from kubesim._cluster import Cluster
+
+__all__ = ["job"]
+
+_COMPONENT = "job-controller"
+_UID_LABEL = "batch.kubernetes.io/controller-uid"
+_NAME_LABEL = "batch.kubernetes.io/job-name"
+BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    copied: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(obj))
+    return copied
+
+
+def _defaulted(cluster: Cluster, current: dict[str, Any]) -> dict[str, Any]:
+    """``current`` with the API server's Job defaults (committed when anything was missing)."""
+    job_type = cluster.resolve("batch", "v1", "jobs")
+    meta = current["metadata"]
+    new = _copy(current)
+    spec = new.setdefault("spec", {})
+    spec.setdefault("completions", 1)
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 6)
+    if not spec.get("selector"):
+        spec["selector"] = {"matchLabels": {_UID_LABEL: meta["uid"]}}
+    labels = spec.setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {})
+    for key, value in (
+        (_UID_LABEL, meta["uid"]),
+        (_NAME_LABEL, meta["name"]),
+        ("controller-uid", meta["uid"]),
+        ("job-name", meta["name"]),
+    ):
+        labels.setdefault(key, value)
+    commit_if_changed(cluster, job_type, current, new)
+    return new
+
+
+def _end_pod(cluster: Cluster, pod: dict[str, Any], outcome: str) -> None:
+    """The kubelet-lite runs a Job's pod to its end: Succeeded (exit 0) or Failed (exit 1)."""
+    if outcome == "running":
+        return
+    pods_type = cluster.resolve("", "v1", "pods")
+    failed = outcome == "fail"
+    stamp = now()
+    new = _copy(pod)
+    status = new["status"]
+    status["phase"] = "Failed" if failed else "Succeeded"
+    for condition in status.get("conditions") or ():
+        if condition["type"] in ("Ready", "ContainersReady"):
+            condition.update(
+                status="False", reason="PodFailed" if failed else "PodCompleted", message=None
+            )
+            condition.pop("message")
+    for container in status.get("containerStatuses") or ():
+        started = (container.get("state") or {}).get("running", {}).get("startedAt", stamp)
+        container.update(ready=False, started=False)
+        container["state"] = {
+            "terminated": {
+                "exitCode": 1 if failed else 0,
+                "reason": "Error" if failed else "Completed",
+                "startedAt": started,
+                "finishedAt": stamp,
+                "containerID": container.get("containerID", ""),
+            }
+        }
+    commit_if_changed(cluster, pods_type, pod, new)
+
+
+def job(cluster: Cluster, namespace: str, name: str) -> None:
+    job_type = cluster.resolve("batch", "v1", "jobs")
+    pods_type = cluster.resolve("", "v1", "pods")
+    current = get_live(cluster, job_type, namespace, name)
+    if current is None:
+        return
+    conditions = (current.get("status") or {}).get("conditions") or ()
+    if any(c.get("type") in ("Complete", "Failed") for c in conditions):
+        return  # a finished Job is never looked at again
+    current = _defaulted(cluster, current)
+    spec = current["spec"]
+    template = spec.get("template") or {}
+    outcome = outcome_of(template)
+    uid = current["metadata"]["uid"]
+    started = (current.get("status") or {}).get("startTime") or now()
+    while True:
+        pods = [s.decode() for s in owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")]
+        phases = [(p.get("status") or {}).get("phase") for p in pods]
+        succeeded, failed = phases.count("Succeeded"), phases.count("Failed")
+        active = len(pods) - succeeded - failed
+        done = succeeded >= spec["completions"] or failed > spec["backoffLimit"]
+        if done or active >= spec["parallelism"] or spec.get("suspend"):
+            break
+        pod = new_pod(cluster, current, f"{name}-{secrets.token_hex(3)[:5]}", template, {})
+        record_event(
+            cluster, current, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}",
+            component=_COMPONENT,
+        )  # fmt: skip
+        _end_pod(
+            cluster,
+            get_live(cluster, pods_type, namespace, pod["metadata"]["name"]) or pod,
+            outcome,
+        )
+    stamp = now()
+    status: dict[str, Any] = {
+        "startTime": started,
+        "active": active,
+        "succeeded": succeeded,
+        "failed": failed,
+        "ready": sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running"),
+        "terminating": 0,
+        "uncountedTerminatedPods": {},
+    }
+    if succeeded >= spec["completions"]:
+        status["completionTime"] = stamp
+        status["conditions"] = [
+            {"type": t, "status": "True", "lastProbeTime": stamp, "lastTransitionTime": stamp}
+            for t in ("SuccessCriteriaMet", "Complete")
+        ]
+        record_event(cluster, current, "Completed", "Job completed", component=_COMPONENT)
+    elif failed > spec["backoffLimit"]:
+        status["conditions"] = [
+            {
+                "type": t,
+                "status": "True",
+                "lastProbeTime": stamp,
+                "lastTransitionTime": stamp,
+                "reason": "BackoffLimitExceeded",
+                "message": BACKOFF_MESSAGE,
+            }
+            for t in ("FailureTarget", "Failed")
+        ]
+        record_event(
+            cluster, current, "BackoffLimitExceeded", BACKOFF_MESSAGE,
+            component=_COMPONENT, type_=WARNING,
+        )  # fmt: skip
+    for field in ("active", "succeeded", "failed"):
+        if status[field] == 0:
+            status.pop(field)
+    new = _copy(current)
+    new["status"] = status
+    commit_if_changed(cluster, job_type, current, new)
