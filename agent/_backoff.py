@@ -37,7 +37,8 @@ class Backoff:
             )
 
     def next_delay(self, *, at_least: float = 0.0) -> float:
-        """The next delay in seconds; ``at_least`` honours a server's Retry-After."""
+        """The next delay in seconds; ``at_least`` honours a server's Retry-After, up to
+        ``max_delay``."""
         if self._capped:
             raw = self.max_delay
         else:
@@ -46,7 +47,9 @@ class Backoff:
         self._attempt += 1
         spread = raw * self.jitter
         delay = raw + self._random.uniform(-spread, spread)
-        return max(at_least, min(self.max_delay, max(0.0, delay)))
+        # A server's hint past the cap is clamped to it, as client-go does: one 429 asking
+        # for a day must not park a reflector for a day.
+        return max(min(at_least, self.max_delay), min(self.max_delay, max(0.0, delay)))
 
     def reset(self) -> None:
         """Start over: call after a success."""

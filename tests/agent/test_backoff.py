@@ -17,3 +17,12 @@ def test_the_delay_stays_at_the_cap_however_long_the_failures_last() -> None:
     assert backoff.attempts == 5_000
     backoff.reset()
     assert backoff.next_delay() == 1.0
+
+
+def test_a_retry_after_longer_than_the_cap_is_clamped_to_the_cap() -> None:
+    """One 429 with ``Retry-After: 86400`` parked a reflector for a day; client-go caps a
+    server's hint too. A shorter hint still lengthens the delay it is given."""
+    backoff = Backoff(base=1.0, multiplier=1.6, jitter=0.0, max_delay=120.0)
+    assert backoff.next_delay(at_least=86_400.0) == 120.0
+    assert backoff.next_delay(at_least=30.0) == 30.0
+    assert backoff.next_delay(at_least=float("inf")) == 120.0
