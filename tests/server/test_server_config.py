@@ -95,6 +95,12 @@ operations: {waitMs: 1000}
         ("store: {maxConnections: 0}", "store.maxConnections", "1..1000"),
         ("api: {httpServer: nginx}", "api.httpServer", "kubesvc, hypercorn"),
         ("shutdown: {drainSeconds: 0}", "shutdown.drainSeconds", "a number > 0"),
+        # .nan passed every comparison: SIGTERM then raised in move_on_at, and a nan
+        # helloTimeoutSeconds made every call handler raise
+        ("shutdown: {drainSeconds: .nan}", "shutdown.drainSeconds", "a finite number"),
+        ("shutdown: {drainSeconds: .inf}", "shutdown.drainSeconds", "a finite number"),
+        ("sessions: {helloTimeoutSeconds: .nan}", "sessions.helloTimeoutSeconds", "finite"),
+        ("sessions: {helloTimeoutSeconds: -.inf}", "sessions.helloTimeoutSeconds", "finite"),
         ("shutdown: {drainSecs: 3}", "shutdown.drainSecs", "unknown key"),
         ("- a list", "", "expected a mapping"),
         ("grpc: [1", "line 1", "invalid YAML"),
