@@ -264,16 +264,24 @@ _SCALAR_TYPES: dict[str, type | tuple[type, ...]] = {
 
 def _check_fields(message: betterproto.Message, where: str) -> None:
     # betterproto types _betterproto as a classproperty mypy cannot apply to a Message.
-    fields = message._betterproto.meta_by_field_name  # type: ignore[arg-type]
-    for name, meta in fields.items():
+    info = message._betterproto  # type: ignore[arg-type]
+    for name, meta in info.meta_by_field_name.items():
         # The stored value: reading the attribute builds defaults, and raises for a oneof
         # member that is not the one set. Unset fields hold betterproto's placeholder.
         value = message.__dict__.get(name, betterproto.PLACEHOLDER)
         if value is betterproto.PLACEHOLDER:
             continue
-        values = value if isinstance(value, list) else [value]
+        path = f"{where}.{name}"
+        if not isinstance(value, list):
+            values = [value]
+        elif info.default_gen[name] is list:  # a repeated field (its default is a new list)
+            values = value
+        else:
+            # betterproto reads any length-delimited scalar as a packed list, whatever the
+            # field's label, and each item has the right type: Limits{max_batch_events: [5]}
+            # made the agent's min(int, list) raise.
+            raise TypeError(f"{path}: a list where one {meta.proto_type} belongs")
         for item in values:
-            path = f"{where}.{name}"
             if meta.proto_type == betterproto.TYPE_MESSAGE:
                 if not isinstance(item, betterproto.Message):
                     raise TypeError(f"{path}: {type(item).__name__} where a message belongs")
