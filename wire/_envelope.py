@@ -19,6 +19,7 @@ import betterproto
 
 from ._errors import ProtocolViolation
 from ._flat import FlatField, decode_flat, encode_flat, read_varint, varint
+from ._unknown import check_shape
 from .messages import Ack, AgentMessage, EventBatch, Operation, OperationResult, ServerMessage
 
 _EVENT_BATCH_TAG = 0x12  # AgentMessage field 2 (event_batch), wire type 2 (length-delimited)
@@ -105,6 +106,8 @@ def decode_agent_message(data: bytes) -> AgentMessage:
     """
     try:
         return _decode_agent_message(data)
+    except ProtocolViolation:  # refused by shape, before betterproto saw it
+        raise
     except Exception as exc:  # betterproto raises assorted errors on bad input
         raise _violation("AgentMessage", exc) from exc
 
@@ -116,6 +119,7 @@ def _decode_agent_message(data: bytes) -> AgentMessage:
     fields = _unframed(_RESULT_TAG, _RESULT_FIELDS, data)
     if fields is not None:
         return construct(AgentMessage, {"operation_result": construct(OperationResult, fields)})
+    check_shape(AgentMessage, data)
     return checked(AgentMessage().parse(data))
 
 
@@ -139,6 +143,8 @@ def decode_server_message(data: bytes) -> ServerMessage:
     cause)."""
     try:
         return _decode_server_message(data)
+    except ProtocolViolation:  # refused by shape, before betterproto saw it
+        raise
     except Exception as exc:  # betterproto raises assorted errors on bad input
         raise _violation("ServerMessage", exc) from exc
 
@@ -155,6 +161,7 @@ def _decode_server_message(data: bytes) -> ServerMessage:
     fields = _unframed(_OPERATION_TAG, _OPERATION_FIELDS, data)
     if fields is not None:
         return construct(ServerMessage, {"operation": construct(Operation, fields)})
+    check_shape(ServerMessage, data)
     return checked(ServerMessage().parse(data))
 
 
