@@ -19,7 +19,8 @@ Drain (``drain(message)``, on SIGTERM). Each call stops receiving between two me
 batch being received is applied and acknowledged first), sends what its outbound queue holds
 (the Acks), and ends with UNAVAILABLE and ``message`` (which starts with ``wire.DRAINING``):
 the agent connects again at once, to another replica behind the same address. A call that
-has not opened its session yet is refused so. ``wait_closed`` returns when no call is left.
+has not opened its session yet, also one still waiting for its Hello, is refused so at once.
+``wait_closed`` returns when no call is left.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class _Call:
 
     stream: wire.ServerStream
     draining: bool = False
-    # Set while the receive loop waits for a message (a drain cancels the wait).
+    # Set while the call waits for a message, the Hello or a later one (a drain cancels the
+    # wait).
     waiting: trio.CancelScope | None = None
 
     def drain(self) -> None:
@@ -121,8 +123,18 @@ class ConnectHandler:
             principal = self._auth.authenticate(call.metadata, call.peer_cert)
         except AuthError as exc:
             raise _refuse(wire.Status[exc.status], str(exc), peer) from exc
-        hello = await self._receive_hello(stream, peer)
-        if open_call.draining:
+        # The wait for the Hello is a wait between two messages too: a drain cancels it, or
+        # one silent connection opened just before SIGTERM would hold the drain for the
+        # Hello's whole timeout.
+        with trio.CancelScope() as waiting:
+            open_call.waiting = waiting
+            if open_call.draining:
+                waiting.cancel()
+            try:
+                hello = await self._receive_hello(stream, peer)
+            finally:
+                open_call.waiting = None
+        if open_call.draining or waiting.cancelled_caught:
             raise wire.Refuse(wire.Status.UNAVAILABLE, self._drain_message)
         claims = self._claims(hello, principal, peer)
         sessions = self._state.sessions
