@@ -26,6 +26,7 @@ has not opened its session yet, also one still waiting for its Hello, is refused
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ from .store import scrub_secret_records
 
 log = logging.getLogger("server.grpc")
 _CLEANUP_SECONDS = 10.0
+#: After a drain's bound, the sessions still open get this long to close (their roles pass
+#: on, the closed sessions are recorded): the whole shutdown must end inside the pod's grace
+#: period (docs/configuration.md "Shutdown"), not at drainSeconds + _CLEANUP_SECONDS.
+CLOSE_AFTER_DRAIN_SECONDS = 2.0
 _SEND_SECONDS = 2.0
 
 
@@ -86,11 +91,15 @@ class ConnectHandler:
         self._calls: set[_Call] = set()
         self._drain_message = ""
         self._calls_changed = trio.Event()
+        # When the sessions still open must be closed by (set by a drain's bound).
+        self._close_deadline = math.inf
 
-    def drain(self, message: str) -> None:
+    def drain(self, message: str, *, deadline: float = math.inf) -> None:
         """End every open call (and refuse new ones) with UNAVAILABLE ``message``, each
-        between two messages; see the module docstring."""
+        between two messages; see the module docstring. ``deadline`` (trio's clock) is the
+        drain's bound: a session still closing then gets CLOSE_AFTER_DRAIN_SECONDS more."""
         self._drain_message = message
+        self._close_deadline = deadline + CLOSE_AFTER_DRAIN_SECONDS
         for open_call in self._calls:
             open_call.drain()
 
@@ -181,7 +190,8 @@ class ConnectHandler:
                 except BaseExceptionGroup as group:
                     raise _collapse(group) from None
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
+            with trio.CancelScope(shield=True) as cleanup:
+                cleanup.deadline = min(trio.current_time() + _CLEANUP_SECONDS, self._close_deadline)
                 try:
                     await sessions.close(session)
                 except ServerError as exc:

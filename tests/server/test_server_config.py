@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from server import ClientAuth, ConfigError, load_server_config
+from server._app import SHUTDOWN_SLACK_SECONDS
 from server._config import store_config
+from server._grpc import CLOSE_AFTER_DRAIN_SECONDS
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -125,6 +127,10 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_the_drain_bound_defaults_inside_kubernetes_grace_period(tmp_path: Path) -> None:
     assert load_server_config(write(tmp_path, "{}")).shutdown.drain_seconds == 15.0
+    # ... and so does the whole shutdown: 15 s drain + 10 s session close + 5 s store close
+    # was exactly Kubernetes' 30 s, with nothing left for the exit.
+    assert CLOSE_AFTER_DRAIN_SECONDS + 2.0 + 1.0 <= SHUTDOWN_SLACK_SECONDS
+    assert 15.0 + SHUTDOWN_SLACK_SECONDS <= 25.0
     config = load_server_config(write(tmp_path, "shutdown: {drainSeconds: 12}"))
     assert config.shutdown.drain_seconds == 12.0
 
