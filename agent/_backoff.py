@@ -24,6 +24,9 @@ class Backoff:
     jitter: float = 0.2
     max_delay: float = 120.0
     _attempt: int = 0
+    #: Once the cap is reached the exponent stops growing: ``1.6**1511`` overflows a float
+    #: (OverflowError), ~25 h into an outage at a 60 s cap.
+    _capped: bool = False
     _random: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -34,16 +37,24 @@ class Backoff:
             )
 
     def next_delay(self, *, at_least: float = 0.0) -> float:
-        """The next delay in seconds; ``at_least`` honours a server's Retry-After."""
-        raw = min(self.max_delay, self.base * self.multiplier**self._attempt)
+        """The next delay in seconds; ``at_least`` honours a server's Retry-After, up to
+        ``max_delay``."""
+        if self._capped:
+            raw = self.max_delay
+        else:
+            raw = min(self.max_delay, self.base * self.multiplier**self._attempt)
+            self._capped = raw >= self.max_delay
         self._attempt += 1
         spread = raw * self.jitter
         delay = raw + self._random.uniform(-spread, spread)
-        return max(at_least, min(self.max_delay, max(0.0, delay)))
+        # A server's hint past the cap is clamped to it, as client-go does: one 429 asking
+        # for a day must not park a reflector for a day.
+        return max(min(at_least, self.max_delay), min(self.max_delay, max(0.0, delay)))
 
     def reset(self) -> None:
         """Start over: call after a success."""
         self._attempt = 0
+        self._capped = False
 
     @property
     def attempts(self) -> int:

@@ -14,6 +14,7 @@ Armory's files: an integer is nanoseconds (Go's ``time.Duration``), a string is 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
@@ -96,7 +97,7 @@ def parse_duration(value: object) -> float:
             parts = _DURATION_PART.findall(text)
             if parts and "".join(number + unit for number, unit in parts) == text:
                 return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
-    if nanoseconds is None or nanoseconds < 0:
+    if nanoseconds is None or nanoseconds < 0 or not math.isfinite(nanoseconds):
         raise ValueError(
             f"expected a duration like '1s', '500ms' or nanoseconds, got {describe(value)}"
         )
@@ -213,6 +214,8 @@ class Section:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, f"expected a number, got {describe(value)}")
+        if not math.isfinite(value):  # YAML's .nan and .inf: nan passes every comparison
+            raise self.error(key, f"expected a finite number, got {value}")
         if minimum is not None and value < minimum:
             raise self.error(key, f"expected a number >= {minimum}, got {value}")
         return float(value)

@@ -498,6 +498,10 @@ class Reflector:
                 await self._send.send_many(entries)
                 idle.deadline = trio.current_time() + self._settings.inactivity_seconds
         failure: WatchEvent | None = None
+        # Only events past a streaming list's initial phase show a working watch: a list
+        # a proxy cuts before it completes would otherwise retry at the smallest delay
+        # forever. A completed list starts the backoff over itself (listed()).
+        watched = False
         for event in events:
             if event.type == "ERROR":
                 failure = event
@@ -511,9 +515,10 @@ class Reflector:
                     self._synced(event.resource_version)
                     self._retry.listed()
             else:
+                watched = True
                 self._tracker.observed(event.resource_version)
         self.state.resource_version = self._tracker.current or ""
-        if events[0].type != "ERROR":
+        if watched:
             self._retry.delivered()  # the watch works: its next failure starts the backoff over
         if failure is not None and failure.status is not None:
             status = failure.status

@@ -6,7 +6,9 @@ call ends with UNAVAILABLE and a ``wire.DRAINING`` message after the Acks it is 
 agent connects again at once, to another replica behind the same address), live-feed
 WebSockets close with 1001, the REST requests in flight are answered (``connection:
 close``); then the tasks are cancelled and the store closes (its WAL checkpointed into the
-database file). Past the bound, what is left is cancelled.
+database file). Past the bound, what is left is cancelled: sessions still closing get
+CLOSE_AFTER_DRAIN_SECONDS (2 s) more, the store's own cleanup at most 2 s, so the process
+ends by drainSeconds + ~5 s (SHUTDOWN_SLACK_SECONDS), inside the pod's grace period.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ from .store import open_store
 from .store._sqlite_core import wall_clock_ms
 
 log = logging.getLogger("server")
+#: How long the server may still run past ``shutdown.drainSeconds`` after SIGTERM: sessions
+#: still closing (CLOSE_AFTER_DRAIN_SECONDS, 2 s), the store's cleanup (2 s) and the exit.
+#: A pod's terminationGracePeriodSeconds must be at least drainSeconds plus this.
+SHUTDOWN_SLACK_SECONDS = 5.0
 
 
 class ServeApi(Protocol):
@@ -191,7 +197,10 @@ async def _drain(
     with trio.move_on_after(bound) as scope:
         draining.set()  # both listeners close; idle REST connections too
         state.feed.close()
-        handler.drain(f"{wire.DRAINING}: server {state.server_id} is shutting down; connect again")
+        handler.drain(
+            f"{wire.DRAINING}: server {state.server_id} is shutting down; connect again",
+            deadline=scope.deadline,
+        )
         await handler.wait_closed()
         log.info("shutdown: every agent stream is closed")
         await api_done.wait()

@@ -26,6 +26,7 @@ File paths inside the config are resolved relative to the config file's folder.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -144,6 +145,8 @@ class _Section:
 
     def number(self, key: str, default: float, *, low: float = 0.0) -> float:
         value = float(self._get(key, (int, float), "a number", default))
+        if not math.isfinite(value):  # YAML's .nan and .inf: nan passes every comparison
+            raise ConfigError(self.file, self._where(key), f"expected a finite number, got {value}")
         if value < low:
             raise ConfigError(
                 self.file, self._where(key), f"expected a number >= {low}, got {value}"

@@ -19,12 +19,14 @@ Drain (``drain(message)``, on SIGTERM). Each call stops receiving between two me
 batch being received is applied and acknowledged first), sends what its outbound queue holds
 (the Acks), and ends with UNAVAILABLE and ``message`` (which starts with ``wire.DRAINING``):
 the agent connects again at once, to another replica behind the same address. A call that
-has not opened its session yet is refused so. ``wait_closed`` returns when no call is left.
+has not opened its session yet, also one still waiting for its Hello, is refused so at once.
+``wait_closed`` returns when no call is left.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +46,10 @@ from .store import scrub_secret_records
 
 log = logging.getLogger("server.grpc")
 _CLEANUP_SECONDS = 10.0
+#: After a drain's bound, the sessions still open get this long to close (their roles pass
+#: on, the closed sessions are recorded): the whole shutdown must end inside the pod's grace
+#: period (docs/configuration.md "Shutdown"), not at drainSeconds + _CLEANUP_SECONDS.
+CLOSE_AFTER_DRAIN_SECONDS = 2.0
 _SEND_SECONDS = 2.0
 
 
@@ -53,7 +59,8 @@ class _Call:
 
     stream: wire.ServerStream
     draining: bool = False
-    # Set while the receive loop waits for a message (a drain cancels the wait).
+    # Set while the call waits for a message, the Hello or a later one (a drain cancels the
+    # wait).
     waiting: trio.CancelScope | None = None
 
     def drain(self) -> None:
@@ -84,11 +91,15 @@ class ConnectHandler:
         self._calls: set[_Call] = set()
         self._drain_message = ""
         self._calls_changed = trio.Event()
+        # When the sessions still open must be closed by (set by a drain's bound).
+        self._close_deadline = math.inf
 
-    def drain(self, message: str) -> None:
+    def drain(self, message: str, *, deadline: float = math.inf) -> None:
         """End every open call (and refuse new ones) with UNAVAILABLE ``message``, each
-        between two messages; see the module docstring."""
+        between two messages; see the module docstring. ``deadline`` (trio's clock) is the
+        drain's bound: a session still closing then gets CLOSE_AFTER_DRAIN_SECONDS more."""
         self._drain_message = message
+        self._close_deadline = deadline + CLOSE_AFTER_DRAIN_SECONDS
         for open_call in self._calls:
             open_call.drain()
 
@@ -121,8 +132,18 @@ class ConnectHandler:
             principal = self._auth.authenticate(call.metadata, call.peer_cert)
         except AuthError as exc:
             raise _refuse(wire.Status[exc.status], str(exc), peer) from exc
-        hello = await self._receive_hello(stream, peer)
-        if open_call.draining:
+        # The wait for the Hello is a wait between two messages too: a drain cancels it, or
+        # one silent connection opened just before SIGTERM would hold the drain for the
+        # Hello's whole timeout.
+        with trio.CancelScope() as waiting:
+            open_call.waiting = waiting
+            if open_call.draining:
+                waiting.cancel()
+            try:
+                hello = await self._receive_hello(stream, peer)
+            finally:
+                open_call.waiting = None
+        if open_call.draining or waiting.cancelled_caught:
             raise wire.Refuse(wire.Status.UNAVAILABLE, self._drain_message)
         claims = self._claims(hello, principal, peer)
         sessions = self._state.sessions
@@ -169,7 +190,8 @@ class ConnectHandler:
                 except BaseExceptionGroup as group:
                     raise _collapse(group) from None
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
+            with trio.CancelScope(shield=True) as cleanup:
+                cleanup.deadline = min(trio.current_time() + _CLEANUP_SECONDS, self._close_deadline)
                 try:
                     await sessions.close(session)
                 except ServerError as exc:

@@ -19,6 +19,7 @@ import betterproto
 
 from ._errors import ProtocolViolation
 from ._flat import FlatField, decode_flat, encode_flat, read_varint, varint
+from ._unknown import check_shape
 from .messages import Ack, AgentMessage, EventBatch, Operation, OperationResult, ServerMessage
 
 _EVENT_BATCH_TAG = 0x12  # AgentMessage field 2 (event_batch), wire type 2 (length-delimited)
@@ -105,6 +106,8 @@ def decode_agent_message(data: bytes) -> AgentMessage:
     """
     try:
         return _decode_agent_message(data)
+    except ProtocolViolation:  # refused by shape, before betterproto saw it
+        raise
     except Exception as exc:  # betterproto raises assorted errors on bad input
         raise _violation("AgentMessage", exc) from exc
 
@@ -116,6 +119,7 @@ def _decode_agent_message(data: bytes) -> AgentMessage:
     fields = _unframed(_RESULT_TAG, _RESULT_FIELDS, data)
     if fields is not None:
         return construct(AgentMessage, {"operation_result": construct(OperationResult, fields)})
+    check_shape(AgentMessage, data)
     return checked(AgentMessage().parse(data))
 
 
@@ -139,6 +143,8 @@ def decode_server_message(data: bytes) -> ServerMessage:
     cause)."""
     try:
         return _decode_server_message(data)
+    except ProtocolViolation:  # refused by shape, before betterproto saw it
+        raise
     except Exception as exc:  # betterproto raises assorted errors on bad input
         raise _violation("ServerMessage", exc) from exc
 
@@ -155,6 +161,7 @@ def _decode_server_message(data: bytes) -> ServerMessage:
     fields = _unframed(_OPERATION_TAG, _OPERATION_FIELDS, data)
     if fields is not None:
         return construct(ServerMessage, {"operation": construct(Operation, fields)})
+    check_shape(ServerMessage, data)
     return checked(ServerMessage().parse(data))
 
 
@@ -264,16 +271,24 @@ _SCALAR_TYPES: dict[str, type | tuple[type, ...]] = {
 
 def _check_fields(message: betterproto.Message, where: str) -> None:
     # betterproto types _betterproto as a classproperty mypy cannot apply to a Message.
-    fields = message._betterproto.meta_by_field_name  # type: ignore[arg-type]
-    for name, meta in fields.items():
+    info = message._betterproto  # type: ignore[arg-type]
+    for name, meta in info.meta_by_field_name.items():
         # The stored value: reading the attribute builds defaults, and raises for a oneof
         # member that is not the one set. Unset fields hold betterproto's placeholder.
         value = message.__dict__.get(name, betterproto.PLACEHOLDER)
         if value is betterproto.PLACEHOLDER:
             continue
-        values = value if isinstance(value, list) else [value]
+        path = f"{where}.{name}"
+        if not isinstance(value, list):
+            values = [value]
+        elif info.default_gen[name] is list:  # a repeated field (its default is a new list)
+            values = value
+        else:
+            # betterproto reads any length-delimited scalar as a packed list, whatever the
+            # field's label, and each item has the right type: Limits{max_batch_events: [5]}
+            # made the agent's min(int, list) raise.
+            raise TypeError(f"{path}: a list where one {meta.proto_type} belongs")
         for item in values:
-            path = f"{where}.{name}"
             if meta.proto_type == betterproto.TYPE_MESSAGE:
                 if not isinstance(item, betterproto.Message):
                     raise TypeError(f"{path}: {type(item).__name__} where a message belongs")

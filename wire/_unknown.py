@@ -12,14 +12,24 @@ A known field sent with the wrong wire type is not "unknown": the decoder refuse
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import betterproto
 
+from ._errors import ProtocolViolation
 from ._flat import read_varint
 
-__all__ = ["OTHER_UNKNOWN", "UnknownField", "UnknownFieldCounter", "unknown_fields"]
+__all__ = [
+    "MAX_MESSAGES",
+    "MAX_OCCURRENCES",
+    "MAX_UNKNOWN_FIELDS",
+    "OTHER_UNKNOWN",
+    "UnknownField",
+    "UnknownFieldCounter",
+    "check_shape",
+    "unknown_fields",
+]
 
 #: (the message type that carried it, e.g. "AgentMessage" or "Hello"; its field number)
 UnknownField = tuple[str, int]
@@ -28,6 +38,15 @@ UnknownField = tuple[str, int]
 OTHER_UNKNOWN: UnknownField = ("other", 0)
 
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+
+#: Bounds on one received message (docs/protocol.md §15), each far above what this version
+#: sends: unknown fields in the whole message; occurrences of one field in one message (an
+#: agent's accounts, default limit 1,000; an account's kinds, a few hundred in the largest
+#: clusters); nested messages in all (1,000 accounts of 99 kinds each). The worst message
+#: inside them costs betterproto ~6 s once; past them it cost minutes.
+MAX_UNKNOWN_FIELDS = 1_000
+MAX_OCCURRENCES = 10_000
+MAX_MESSAGES = 100_000
 
 
 def unknown_fields(message: betterproto.Message) -> list[UnknownField]:
@@ -65,27 +84,74 @@ def _walk(message: betterproto.Message, found: list[UnknownField]) -> None:
 def _field_numbers(raw: bytes) -> list[int]:
     """The field numbers of the protobuf fields in ``raw`` (bytes betterproto already split
     into whole fields, so a stop on something odd loses nothing it accepted)."""
-    numbers: list[int] = []
-    pos = 0
+    return [number for number, _, _, _ in _fields(raw, 0, len(raw))]
+
+
+def _fields(raw: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """``(number, wire type, start, end)`` of each field in ``raw[pos:end]``, its value
+    between start and end; stops quietly at the first one that does not fit (betterproto
+    then says what is wrong, or already kept only whole fields)."""
     try:
-        while pos < len(raw):
+        while pos < end:
             tag, pos = read_varint(raw, pos)
-            numbers.append(tag >> 3)
             wire_type = tag & 7
+            start = pos
             if wire_type == _VARINT:
                 _, pos = read_varint(raw, pos)
             elif wire_type == _FIXED64:
                 pos += 8
             elif wire_type == _LENGTH_DELIMITED:
-                size, pos = read_varint(raw, pos)
-                pos += size
+                size, start = read_varint(raw, pos)
+                pos = start + size
             elif wire_type == _FIXED32:
                 pos += 4
             # Groups (3, 4) and invalid types carry nothing betterproto read: the next field
             # starts after the tag, as in betterproto's own parse_fields.
+            if pos > end:
+                return
+            yield tag >> 3, wire_type, start, pos
     except ValueError:
-        pass
-    return numbers
+        return
+
+
+def check_shape(cls: type[betterproto.Message], data: bytes) -> None:
+    """Raise ProtocolViolation if ``data``, read as ``cls``, holds more than
+    :data:`MAX_UNKNOWN_FIELDS` unknown fields, a field more than :data:`MAX_OCCURRENCES`
+    times in one message, or more than :data:`MAX_MESSAGES` nested messages. One linear pass
+    over the bytes, building nothing; malformed bytes are left to betterproto to refuse."""
+    totals = [0, 0]  # unknown fields, nested messages
+    _check(cls, data, 0, len(data), totals)
+
+
+def _check(
+    cls: type[betterproto.Message], raw: bytes, pos: int, end: int, totals: list[int]
+) -> None:
+    # betterproto types _betterproto as a classproperty mypy cannot apply here.
+    info = cls._betterproto  # type: ignore[arg-type]
+    by_number = info.field_name_by_number
+    seen: dict[int, int] = {}
+    for number, wire_type, start, stop in _fields(raw, pos, end):
+        name = by_number.get(number)
+        if name is None:
+            totals[0] += 1
+            if totals[0] > MAX_UNKNOWN_FIELDS:
+                raise ProtocolViolation(
+                    f"a {cls.__name__} with more than {MAX_UNKNOWN_FIELDS} unknown fields"
+                )
+            continue
+        count = seen[number] = seen.get(number, 0) + 1
+        if count > MAX_OCCURRENCES:
+            raise ProtocolViolation(
+                f"{cls.__name__}.{name} (field {number}) {count} times in one message, more "
+                f"than the {MAX_OCCURRENCES} allowed"
+            )
+        meta = info.meta_by_field_name[name]
+        if meta.proto_type == betterproto.TYPE_MESSAGE and wire_type == _LENGTH_DELIMITED:
+            totals[1] += 1
+            if totals[1] > MAX_MESSAGES:
+                raise ProtocolViolation(f"more than {MAX_MESSAGES} nested messages in one message")
+            # Known messages nest as deep as the schema does (no message contains itself).
+            _check(info.cls_by_field[name], raw, start, stop, totals)
 
 
 @dataclass(slots=True)

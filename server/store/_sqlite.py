@@ -28,7 +28,9 @@ from ._records import (
 from ._sqlite_core import AUTOCHECKPOINT_PAGES, SqliteCore, wall_clock_ms
 from ._threads import WorkerThreads
 
-_CLEANUP_SECONDS = 5.0  # to hand checkpoints back to SQLite after the upkeep stops
+# To hand checkpoints back to SQLite after the upkeep stops: one PRAGMA on the writer thread;
+# short, since it runs after the drain's bound (docs/configuration.md "Shutdown").
+_CLEANUP_SECONDS = 2.0
 
 P = ParamSpec("P")
 T = TypeVar("T")

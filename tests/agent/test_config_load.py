@@ -255,6 +255,12 @@ def test_load_config_warns_about_ignored_options(
         ("tasks: [1, 2]", "tasks", "expected a mapping of options"),
         ("shutdown: {drainSeconds: 0}", "shutdown.drainSeconds", "expected a number > 0"),
         ("shutdown: {drainSeconds: soon}", "shutdown.drainSeconds", "expected a number"),
+        # .nan passed every comparison: SIGTERM then raised in move_on_at (exit 1)
+        ("shutdown: {drainSeconds: .nan}", "shutdown.drainSeconds", "a finite number"),
+        ("shutdown: {drainSeconds: .inf}", "shutdown.drainSeconds", "a finite number"),
+        ("clouddriver: {backoff: {jitter: .nan}}", "clouddriver.backoff.jitter", "finite"),
+        ("clouddriver: {backoff: {baseDelay: .nan}}", "clouddriver.backoff.baseDelay", "got nan"),
+        ("clouddriver: {backoff: {maxDelay: .inf}}", "clouddriver.backoff.maxDelay", "got inf"),
         ("a: [1\n", "line 2, column 1", "invalid YAML"),
         ("a: 1\na: 2\n", "line 2, column 1", "duplicate key 'a'"),
     ],

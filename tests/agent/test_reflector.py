@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -443,7 +443,8 @@ async def test_throttling_backs_off_for_retry_after_then_lists(tmp_path: Path) -
         async with open_env(tmp_path) as env:
             env.sim.create(pod("a"))
             env.server.faults.fail_next(2, status=429, retry_after=1, verb="list")
-            reflector = env.reflector(WatchTarget(PODS))
+            # Retry-After is honoured up to the backoff's cap (here 2 s, not FAST's 0.2 s).
+            reflector = env.reflector(WatchTarget(PODS), settings=replace(FAST, backoff_max=2.0))
             started = trio.current_time()
             await env.nursery.start(reflector.run)
             await env.receiver.wait_for(lambda: reflector.state.synced)

@@ -176,3 +176,29 @@ async def test_a_relist_after_a_410_starts_over(
             assert reflector.state.retries["network"] >= 4  # the backoff had climbed
             await env.receiver.wait_for(lambda: len(env.receiver.names("Pod")) == 10)
             await _next_cut_waits_the_smallest_delay(env, reflector)
+
+
+async def test_a_streaming_list_cut_again_and_again_backs_off(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A big streaming list that a proxy cuts before it completes is not a watch that
+    delivered: its initial events do not start the backoff over (only a completed list does),
+    or the reflector would retry at the smallest delay forever (found in review)."""
+    settings = replace(SETTINGS, streaming_list=True)
+    with trio.fail_after(600):
+        async with open_env(tmp_path, autojump_clock) as env:
+            for i in range(5):
+                env.sim.create(pod(f"p{i}"))
+            env.server.faults.drop_watches(after_events=2, count=5)
+            reflector = env.reflector(settings)
+            await env.nursery.start(reflector.run)
+            await env.receiver.wait_for(lambda: reflector.state.synced)
+            assert reflector.state.streaming
+            assert sum(reflector.state.retries.values()) == 5
+            # The completed sixth list started the backoff over; before it, the five cut
+            # lists climbed 1, 1.6, 2.56, 4.096, 6.5536 s.
+            retry = reflector.state.last_retry
+            assert retry is not None
+            assert retry.attempt == 5
+            assert retry.delay == pytest.approx(1.6**4)
+            await _next_cut_waits_the_smallest_delay(env, reflector)

@@ -159,3 +159,9 @@ def test_the_log_limiter_allows_one_line_per_interval_and_counts_the_rest() -> N
     assert limiter.allow(29.9) is None
     assert limiter.allow(30.0) == 2
     assert limiter.allow(100.0) == 0
+
+
+def test_a_429_asking_for_a_day_waits_no_longer_than_the_cap() -> None:
+    """The reflector hands a 429's Retry-After to ``failed(at_least=...)``."""
+    p = policy(cap=60.0)
+    assert p.failed(RetryReason.THROTTLED, 0.0, at_least=86_400.0).delay == 60.0

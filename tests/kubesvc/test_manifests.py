@@ -14,6 +14,7 @@ import agent
 import server
 from kubesvc._certs import write_bundle
 from manifests import ROOT
+from server._app import SHUTDOWN_SLACK_SECONDS
 
 K8S_VERSION = "1.30"  # kubernetes-validate ships the schemas: no network needed
 FILES = sorted(ROOT.rglob("*.yaml"))
@@ -169,6 +170,10 @@ def test_the_server_config_passes_the_servers_validation(tmp_path: Path) -> None
         if isinstance(configmap_value, str) and configmap_value.startswith("/")
     ):
         assert str(Path(value).parent) in mounts, value
+    # Kubernetes kills the pod after terminationGracePeriodSeconds: the server's whole
+    # shutdown (the drain, then what a drain cut short still does) must fit inside it.
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert config.shutdown.drain_seconds + SHUTDOWN_SLACK_SECONDS <= grace
 
 
 def test_agent_deployments_are_one_container_with_probes_and_a_live_config() -> None:

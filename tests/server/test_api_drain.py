@@ -6,6 +6,7 @@ whose body has not arrived whole is cut there, as docs/configuration.md says).""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -24,6 +25,7 @@ from server.store import open_sqlite_store, sqlite_url
 from wire import messages as m
 
 from ..wire._loop import in_loop
+from ..wire.protobuf_bytes import as_sent, bytes_field
 from .test_api_e2e import bearer, config, deployment, hello, next_of
 from .test_api_feed import drain as drain_feed
 from .test_api_feed import release_client_socket
@@ -178,3 +180,34 @@ async def test_the_server_drain_acks_then_tells_the_agent_and_closes_the_feed(
     async with open_sqlite_store(str(store)) as reopened:
         stored = await reopened.count_objects(account="prod")
     assert stored == (1 if acked else 0)
+
+
+@in_loop
+async def test_a_drain_refuses_a_call_still_waiting_for_its_hello(tmp_path: Path) -> None:
+    """A connection opened just before SIGTERM that never says Hello held the drain for
+    helloTimeoutSeconds (here 60 s): the wait for the Hello is cancelled by the drain too,
+    and the call ends with the draining status (found in review)."""
+    base = config(sqlite_url(str(tmp_path / "hello.db")))
+    slow = dataclasses.replace(
+        base, sessions=dataclasses.replace(base.sessions, hello_timeout_seconds=60.0)
+    )
+    stop, returned = trio.Event(), trio.Event()
+    with trio.fail_after(20):  # well inside the Hello's 60 s
+        async with trio.open_nursery() as nursery:
+
+            async def serve(*, task_status: trio.TaskStatus[RunningServer]) -> None:
+                await run_server(slow, serve_api=serve_api, stop=stop, task_status=task_status)
+                returned.set()
+
+            server: RunningServer = await nursery.start(serve)
+            async with wire.open_connection(
+                "127.0.0.1", server.grpc_port, metadata=bearer()
+            ) as silent:
+                # The call opens with a message kind a newer agent may send before its Hello
+                # (the server reads past it), then nothing.
+                await silent.send(as_sent(m.AgentMessage, bytes_field(15, b"\x08\x07")))
+                stop.set()
+                with pytest.raises(wire.RemoteRefused) as refused, trio.fail_after(5):
+                    await silent.receive()
+                assert wire.is_draining(refused.value), refused.value
+            await returned.wait()

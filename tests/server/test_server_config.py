@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from server import ClientAuth, ConfigError, load_server_config
+from server._app import SHUTDOWN_SLACK_SECONDS
 from server._config import store_config
+from server._grpc import CLOSE_AFTER_DRAIN_SECONDS
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -95,6 +97,12 @@ operations: {waitMs: 1000}
         ("store: {maxConnections: 0}", "store.maxConnections", "1..1000"),
         ("api: {httpServer: nginx}", "api.httpServer", "kubesvc, hypercorn"),
         ("shutdown: {drainSeconds: 0}", "shutdown.drainSeconds", "a number > 0"),
+        # .nan passed every comparison: SIGTERM then raised in move_on_at, and a nan
+        # helloTimeoutSeconds made every call handler raise
+        ("shutdown: {drainSeconds: .nan}", "shutdown.drainSeconds", "a finite number"),
+        ("shutdown: {drainSeconds: .inf}", "shutdown.drainSeconds", "a finite number"),
+        ("sessions: {helloTimeoutSeconds: .nan}", "sessions.helloTimeoutSeconds", "finite"),
+        ("sessions: {helloTimeoutSeconds: -.inf}", "sessions.helloTimeoutSeconds", "finite"),
         ("shutdown: {drainSecs: 3}", "shutdown.drainSecs", "unknown key"),
         ("- a list", "", "expected a mapping"),
         ("grpc: [1", "line 1", "invalid YAML"),
@@ -119,6 +127,10 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_the_drain_bound_defaults_inside_kubernetes_grace_period(tmp_path: Path) -> None:
     assert load_server_config(write(tmp_path, "{}")).shutdown.drain_seconds == 15.0
+    # ... and so does the whole shutdown: 15 s drain + 10 s session close + 5 s store close
+    # was exactly Kubernetes' 30 s, with nothing left for the exit.
+    assert CLOSE_AFTER_DRAIN_SECONDS + 2.0 + 1.0 <= SHUTDOWN_SLACK_SECONDS
+    assert 15.0 + SHUTDOWN_SLACK_SECONDS <= 25.0
     config = load_server_config(write(tmp_path, "shutdown: {drainSeconds: 12}"))
     assert config.shutdown.drain_seconds == 12.0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import betterproto
 import pytest
 from hypothesis import given
@@ -114,3 +116,42 @@ def test_a_malformed_nested_message_is_refused_at_the_edge() -> None:
     with pytest.raises(ProtocolViolation) as info:
         decode_agent_message(b'"\x01\x0b')  # AccountsChanged with a broken accounts entry
     assert isinstance(info.value.__cause__, TypeError)  # betterproto's own error, kept
+
+
+def ld(number: int, body: bytes) -> bytes:
+    """Field ``number`` length-delimited (a message, string, bytes or a packed list)."""
+    return varint(number << 3 | 2) + varint(len(body)) + body
+
+
+@pytest.mark.parametrize(
+    ("decode", "data", "where"),
+    [
+        # Welcome{limits{max_batch_events: packed [5]}}: the agent's min(int, list) raised
+        (
+            decode_server_message,
+            ld(1, ld(3, ld(2, b"\x05"))),
+            r"ServerMessage\.welcome\.limits\.max_batch_events",
+        ),
+        # Welcome{accounts[{role: packed [1]}]}: known_role raised on the list
+        (
+            decode_server_message,
+            ld(1, ld(4, ld(2, b"\x01"))),
+            r"ServerMessage\.welcome\.accounts\.role",
+        ),
+        # OperationResult{ok: packed [1]}: a list leaked into the server's ops code
+        (decode_agent_message, ld(3, ld(3, b"\x01")), r"AgentMessage\.operation_result\.ok"),
+        # Hello{accounts[{kinds[{namespaced: packed [1, 0]}]}]}: into the registry
+        (
+            decode_agent_message,
+            ld(1, ld(5, ld(6, ld(3, b"\x01\x00")))),
+            r"hello\.accounts\.kinds\.namespaced",
+        ),
+    ],
+)
+def test_a_singular_scalar_sent_as_a_packed_list_is_refused(
+    decode: Callable[[bytes], object], data: bytes, where: str
+) -> None:
+    """betterproto reads a length-delimited scalar as a packed list whatever the field's
+    label, and each item has the field's type, so the item-by-item check let it through."""
+    with pytest.raises(ProtocolViolation, match=where + r": a list where one \w+ belongs"):
+        decode(data)
