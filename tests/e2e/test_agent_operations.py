@@ -143,7 +143,7 @@ async def test_deploy_scale_patch_undo_delete_like_orca(tmp_path: Path) -> None:
 
 
 async def test_versions_cleanup_and_run_job(tmp_path: Path) -> None:
-    rs = {
+    rs: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": {
