@@ -18,6 +18,7 @@ from ..store import AccountRecord, Store, StoredObject
 from ._armory import account_namespaces
 from ._context import collect_objects, context
 from ._errors import BadRequest, NotFound
+from ._fresh import read_fresh
 from ._manifest_view import artifacts_of, events_about, parse_manifest_name, pick_by_criteria
 
 _decode = msgspec.json.decode
@@ -112,7 +113,14 @@ async def _manifest(request: Request, location: str, raw_name: str) -> Response:
     await _account(request, account)
     store = context(request).state.store
     namespace = "" if location in ("", "_") else location
-    stored = await _find(store, account, ref, namespace, name)
+    stored, headers = await read_fresh(
+        context(request).state.feed.freshness,
+        lambda: _find(store, account, ref, namespace, name),
+        account,
+        ref,
+        namespace,
+        name,
+    )
     if stored is None:
         where = f"namespace {namespace}" if namespace else "cluster scope"
         raise NotFound(f"Manifest {ref.token} {name} not found in account {account} ({where})")
@@ -129,7 +137,7 @@ async def _manifest(request: Request, location: str, raw_name: str) -> Response:
         "warnings": [],
         "metrics": [],
     }
-    return JSONResponse(body)
+    return JSONResponse(body, headers=headers)
 
 
 async def get_manifest(request: Request) -> Response:

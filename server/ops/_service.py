@@ -496,6 +496,9 @@ class OperationService:
         for records, error in zip(groups, errors, strict=True):
             if error is None:
                 self._feed.publish(records)
+                # Read-your-writes: reads of these objects wait until the cache shows them
+                # (a watch event older than the write may still overwrite them).
+                self._feed.freshness.expect(records)
             else:
                 log.warning(
                     "operation result for %s: cache not updated: %s", records[0].account, error
