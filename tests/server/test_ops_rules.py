@@ -85,3 +85,8 @@ def test_every_write_operation_is_checked() -> None:
         {"account": "k1", "kinds": ["configMap"], "location": "apps", "labelSelectors": {}},
     )
     assert rule_errors(by_kinds, {"omit_kinds": ["configmap"]}) != []
+
+
+def test_the_first_refused_target_is_the_one_error() -> None:
+    errors = rule_errors(deploy(cm("apps"), cm("kube-system"), cm("other")), LIMITED)
+    assert errors == [f"{CTX}.{CTX}.kube-system.wrongNamespace"]
