@@ -20,7 +20,7 @@ import trio
 from .harness import open_stack, wait_until
 from .ops_client import OrcaClient
 
-STALL = 1.5  # seconds every watch of the new agent is held back (reads wait up to 3 s)
+STALL = 1.5  # seconds every watch of the new agent is held back
 PATH = f"/manifests/k1/default/{quote('deployment web')}"
 
 
@@ -65,6 +65,8 @@ async def test_reads_after_a_write_never_go_back(tmp_path: Path) -> None:
             assert stack.agent_task is not None
             await stack.agent_task.stop()
             await wait_until(lambda: sessions.primary_session("k1") is None, what="k1 released")
+            # A loaded test machine may need more than the 3 s default for the held events.
+            stack.server.state.feed.freshness.wait_seconds = 15.0
             stack.kube.faults.stall_watches(after_events=0, seconds=STALL, count=1000)
             await stack.start_agent("agent-b")
             await wait_until(
