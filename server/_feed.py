@@ -34,6 +34,7 @@ import msgspec
 import trio
 
 from ._errors import ServerError
+from ._freshness import Freshness
 
 __all__ = [
     "ChangeFeed",
@@ -206,6 +207,8 @@ class ChangeFeed:
         self._published = 0
         self._delivered = 0
         self._lagged = 0
+        #: read-your-writes watermarks; every committed change passes here (see _freshness)
+        self.freshness = Freshness()
 
     @contextmanager
     def subscribe(
@@ -247,6 +250,7 @@ class ChangeFeed:
         `"object": null`), sent just before the SYNC_END of its account and kind.
         """
         self._published += len(records)
+        self.freshness.observed(records, swept)
         if not self._subscribers:
             return
         pending: dict[tuple[str, str], list[SweptObject]] = {}

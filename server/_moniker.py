@@ -1,8 +1,9 @@
 """Spinnaker monikers of Kubernetes objects: the annotations, else derived from the name.
 
 A moniker is Spinnaker's naming of an object: application, cluster, stack, detail and
-sequence. Clouddriver reads the `moniker.spinnaker.io/*` annotations and falls back, field by
-field, to parsing the object's name the way Netflix's Frigga does:
+sequence. Clouddriver reads the `moniker.spinnaker.io/*` annotations; app, cluster and
+sequence fall back to parsing the object's name the way Netflix's Frigga does (stack and
+detail do not: only their annotations give them):
 
     <app>[-<stack>[-<detail>]][-v<NNN>]      e.g. "shop-prod-canary-v002"
 
@@ -20,6 +21,7 @@ from typing import Any
 __all__ = ["ANNOTATION_PREFIX", "Moniker", "moniker_for", "parse_name"]
 
 ANNOTATION_PREFIX = "moniker.spinnaker.io/"
+_REVISION = "deployment.kubernetes.io/revision"
 
 _NAME_CHARS = "a-zA-Z0-9._"
 _NAME_HYPHEN_CHARS = _NAME_CHARS + "-"
@@ -76,7 +78,8 @@ def parse_name(name: str) -> Moniker:
 
 
 def moniker_for(obj: Mapping[str, Any]) -> Moniker:
-    """The moniker of a decoded Kubernetes object: each annotation wins over the parsed name.
+    """The moniker of a decoded Kubernetes object: each annotation wins over the parsed name;
+    stack and detail come from their annotations alone.
 
     A `moniker.spinnaker.io/sequence` annotation that is not an integer is ignored (the
     parsed sequence stands) rather than failing the read.
@@ -89,17 +92,26 @@ def moniker_for(obj: Mapping[str, Any]) -> Moniker:
     annotations = annotations if isinstance(annotations, Mapping) else {}
 
     def annotation(key: str) -> str | None:
-        value = annotations.get(ANNOTATION_PREFIX + key)
+        value = annotations.get(key if "/" in key else ANNOTATION_PREFIX + key)
         return value if isinstance(value, str) and value else None
 
     sequence = parsed.sequence
-    raw_sequence = annotation("sequence")
-    if raw_sequence is not None and raw_sequence.strip().isdigit():
-        sequence = int(raw_sequence)
+    # A ReplicaSet without the annotation takes its Deployment's revision (Clouddriver's
+    # KubernetesManifestAnnotater.getMoniker).
+    keys = ["sequence"]
+    if obj.get("kind") == "ReplicaSet":
+        keys.append(_REVISION)
+    for key in keys:
+        raw_sequence = annotation(key)
+        if raw_sequence is not None and raw_sequence.strip().isdigit():
+            sequence = int(raw_sequence)
+            break
+    # Stack and detail come only from their annotations: Clouddriver never parses them out
+    # of the name (a name "web-api" is not stack "api").
     return Moniker(
         app=annotation("application") or parsed.app,
         cluster=annotation("cluster") or parsed.cluster,
-        stack=annotation("stack") or parsed.stack,
-        detail=annotation("detail") or parsed.detail,
+        stack=annotation("stack"),
+        detail=annotation("detail"),
         sequence=sequence,
     )

@@ -77,7 +77,7 @@ def label_selector(value: Any, *, where: str) -> str:
 async def delete_manifest(ctx: OperationContext) -> None:
     d = ctx.description
     options = delete_options(d.sub("options"))
-    result = DeployResult(include_manifests=False)
+    result = DeployResult()  # Clouddriver's OperationResult: ``manifests`` is there, empty
     ctx.outcome.result = result
     namespace = d.namespace
     name = d.text("name")

@@ -1,8 +1,10 @@
 """deployManifest, runJob and cleanupArtifacts: prepare (``_manifests.py``), then apply.
 
 Versioning reads the cluster: the next ``-vNNN`` is one past the highest version of the
-same base name and kind in the namespace (listed live, so two deploys in a row give
-``-v000`` then ``-v001``). ``use-source-capacity`` copies ``spec.replicas`` from the newest
+same base name and kind in the namespace (listed live, so two deploys of different content
+give ``-v000`` then ``-v001``); a version whose content equals the new manifest's is reused
+instead, and versioned ConfigMaps/Secrets are bound into later manifests (``_reuse.py``).
+``use-source-capacity`` copies ``spec.replicas`` from the newest
 existing version (or the live object of an unversioned kind). Traffic: each
 ``traffic.spinnaker.io/load-balancers`` entry ("service name") adds that Service's selector
 to the pod template's labels when ``enableTraffic`` (default true).
@@ -35,6 +37,7 @@ from ._manifests import (
     version_of,
 )
 from ._outcome import DeployResult
+from ._reuse import bind_config_refs, matching_version
 
 __all__ = ["cleanup_artifacts", "deploy_manifest", "run_job"]
 
@@ -110,6 +113,7 @@ async def _deploy_one(
     namespace_override: str,
     moniker: Mapping[str, Any],
     versioned: bool | None,
+    config_names: dict[tuple[str, str, str], str],
 ) -> None:
     meta = obj.setdefault("metadata", {})
     res: Resource = await ctx.cluster.kinds.resolve(
@@ -133,16 +137,23 @@ async def _deploy_one(
         namespace = ""
         meta.pop("namespace", None)
     strategy = Strategy.of(obj)
+    bind_config_refs(obj, {(k, b): n for (ns, k, b), n in config_names.items() if ns == namespace})
     bound = bind_artifacts(obj, artifacts)
     sequence: int | None = None
     name = base
     source: Mapping[str, Any] | None = None
     expect_new = False
+    versions: list[dict[str, Any]] = []
     if not generated and is_versioned(res.kind, strategy, versioned):
         existing = await ctx.cluster.list(res, namespace)
         sequence = next_version(existing, base)
         name = f"{base}-v{sequence:03d}"
-        versions = [o for o in existing if version_of(o, base) is not None]
+        # A list's items may lack apiVersion/kind (the API server leaves them out).
+        versions = [
+            {"apiVersion": res.api_version, "kind": res.kind, **o}
+            for o in existing
+            if version_of(o, base) is not None
+        ]
         source = max(versions, key=lambda o: version_of(o, base) or 0) if versions else None
         expect_new = True  # one past every listed version: no need to read it first
     elif not generated and strategy.use_source_capacity:
@@ -156,20 +167,38 @@ async def _deploy_one(
     await _traffic(ctx, obj, strategy, namespace)
     full_moniker = dict(moniker)
     full_moniker.setdefault("cluster", f"{res.spinnaker_kind} {base}")
-    label_moniker(
-        obj,
-        full_moniker,
-        sequence=sequence,
-        skip_template_labels=bool(ctx.description.flag("skipSpecTemplateLabels", False)),
-    )
-    version = f"v{sequence:03d}" if sequence is not None else ""
     artifact_type = f"kubernetes/{res.spinnaker_kind}"
-    set_artifact_annotations(
-        obj, artifact_type=artifact_type, base=base, namespace=namespace, version=version
-    )
-    ctx.outcome.say(f"Deploying manifest {res.spinnaker_kind} {name}")
-    applied = await apply_object(ctx, res, obj, strategy, expect_new=expect_new)
-    name = str(applied["metadata"]["name"])
+    skip_template_labels = bool(ctx.description.flag("skipSpecTemplateLabels", False))
+
+    def as_version(target: dict[str, Any], number: int | None) -> None:
+        label_moniker(
+            target, full_moniker, sequence=number, skip_template_labels=skip_template_labels
+        )
+        set_artifact_annotations(
+            target,
+            artifact_type=artifact_type,
+            base=base,
+            namespace=namespace,
+            version=f"v{number:03d}" if number is not None else "",
+        )
+
+    reused = matching_version(obj, versions, base, as_version) if versions else None
+    if reused is not None:
+        sequence, applied = reused[0], dict(reused[1])
+        name = f"{base}-v{sequence:03d}"
+        ctx.outcome.say(
+            f"Reusing {res.spinnaker_kind} {name}: its content equals the new manifest's"
+        )
+    else:
+        as_version(obj, sequence)
+        if not generated:
+            meta["name"] = name
+        ctx.outcome.say(f"Deploying manifest {res.spinnaker_kind} {name}")
+        applied = await apply_object(ctx, res, obj, strategy, expect_new=expect_new)
+        name = str(applied["metadata"]["name"])  # the API server's, for a generateName
+    version = f"v{sequence:03d}" if sequence is not None else ""
+    if sequence is not None and res.kind in ("ConfigMap", "Secret"):
+        config_names[(namespace, res.kind, base)] = name
     if res.kind == "CustomResourceDefinition":
         ctx.cluster.kinds.invalidate()  # its custom resources may follow in this deploy
     # ``applied`` was decoded from the API server's answer for this call alone: no copy.
@@ -202,6 +231,7 @@ async def _deploy(
     required, artifacts = _artifacts(ctx)
     result = DeployResult()
     ctx.outcome.result = result
+    config_names: dict[tuple[str, str, str], str] = {}  # see bind_config_refs
     for obj in deploy_order(manifests):
         await _deploy_one(
             ctx,
@@ -211,6 +241,7 @@ async def _deploy(
             namespace_override=namespace_override,
             moniker=moniker,
             versioned=versioned,
+            config_names=config_names,
         )
     unbound = [a for a in required if dict(a) not in result.bound_artifacts]
     if unbound:

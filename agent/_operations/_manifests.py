@@ -268,10 +268,16 @@ def label_moniker(
     fields = dict(moniker)
     if sequence is not None:
         fields["sequence"] = sequence
-    for field in ("application", "cluster", "stack", "detail", "sequence"):
-        value = fields.get("app" if field == "application" else field)
-        if value not in (None, "") and MONIKER + field not in notes:
-            notes[MONIKER + field] = str(value)
+    # Clouddriver annotates the pod template too (KubernetesManifestAnnotater), whatever
+    # skipSpecTemplateLabels says: Deck reads the moniker of pods from there.
+    template_meta = pod_template_metadata(obj, create=True)
+    for target in (notes, _map(template_meta, "annotations") if template_meta else None):
+        if target is None:
+            continue
+        for field in ("application", "cluster", "stack", "detail", "sequence"):
+            value = fields.get("app" if field == "application" else field)
+            if value not in (None, "") and MONIKER + field not in target:
+                target[MONIKER + field] = str(value)
     app = fields.get("app")
     targets = [_map(meta, "labels")]
     template = None if skip_template_labels else pod_template_metadata(obj, create=True)
@@ -293,6 +299,16 @@ def set_artifact_annotations(
     notes[ARTIFACT + "name"] = base
     notes[ARTIFACT + "location"] = namespace
     notes[ARTIFACT + "version"] = version
+    template = pod_template_metadata(obj, create=True)
+    if template is not None:  # where absent, as Clouddriver's storeAnnotation writes them
+        inner = _map(template, "annotations")
+        for key, value in (
+            ("type", artifact_type),
+            ("name", base),
+            ("location", namespace),
+            ("version", version),
+        ):
+            inner.setdefault(ARTIFACT + key, value)
 
 
 def _image_name(image: str) -> str:

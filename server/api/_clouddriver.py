@@ -18,6 +18,7 @@ from ..store import AccountRecord, Store, StoredObject
 from ._armory import account_namespaces
 from ._context import collect_objects, context
 from ._errors import BadRequest, NotFound
+from ._fresh import read_fresh
 from ._manifest_view import (
     age_key,
     artifacts_of,
@@ -118,7 +119,14 @@ async def _manifest(request: Request, location: str, raw_name: str) -> Response:
     await _account(request, account)
     store = context(request).state.store
     namespace = "" if location in ("", "_") else location
-    stored = await _find(store, account, ref, namespace, name)
+    stored, headers = await read_fresh(
+        context(request).state.feed.freshness,
+        lambda: _find(store, account, ref, namespace, name),
+        account,
+        ref,
+        namespace,
+        name,
+    )
     if stored is None:
         where = f"namespace {namespace}" if namespace else "cluster scope"
         raise NotFound(f"Manifest {ref.token} {name} not found in account {account} ({where})")
@@ -135,7 +143,7 @@ async def _manifest(request: Request, location: str, raw_name: str) -> Response:
         "warnings": [],
         "metrics": [],
     }
-    return JSONResponse(body)
+    return JSONResponse(body, headers=headers)
 
 
 async def get_manifest(request: Request) -> Response:

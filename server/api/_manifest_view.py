@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .._kinds import KindRef, resolve_kind
-from ._errors import BadRequest
+from ._errors import BadRequest, NotFound
 
 __all__ = [
     "CRITERIA",
@@ -23,10 +23,13 @@ __all__ = [
 
 
 def parse_manifest_name(raw: str) -> tuple[KindRef, str]:
-    """`"deployment my-app"` -> (the kind, "my-app"); exactly two tokens, else BadRequest."""
+    """`"deployment my-app"` -> (the kind, "my-app"); exactly two tokens, else NotFound (as
+    Clouddriver answers a name it cannot parse: no such manifest)."""
     tokens = raw.split()
     if len(tokens) != 2:
-        raise BadRequest(f'manifest name {raw!r} must be "<kind> <name>", e.g. "deployment my-app"')
+        raise NotFound(
+            f'manifest {raw!r} not found: a name is "<kind> <name>", e.g. "deployment my-app"'
+        )
     return resolve_kind(tokens[0]), tokens[1]
 
 

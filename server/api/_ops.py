@@ -27,6 +27,7 @@ from ..ops import (
     OperationError,
     OperationService,
     OperationsUnavailable,
+    RulesViolated,
 )
 from ._body import json_body
 from ._context import context
@@ -60,6 +61,8 @@ def _refusals(handler: Handler) -> Handler:
         except InvalidDescription as exc:
             errors = [bounded(exc.message)]  # the message, cut as error_body cuts it
             return error_response(400, exc.message, errors=errors, field=exc.field)
+        except RulesViolated as exc:
+            return error_response(400, exc.message, errors=[bounded(e) for e in exc.errors])
         except OperationError as exc:
             return error_response(400, exc.message)
 

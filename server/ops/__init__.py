@@ -14,16 +14,19 @@ from ._errors import (
     InvalidDescription,
     OperationError,
     OperationsUnavailable,
+    RulesViolated,
     UnknownCredentials,
     UnknownOperation,
 )
 from ._results import AgentResult, cache_records, parse_result
+from ._rules import AccountRules, rule_errors
 from ._service import OperationOutcome, OperationService
 from ._task import Task, TaskState
 
 __all__ = [
     "OPERATIONS",
     "POD_LOGS",
+    "AccountRules",
     "AgentResult",
     "Description",
     "InvalidDescription",
@@ -32,6 +35,7 @@ __all__ = [
     "OperationService",
     "OperationSpec",
     "OperationsUnavailable",
+    "RulesViolated",
     "Task",
     "TaskState",
     "UnknownCredentials",
@@ -41,4 +45,5 @@ __all__ = [
     "operation_spec",
     "parse_request",
     "parse_result",
+    "rule_errors",
 ]

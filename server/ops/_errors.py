@@ -7,6 +7,7 @@
         ├── UnknownOperation      the operation name is not one this server runs
         ├── UnknownCredentials    the account is unknown ("credentials not found (name: X, ...)")
         ├── InvalidDescription    a description field is malformed (carries the field path)
+        ├── RulesViolated         a target is outside the account's namespaces/kinds (errors)
         └── OperationsUnavailable the server cannot take operations now (not running, full)
 
 Failures AFTER a task exists (no agent, timeout, a Kubernetes refusal) are never raised to
@@ -21,6 +22,7 @@ __all__ = [
     "InvalidDescription",
     "OperationError",
     "OperationsUnavailable",
+    "RulesViolated",
     "UnknownCredentials",
     "UnknownOperation",
 ]
@@ -54,6 +56,14 @@ class InvalidDescription(OperationError):
         super().__init__(f"{field}: {problem}")
         self.field = field
         self.problem = problem
+
+
+class RulesViolated(OperationError):
+    """Clouddriver's "Validation Failed": ``errors`` holds its error strings, one per target."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("Validation Failed")
+        self.errors = errors
 
 
 class OperationsUnavailable(OperationError):

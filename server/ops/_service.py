@@ -46,9 +46,10 @@ from .._feed import ChangeFeed
 from .._sessions import Session, SessionManager
 from ..store import OperationEvent, OperationRecord, Store, is_secret, scrub_secret_object
 from ._describe import Description, OperationSpec, normalize, parse_request
-from ._errors import OperationsUnavailable, UnknownCredentials
+from ._errors import OperationsUnavailable, RulesViolated, UnknownCredentials
 from ._journal import OperationJournal
 from ._results import AgentResult, cache_records, error_name, parse_result
+from ._rules import rule_errors
 from ._task import Task
 
 __all__ = ["OperationOutcome", "OperationService"]
@@ -195,8 +196,18 @@ class OperationService:
     # -- submitting -----------------------------------------------------------------------
 
     def describe(self, operations: Sequence[tuple[str, Any]]) -> list[Description]:
-        """Normalize every description and check its account; raises the refusals."""
-        return [normalize(name, raw, check_account=self.check_account) for name, raw in operations]
+        """Normalize every description and check its account and the account's namespace and
+        kind rules (RulesViolated, nothing runs); raises the refusals."""
+        described = [
+            normalize(name, raw, check_account=self.check_account) for name, raw in operations
+        ]
+        errors: list[str] = []
+        for d in described:
+            record = self._accounts.get(d.account)
+            errors.extend(rule_errors(d, record.properties) if record is not None else [])
+        if errors:
+            raise RulesViolated(errors)
+        return described
 
     async def submit_request(self, body: Any, *, request_id: str | None) -> Task:
         """``POST /kubernetes/ops``'s body -> the task (new, or the one for ``request_id``)."""
@@ -485,6 +496,9 @@ class OperationService:
         for records, error in zip(groups, errors, strict=True):
             if error is None:
                 self._feed.publish(records)
+                # Read-your-writes: reads of these objects wait until the cache shows them
+                # (a watch event older than the write may still overwrite them).
+                self._feed.freshness.expect(records)
             else:
                 log.warning(
                     "operation result for %s: cache not updated: %s", records[0].account, error

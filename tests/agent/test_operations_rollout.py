@@ -189,6 +189,7 @@ async def test_delete_by_name_and_by_label_selector(tmp_path: Path) -> None:
     assert len(replica_sets) == 1  # orphaned, not deleted (cascading false)
     assert by_name.result == {
         "manifestNamesByNamespace": {"default": ["deployment api"]},
+        "manifests": [],  # Clouddriver's OperationResult has it, empty
         "createdArtifacts": [],
         "boundArtifacts": [],
     }

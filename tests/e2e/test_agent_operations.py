@@ -3,6 +3,7 @@ kubesim -> back; each test checks the task, the cluster state in kubesim and the
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -142,7 +143,7 @@ async def test_deploy_scale_patch_undo_delete_like_orca(tmp_path: Path) -> None:
 
 
 async def test_versions_cleanup_and_run_job(tmp_path: Path) -> None:
-    rs = {
+    rs: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": {
@@ -177,8 +178,11 @@ async def test_versions_cleanup_and_run_job(tmp_path: Path) -> None:
             first = await _op(
                 http, "deployManifest", {"manifests": [rs], "moniker": {"app": "api"}}
             )
+            # New content (identical content would reuse -v000).
+            rs2 = copy.deepcopy(rs)
+            rs2["spec"]["template"]["spec"]["containers"][0]["image"] = "a:2"
             second = await _op(
-                http, "deployManifest", {"manifests": [rs], "moniker": {"app": "api"}}
+                http, "deployManifest", {"manifests": [rs2], "moniker": {"app": "api"}}
             )
             cleanup = await _op(
                 http, "cleanupArtifacts", {"manifests": second["resultObjects"][0]["manifests"]}

@@ -206,7 +206,7 @@ async def test_manifest_errors(tmp_path: Path) -> None:
             r = await api.client.get(f"/manifests/{ACCOUNT}/other/deployment%20web")
             assert r.status_code == 404
             r = await api.client.get(f"/manifests/{ACCOUNT}/prod/deployment")
-            assert r.status_code == 400
+            assert r.status_code == 404  # Clouddriver: an unparsable name is no manifest
             assert "<kind> <name>" in r.json()["message"]
             r = await api.client.get(
                 f"/manifests/{ACCOUNT}/prod/deployment%20web", params={"includeEvents": "x"}

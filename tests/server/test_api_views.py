@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from server._kinds import KindRef, resolve_kind, spinnaker_kind_name
-from server.api import BadRequest
+from server.api import BadRequest, NotFound
 from server.api._manifest_view import (
     artifacts_of,
     events_about,
@@ -52,7 +52,7 @@ def test_spinnaker_kind_name(kind: str, token: str) -> None:
 def test_parse_manifest_name() -> None:
     assert parse_manifest_name("deployment my-app") == (resolve_kind("deployment"), "my-app")
     for bad in ("deployment", "deployment a b", "", "  "):
-        with pytest.raises(BadRequest, match="<kind> <name>"):
+        with pytest.raises(NotFound, match="<kind> <name>"):
             parse_manifest_name(bad)
 
 

@@ -49,25 +49,32 @@ def test_name_outside_the_pattern_keeps_only_the_cluster() -> None:
 
 
 def test_annotations_win_field_by_field() -> None:
-    obj = {
-        "metadata": {
-            "name": "shop-prod-v003",
-            "annotations": {
-                "moniker.spinnaker.io/application": "store",
-                "moniker.spinnaker.io/cluster": "deployment shop",
-                "moniker.spinnaker.io/sequence": "7",
-            },
-        }
+    notes = {
+        "moniker.spinnaker.io/application": "store",
+        "moniker.spinnaker.io/cluster": "deployment shop",
+        "moniker.spinnaker.io/sequence": "7",
     }
-    assert moniker_for(obj) == Moniker(
-        app="store", cluster="deployment shop", stack="prod", sequence=7
-    )
+    obj = {"metadata": {"name": "shop-prod-v003", "annotations": notes}}
+    # Stack and detail come only from their annotations (the name's "prod" is not a stack).
+    assert moniker_for(obj) == Moniker(app="store", cluster="deployment shop", sequence=7)
     assert moniker_for(obj).to_json() == {
         "app": "store",
         "cluster": "deployment shop",
-        "stack": "prod",
         "sequence": 7,
     }
+    notes["moniker.spinnaker.io/stack"] = "prod"
+    notes["moniker.spinnaker.io/detail"] = "canary"
+    assert moniker_for(obj).stack == "prod"
+    assert moniker_for(obj).detail == "canary"
+
+
+def test_replica_set_sequence_falls_back_to_the_deployment_revision() -> None:
+    notes = {"deployment.kubernetes.io/revision": "4"}
+    rs = {"kind": "ReplicaSet", "metadata": {"name": "web-5d8f", "annotations": notes}}
+    assert moniker_for(rs).sequence == 4
+    assert moniker_for({**rs, "kind": "Deployment"}).sequence is None
+    notes["moniker.spinnaker.io/sequence"] = "9"
+    assert moniker_for(rs).sequence == 9
 
 
 def test_bad_sequence_annotation_keeps_the_parsed_one() -> None:

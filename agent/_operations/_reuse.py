@@ -1,0 +1,104 @@
+"""Version reuse and config references: what a versioned deploy binds to. Pure.
+
+Reuse (Clouddriver's ``findMatchingVersion``): a versioned manifest whose content equals an
+existing version's is not written again; the deploy answers that version. Content is the
+object less ``metadata`` (``KubernetesManifest.nonMetadataEquals``), compared with what that
+version was applied from: its ``kubectl.kubernetes.io/last-applied-configuration``, else (a
+server-side apply leaves none) the live object less ``metadata`` and ``status``. The new
+manifest is compared as it would be written AS that version (its moniker sequence labels on
+a pod template are content), so a ReplicaSet reuses as a ConfigMap does. When several match,
+the newest wins (Clouddriver takes the first its cache lists: no order is promised).
+
+References: a ConfigMap or Secret this deploy wrote (or reused) as ``<base>-vNNN`` replaces
+``<base>`` where later manifests of the same namespace name it (volumes, projected sources,
+``envFrom``, ``env[].valueFrom``), as Clouddriver binds the artifacts a deploy creates.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ._manifests import LAST_APPLIED, annotations_of, pod_specs, version_of
+
+__all__ = ["bind_config_refs", "content_of", "matching_version"]
+
+
+def content_of(existing: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What ``existing`` was applied from, less metadata; None when unreadable."""
+    raw = annotations_of(existing).get(LAST_APPLIED)
+    if raw:
+        try:
+            applied = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(applied, dict):
+            return None
+        return {k: v for k, v in applied.items() if k != "metadata"}
+    return {k: v for k, v in existing.items() if k not in ("metadata", "status")}
+
+
+def matching_version(
+    obj: Mapping[str, Any],
+    versions: Iterable[Mapping[str, Any]],
+    base: str,
+    as_version: Callable[[dict[str, Any], int], None],
+) -> tuple[int, Mapping[str, Any]] | None:
+    """The newest of ``versions`` whose content equals ``obj`` written as that version
+    (``as_version(copy, n)`` prepares the copy in place), with its number; else None."""
+    found: list[tuple[int, Mapping[str, Any]]] = []
+    for existing in versions:
+        number = version_of(existing, base)
+        if number is None:
+            continue
+        content = content_of(existing)
+        if content is None:
+            continue
+        candidate = copy.deepcopy(dict(obj))
+        as_version(candidate, number)
+        candidate.pop("metadata", None)
+        if candidate == content:
+            found.append((number, existing))
+    return max(found, key=lambda f: f[0]) if found else None
+
+
+# (kind, base name) -> the versioned name this deploy bound it to.
+ConfigNames = Mapping[tuple[str, str], str]
+
+
+def _swap(holder: Any, key: str, kind: str, names: ConfigNames) -> None:
+    if isinstance(holder, dict) and isinstance(holder.get(key), str):
+        holder[key] = names.get((kind, holder[key]), holder[key])
+
+
+def bind_config_refs(obj: dict[str, Any], names: ConfigNames) -> None:
+    """Point ``obj``'s pod specs at the versioned ConfigMaps/Secrets in ``names`` (in place)."""
+    if not names:
+        return
+    for spec in pod_specs(obj):
+        for volume in spec.get("volumes") or ():
+            if not isinstance(volume, dict):
+                continue
+            _swap(volume.get("configMap"), "name", "ConfigMap", names)
+            _swap(volume.get("secret"), "secretName", "Secret", names)
+            projected = volume.get("projected")
+            sources = projected.get("sources") if isinstance(projected, dict) else None
+            for source in sources or ():
+                if isinstance(source, dict):
+                    _swap(source.get("configMap"), "name", "ConfigMap", names)
+                    _swap(source.get("secret"), "name", "Secret", names)
+        for key in ("containers", "initContainers", "ephemeralContainers"):
+            for container in spec.get(key) or ():
+                if not isinstance(container, dict):
+                    continue
+                for source in container.get("envFrom") or ():
+                    if isinstance(source, dict):
+                        _swap(source.get("configMapRef"), "name", "ConfigMap", names)
+                        _swap(source.get("secretRef"), "name", "Secret", names)
+                for env in container.get("env") or ():
+                    value_from = env.get("valueFrom") if isinstance(env, dict) else None
+                    if isinstance(value_from, dict):
+                        _swap(value_from.get("configMapKeyRef"), "name", "ConfigMap", names)
+                        _swap(value_from.get("secretKeyRef"), "name", "Secret", names)

@@ -1,0 +1,188 @@
+"""Read-your-writes: the versions operations wrote, and the readers waiting for the cache.
+
+Theory of operation. An operation's result carries the objects as the API server answered its
+writes (with their resourceVersions) and the objects it deleted; the operations service
+writes them into the cache, then calls ``expect(records)``: each becomes a *watermark* for
+its object (account, API group, kind, namespace, name): "the cache must show at least this
+resourceVersion" (or "must not show the object" for a deletion). The cache can still fall
+behind one afterwards: the agent's watch of that kind may deliver, later, events older than
+the write (a watch that was slow or reconnecting), and those overwrite the newer object.
+
+Every batch the store commits passes ``observed(records, swept)`` (the change feed calls it
+from ``publish``, the one place every committed change goes through): a record at or past
+a watermark (a deletion for a deletion watermark) clears it and wakes its waiters, with a
+``trio.Event``; nothing polls. A read checks ``caught_up(key, stored)`` on what the store
+gave it; when the store is behind, it waits on ``wait(key)`` under its own cancel scope and
+reads again (``server.api`` bounds that wait and says, in a header and the log, when it
+answers with what it has).
+
+Bounds: at most ``max_entries`` watermarks (the oldest is dropped, waking its waiters, who
+answer with what they have); a watermark older than ``ttl_seconds`` is dropped as new ones
+come (its watch never reported it: a kind not watched). A read that finds the store caught up
+clears the watermark too. resourceVersions that are not integers cannot be ordered: they
+never hold a read back. Sans-I/O apart from the events; one per server, on the change feed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import trio
+
+__all__ = ["Freshness", "FreshnessKey", "object_key"]
+
+FreshnessKey = tuple[str, str, str, str, str]  # account, group, kind (lower), namespace, name
+_ADDED, _MODIFIED, _DELETED = 1, 2, 3  # wire.EventType values
+
+
+class _Ref(Protocol):
+    @property
+    def account(self) -> str: ...
+    @property
+    def api_version(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
+class _Record(_Ref, Protocol):
+    @property
+    def type(self) -> int: ...
+    @property
+    def resource_version(self) -> str: ...
+
+
+class _Stored(Protocol):
+    @property
+    def resource_version(self) -> str: ...
+
+
+def object_key(account: str, group: str, kind: str, namespace: str, name: str) -> FreshnessKey:
+    return (account, group, kind.lower(), namespace, name)
+
+
+def _key(ref: _Ref) -> FreshnessKey:
+    group = ref.api_version.rpartition("/")[0] if "/" in ref.api_version else ""
+    return object_key(ref.account, group, ref.kind, ref.namespace, ref.name)
+
+
+def _number(resource_version: str) -> int | None:
+    return int(resource_version) if resource_version.isdigit() else None
+
+
+@dataclass(slots=True)
+class _Watermark:
+    version: int | None  # None: the object was deleted
+    since: float
+    changed: trio.Event = field(default_factory=trio.Event)
+
+
+class Freshness:
+    """The watermarks of one server (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        max_entries: int = 10_000,
+        ttl_seconds: float = 300.0,
+        wait_seconds: float = 3.0,
+    ) -> None:
+        self._marks: OrderedDict[FreshnessKey, _Watermark] = OrderedDict()
+        self._max_entries = max_entries
+        self._ttl = ttl_seconds
+        #: how long a read waits for the cache before answering with what it has
+        self.wait_seconds = wait_seconds
+
+    def __len__(self) -> int:
+        return len(self._marks)
+
+    def _now(self) -> float:
+        try:
+            return trio.current_time()
+        except RuntimeError:  # outside trio (sync tests): never expire
+            return -math.inf
+
+    def _drop(self, key: FreshnessKey) -> None:
+        mark = self._marks.pop(key, None)
+        if mark is not None:
+            mark.changed.set()
+
+    def expect(self, records: Sequence[_Record]) -> None:
+        """An operation wrote (or deleted) these objects: the cache must show them."""
+        now = self._now()
+        for record in records:
+            if record.type == _DELETED:
+                version = None
+            else:
+                version = _number(record.resource_version)
+                if version is None:
+                    continue
+            key = _key(record)
+            self._drop(key)  # a waiter on an older watermark re-checks against this one
+            self._marks[key] = _Watermark(version, now)
+        while self._marks:
+            key, oldest = next(iter(self._marks.items()))
+            fresh = not math.isfinite(now) or now - oldest.since <= self._ttl
+            if len(self._marks) <= self._max_entries and fresh:
+                break
+            self._drop(key)
+
+    def observed(self, records: Sequence[_Record], swept: Sequence[_Ref] = ()) -> None:
+        """A committed batch: clear (and wake) the watermarks it reaches."""
+        if not self._marks:
+            return
+        for record in records:
+            key = _key(record)
+            mark = self._marks.get(key)
+            if mark is None:
+                continue
+            if record.type == _DELETED:
+                # Gone after (or as) we wrote it, or the deletion we wait for: either way the
+                # cache now says what the cluster says.
+                self._drop(key)
+            elif record.type in (_ADDED, _MODIFIED) and mark.version is not None:
+                version = _number(record.resource_version)
+                if version is None or version >= mark.version:
+                    self._drop(key)
+        for ref in swept:
+            mark = self._marks.get(_key(ref))
+            if mark is not None and mark.version is None:
+                self._drop(_key(ref))
+
+    def caught_up(self, key: FreshnessKey, stored: _Stored | None) -> bool:
+        """Whether what the store gave a read (``stored``, None when absent) honours the
+        watermark of ``key``; clears it when so."""
+        mark = self._marks.get(key)
+        if mark is None:
+            return True
+        if mark.version is None:
+            ok = stored is None
+        else:
+            version = _number(stored.resource_version) if stored is not None else None
+            ok = stored is not None and (version is None or version >= mark.version)
+        if ok:
+            self._drop(key)
+        return ok
+
+    def watermark(self, key: FreshnessKey) -> str:
+        """The watermark of ``key`` as text (for a stale answer's header), "" when none."""
+        mark = self._marks.get(key)
+        if mark is None:
+            return ""
+        return "deleted" if mark.version is None else str(mark.version)
+
+    async def wait(self, key: FreshnessKey) -> None:
+        """Park until the watermark of ``key`` changes (cleared, replaced or dropped); at
+        once when there is none. The caller's cancel scope bounds it."""
+        mark = self._marks.get(key)
+        if mark is None:
+            await trio.lowlevel.checkpoint()
+            return
+        await mark.changed.wait()

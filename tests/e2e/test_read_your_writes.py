@@ -1,0 +1,110 @@
+"""Read-your-writes end to end (kubesim over TLS, REST as Orca calls it): with the agent's
+watches held back (kubesim stalls every watch for a few seconds, so each operation's result
+reaches the server before the watch events of its writes, which then arrive late and in a
+burst, the oldest first), every GET /manifests after a deploy succeeded shows at least the
+resourceVersion that deploy wrote, before, during and after the late events.
+
+Without the watermarks this fails two ways (seen while writing it): the new agent's first
+listing, taken before the deploy and closed after it, sweeps the just-deployed object out of
+the cache (the read answers 404), and the late ADDED event puts the first version back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import trio
+
+from .harness import open_stack, wait_until
+from .ops_client import OrcaClient
+
+STALL = 1.5  # seconds every watch of the new agent is held back
+PATH = f"/manifests/k1/default/{quote('deployment web')}"
+
+
+def deployment(image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": image}]},
+            },
+        },
+    }
+
+
+def written_version(task: dict[str, Any]) -> int:
+    assert task["status"]["failed"] is False, task["resultObjects"]
+    return int(task["resultObjects"][0]["manifests"][0]["metadata"]["resourceVersion"])
+
+
+async def read(http: httpx.AsyncClient) -> tuple[int, str, httpx.Response]:
+    answer = await http.get(PATH, params={"includeEvents": "false"})
+    assert answer.status_code == 200, answer.text
+    manifest = answer.json()["manifest"]
+    image = manifest["spec"]["template"]["spec"]["containers"][0]["image"]
+    return int(manifest["metadata"]["resourceVersion"]), image, answer
+
+
+async def test_reads_after_a_write_never_go_back(tmp_path: Path) -> None:
+    with trio.fail_after(90):
+        async with open_stack(tmp_path, kube_tls=True) as stack:
+            base = f"http://127.0.0.1:{stack.server.api_port}"
+            sessions = stack.server.state.sessions
+            await wait_until(
+                lambda: sessions.primary_session("k1") is not None, what="k1 has a PRIMARY"
+            )
+            # A new agent whose watches kubesim holds back (the LISTs are not held).
+            assert stack.agent_task is not None
+            await stack.agent_task.stop()
+            await wait_until(lambda: sessions.primary_session("k1") is None, what="k1 released")
+            # A loaded test machine may need more than the 3 s default for the held events.
+            stack.server.state.feed.freshness.wait_seconds = 15.0
+            stack.kube.faults.stall_watches(after_events=0, seconds=STALL, count=1000)
+            await stack.start_agent("agent-b")
+            await wait_until(
+                lambda: sessions.primary_session("k1") is not None, what="agent-b serves k1"
+            )
+            async with httpx.AsyncClient(base_url=base) as http:
+                orca = OrcaClient(http)
+                context = {"account": "k1", "source": "text", "moniker": {"app": "shop"}}
+                first = await orca.run(
+                    "deployManifest", {**context, "manifests": [deployment("nginx:1")]}
+                )
+                v1 = written_version(first)
+                version, image, _ = await read(http)  # waits for the watch (a few seconds)
+                assert version >= v1
+                assert image == "nginx:1"
+
+                second = await orca.run(
+                    "deployManifest",
+                    {**context, "manifests": [deployment("nginx:2")], "reason": "second"},
+                )
+                v2 = written_version(second)
+                assert v2 > v1
+                # The watch still holds ADDED(v1) and the controller's updates; they arrive
+                # after this. No read may go back to them.
+                caught_up = stack.sim.get("apps", "v1", "deployments", "default", "web")
+                final = int(caught_up["metadata"]["resourceVersion"])
+                with trio.move_on_after(STALL + 10):
+                    while True:
+                        version, image, answer = await read(http)
+                        assert version >= v2, (version, v2)
+                        assert image == "nginx:2"
+                        assert "x-kubesvc-stale" not in answer.headers
+                        stored = await stack.store.get_object(
+                            "k1", "apps", "Deployment", "default", "web"
+                        )
+                        if stored is not None and int(stored.resource_version) >= final:
+                            break  # the watch delivered everything up to the last write
+                        await trio.sleep(0.02)
+                stored = await stack.store.get_object("k1", "apps", "Deployment", "default", "web")
+                assert stored is not None
+                assert int(stored.resource_version) >= final

@@ -1,0 +1,121 @@
+"""Read-your-writes: the watermarks (offline) and GET /manifests waiting on them (the REST app
+over a real SQLite store and change feed, the ingest path played by apply_batch + publish)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from server._freshness import Freshness, object_key
+from wire import EventType
+
+from .test_api_support import ACCOUNT, Harness, k8s, open_api, record
+
+KEY = object_key(ACCOUNT, "apps", "Deployment", "prod", "web")
+PATH = f"/manifests/{ACCOUNT}/prod/deployment%20web"
+
+
+def web(rv: str, replicas: int = 1) -> dict[str, Any]:
+    return k8s(
+        "apps/v1", "Deployment", "web", "prod",
+        metadata={"resourceVersion": rv}, spec={"replicas": replicas},
+    )  # fmt: skip
+
+
+class _Stored:
+    def __init__(self, rv: str) -> None:
+        self.resource_version = rv
+
+
+def test_watermarks_offline() -> None:
+    f = Freshness()
+    f.expect([record(web("7"), type_=EventType.MODIFIED)])
+    assert len(f) == 1
+    assert not f.caught_up(KEY, _Stored("5"))
+    assert f.watermark(KEY) == "7"
+    f.observed([record(web("6"), type_=EventType.MODIFIED)])
+    assert len(f) == 1  # older than the write: still waiting
+    f.observed([record(web("9"), type_=EventType.MODIFIED)])
+    assert len(f) == 0
+    assert f.caught_up(KEY, _Stored("5"))  # no watermark: nothing to wait for
+    f.expect([record(web("7"), type_=EventType.DELETED)])
+    assert not f.caught_up(KEY, _Stored("7"))
+    assert f.caught_up(KEY, None)
+    f.expect([record(web("x1"), type_=EventType.MODIFIED)])  # not ordered: never waits
+    assert len(f) == 0
+
+
+def test_watermarks_are_bounded() -> None:
+    f = Freshness(max_entries=2)
+    for name in ("a", "b", "c"):
+        obj = web("3")
+        obj["metadata"]["name"] = name
+        f.expect([record(obj, type_=EventType.MODIFIED)])
+    assert len(f) == 2
+    assert f.watermark(object_key(ACCOUNT, "apps", "Deployment", "prod", "a")) == ""
+
+
+async def ingest(api: Harness, obj: dict[str, Any], type_: EventType) -> None:
+    records = [record(obj, type_=type_)]
+    await api.store.apply_batch(ACCOUNT, records)
+    api.feed.publish(records)
+
+
+async def test_a_read_behind_the_last_write_waits_for_the_watch(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with open_api(tmp_path, standalone=True) as api:
+            await api.account()
+            await ingest(api, web("5"), EventType.ADDED)
+            # The operation wrote resourceVersion 7 (the ops service's expect), and a late
+            # watch event put version 5 back in the cache.
+            api.feed.freshness.expect([record(web("7", 3), type_=EventType.MODIFIED)])
+            answers: list[Any] = []
+
+            async def read() -> None:
+                answers.append(await api.client.get(PATH))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read)
+                await trio.testing.wait_all_tasks_blocked()
+                assert answers == []  # parked on the watermark, not answering version 5
+                await ingest(api, web("7", 3), EventType.MODIFIED)
+            answer = answers[0]
+            assert answer.status_code == 200
+            assert answer.json()["manifest"]["metadata"]["resourceVersion"] == "7"
+            assert answer.json()["manifest"]["spec"]["replicas"] == 3
+            assert "x-kubesvc-stale" not in answer.headers
+
+
+async def test_a_deleted_object_is_waited_out_of_the_cache(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with open_api(tmp_path, standalone=True) as api:
+            await api.account()
+            await ingest(api, web("5"), EventType.ADDED)
+            api.feed.freshness.expect([record(web("5"), type_=EventType.DELETED)])
+            answers: list[Any] = []
+
+            async def read() -> None:
+                answers.append(await api.client.get(PATH))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read)
+                await trio.testing.wait_all_tasks_blocked()
+                assert answers == []
+                await ingest(api, web("8"), EventType.DELETED)
+            assert answers[0].status_code == 404
+
+
+async def test_the_wait_is_bounded_and_says_so(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with open_api(tmp_path, standalone=True) as api:
+            await api.account()
+            await ingest(api, web("5"), EventType.ADDED)
+            api.feed.freshness.wait_seconds = 0.2
+            api.feed.freshness.expect([record(web("7"), type_=EventType.MODIFIED)])
+            answer = await api.client.get(PATH)
+            assert answer.status_code == 200
+            assert answer.json()["manifest"]["metadata"]["resourceVersion"] == "5"
+            assert answer.headers["x-kubesvc-stale"] == "resourceVersion 5 < 7"
