@@ -1,5 +1,7 @@
-"""The link's drain on shutdown (``Link.drain``): its state and the answer to an operation
-it ends.
+"""The link's drain on shutdown (``Link.drain``, on SIGTERM): its theory, its state and the
+answer to an operation it ends. The code is in two places: ``Link.drain`` (agent/_link.py)
+for the operations, which outlive sessions, and ``Session.drain_when_asked``
+(agent/_link_session.py) for the stream.
 
 Theory of operation. The session's *drain* task stops every account runner (no new watch
 data), lets the sender empty the channel and waits for the Acks of everything sent.
@@ -7,8 +9,12 @@ Meanwhile running operations may finish until a little before the deadline (``de
 less a quarter of the drain, at most RESULTS_RESERVE_SECONDS); those still running then are
 cancelled and answered ``Unavailable`` ("the agent is shutting down ... retry it"), and
 operations that arrive during the drain are answered so at once. Once the results are sent,
-the stream is ended (half-close) and the server's OK awaited. No session is opened after a
-drain began. The caller bounds the whole drain with a cancel scope.
+the stream is ended (half-close) and the server's OK awaited; the session ends and no session
+follows it. ``Link.drain`` returns then, or at once when no session is connected; the caller
+bounds the whole drain with a cancel scope and then cancels the link.
+
+(The server's own drain is another matter: it ends the agent's call with ``wire.DRAINING``,
+and the link reconnects at once; see agent/_link.py.)
 """
 
 from __future__ import annotations
