@@ -25,8 +25,11 @@ How a session ended decides when the next one opens, in one place (``_until_next
   that cannot be read) is a broken link: one log line with the reason and the delay, then the
   backoff, which a Welcome resets. Only cancellation and bugs of our own end ``run``;
 * a server that is shutting down ends the call with UNAVAILABLE and a message starting with
-  ``wire.DRAINING``: the next session opens at once, with no backoff (behind a Kubernetes
-  Service or a load balancer, that reaches another replica);
+  ``wire.DRAINING``: when that ends a session that had its Welcome, the next one opens at
+  once, with no backoff but a random spread of up to half a second (behind a Kubernetes
+  Service or a load balancer, that reaches another replica); the same status refusing a
+  Hello is a broken link like any other, so a proxy that keeps sending us to the draining
+  pod costs backoff, not a tight loop;
 * during our own drain (``drain(deadline)``, on SIGTERM; agent/_link_drain.py) no session
   follows: ``drain`` returns once the session has ended, or at once when none is connected,
   and the caller then cancels ``run``.
@@ -35,6 +38,7 @@ How a session ended decides when the next one opens, in one place (``_until_next
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Awaitable, Callable, Sequence
 
 import betterproto
@@ -72,6 +76,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("agent.link")
+
+#: The reconnect after a draining server ended our session waits a random moment up to this.
+DRAIN_RECONNECT_SPREAD_SECONDS = 0.5
 
 #: Operation results waiting for a session to carry them; past this, operations wait.
 MAX_PENDING_RESULTS = 256
@@ -141,7 +148,13 @@ class Link:
                 except* (wire.WireError, trio.TooSlowError, SessionEnded, AgentError) as group:
                     # Whatever the network or the server did: one line, then the next session.
                     leaves = _leaves(group)
-                    server_draining = any(wire.is_draining(leaf) for leaf in leaves)
+                    # At once only when a session we had (a Welcome) was ended by the drain:
+                    # a draining server also refuses new Hellos with that status, and behind a
+                    # proxy that keeps its connection to the draining pod, "at once" after such
+                    # a refusal would loop Hello, refusal, Hello for the whole drain.
+                    server_draining = self.status.connected and any(
+                        wire.is_draining(leaf) for leaf in leaves
+                    )
                     if self.status.connected:
                         self.status.disconnections += 1
                     self.status.last_error = "; ".join(dict.fromkeys(map(_describe, leaves)))
@@ -160,7 +173,11 @@ class Link:
             self._state.drain.link_closed.set()
             await trio.sleep_forever()
         if server_draining:
-            log.info("the server is draining: reconnecting at once")
+            # Spread the agents the drain sets loose (all of them at the same instant) over
+            # a moment, so the replica that takes them over is not hit by all at once.
+            delay = random.uniform(0.0, DRAIN_RECONNECT_SPREAD_SECONDS)
+            log.info("the server is draining: reconnecting in %.2f s", delay)
+            await trio.sleep(delay)
             return
         delay = backoff.next_delay()
         log.warning(

@@ -22,11 +22,13 @@ import pytest
 import trio
 
 import server
+import wire
 from agent import Backoff
 from agent._link import Link, LinkSettings
 from budget import ByteBudget, EventSender
 from wire import messages
 
+from .._wait import wait_until
 from ..wire._certs import CertificateAuthority, client_context, server_context
 from ..wire._loop import in_loop
 from .fault_listeners import (
@@ -68,7 +70,12 @@ class _Agent:
     """The real Link with one account; ``connected`` is set when the server made it PRIMARY
     (the Welcome arrived and the account runner started)."""
 
-    def __init__(self, port: int, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
         self.connected = trio.Event()
         settings = LinkSettings(
             host="127.0.0.1",
@@ -79,7 +86,7 @@ class _Agent:
             ssl_context=ssl_context,
             heartbeat_seconds=0,
             welcome_timeout_seconds=0.5,
-            backoff=Backoff(base=0.02, multiplier=1.5, jitter=0, max_delay=0.1),
+            backoff=backoff or Backoff(base=0.02, multiplier=1.5, jitter=0, max_delay=0.1),
         )
         self.link = Link(
             settings,
@@ -237,3 +244,54 @@ async def test_a_tls_address_that_stays_silent(
             client_ssl=client_context(trusted),
             tls=tls,
         )
+
+
+class _DrainingReplica:
+    """A replica shutting down, seen through a proxy that keeps sending the agent to it: it
+    welcomes the first session and then ends it as a drain does; every later Hello gets the
+    same draining status before any Welcome."""
+
+    def __init__(self) -> None:
+        self.hellos = 0
+        self.second_hello = trio.Event()
+
+    async def handler(self, stream: wire.ServerStream, call: wire.CallInfo) -> None:
+        self.hellos += 1
+        await stream.receive()
+        draining = wire.Refuse(wire.Status.UNAVAILABLE, f"{wire.DRAINING}: s-1 is shutting down")
+        if self.hellos > 1:
+            self.second_hello.set()
+            raise draining
+        primary = messages.AccountAssignment(name="k1", role=messages.Role.PRIMARY)
+        welcome = messages.Welcome(session_token="t" * 32, server_id="s-1", accounts=[primary])
+        await stream.send(messages.ServerMessage(welcome=welcome))
+        raise draining
+
+
+@in_loop
+async def test_a_drain_moves_a_session_at_once_but_a_refused_hello_backs_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The drain status ending a session we had reconnects at once (within the spread), not
+    after the backoff; the same status refusing a Hello is backed off like any refusal, so a
+    proxy that keeps the agent on the draining pod costs no tight loop (found in review)."""
+    caplog.set_level(logging.INFO, logger="agent.link")
+    replica = _DrainingReplica()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(wire.serve, replica.handler, "127.0.0.1", 0)
+            agent = _Agent(port, backoff=Backoff(base=60.0, jitter=0, max_delay=60.0))
+            await nursery.start(agent.link.run)
+            # Far sooner than the 60 s backoff: the drain's reconnect is at once.
+            with trio.fail_after(10):
+                await replica.second_hello.wait()
+
+            def backed_off() -> bool:
+                return any("reconnecting in 60.00 s" in r.getMessage() for r in caplog.records)
+
+            await wait_until(backed_off, timeout=10, what="the refused Hello backed off 60 s")
+            assert replica.hellos == 2
+            nursery.cancel_scope.cancel()
+    assert agent.link.status.sessions == 1
+    moved = [r.getMessage() for r in caplog.records if "the server is draining" in r.getMessage()]
+    assert len(moved) == 1, moved
