@@ -252,6 +252,7 @@ class Reflector:
             )
         )
         self._log_limiter = LogLimiter(settings.retry_log_interval)
+        self._retrying = False  # a retry was logged (or held back) and no recovery since
         group = f".{info.group}" if info.group else ""
         where = f" in namespace {target.namespace}" if target.namespace else ""
         self._name = f"{info.kind}{group}{where}"
@@ -347,6 +348,7 @@ class Reflector:
         state = self.state
         state.retries[retry.reason] = state.retries.get(retry.reason, 0) + 1
         state.last_retry = retry
+        self._retrying = True
         self._log_retry(retry, why)
         if retry.delay <= 0:
             return
@@ -374,6 +376,21 @@ class Reflector:
             more,
         )
 
+    def _recovered(self) -> None:
+        """A list completed or the watch delivered after retries: one INFO line saying so,
+        with the retries the rate limit held back, so an operator reading the log sees the
+        outage end (the last line would otherwise be a retry)."""
+        if not self._retrying:
+            return
+        self._retrying = False
+        held = self._log_limiter.flush()
+        log.info(
+            "account %s: %s: watching again%s",
+            self.account,
+            self._name,
+            f" ({held} retries since the last line)" if held else "",
+        )
+
     # --- list ---------------------------------------------------------------------------
 
     async def _list(self) -> None:
@@ -399,6 +416,7 @@ class Reflector:
         self._tracker.listed(resource_version)
         self._synced(resource_version)
         self._retry.listed()
+        self._recovered()
 
     async def _send_page(self, page: ListPage) -> None:
         entries = self._entries(page.items, None)
@@ -514,12 +532,14 @@ class Reflector:
                     self._tracker.listed(event.resource_version)
                     self._synced(event.resource_version)
                     self._retry.listed()
+                    self._recovered()
             else:
                 watched = True
                 self._tracker.observed(event.resource_version)
         self.state.resource_version = self._tracker.current or ""
         if watched:
             self._retry.delivered()  # the watch works: its next failure starts the backoff over
+            self._recovered()
         if failure is not None and failure.status is not None:
             status = failure.status
             raise status_from_event(status.code, status.reason, status.message, path=self._path)

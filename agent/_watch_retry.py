@@ -201,3 +201,9 @@ class LogLimiter:
             return suppressed
         self._suppressed += 1
         return None
+
+    def flush(self) -> int:
+        """The lines held back since the last allowed one, and start the count over (for a
+        closing line, e.g. "recovered", so no held-back retry goes unmentioned)."""
+        suppressed, self._suppressed = self._suppressed, 0
+        return suppressed

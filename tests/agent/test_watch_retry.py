@@ -165,3 +165,14 @@ def test_a_429_asking_for_a_day_waits_no_longer_than_the_cap() -> None:
     """The reflector hands a 429's Retry-After to ``failed(at_least=...)``."""
     p = policy(cap=60.0)
     assert p.failed(RetryReason.THROTTLED, 0.0, at_least=86_400.0).delay == 60.0
+
+
+def test_the_log_limiter_hands_over_what_it_held_back() -> None:
+    limiter = LogLimiter(interval=30.0)
+    assert limiter.allow(0.0) == 0
+    assert limiter.allow(1.0) is None
+    assert limiter.allow(2.0) is None
+    assert limiter.flush() == 2  # for the closing line
+    assert limiter.flush() == 0
+    assert limiter.allow(3.0) is None  # the interval still holds after a flush
+    assert limiter.allow(31.0) == 1
