@@ -16,6 +16,7 @@ from wire import EventRecord
 
 from .._errors import StoreError
 from ._ingest import apply_groups
+from ._queries import ObjectQuery
 from ._records import (
     AccountRecord,
     AgentRecord,
@@ -67,18 +68,7 @@ class CoreOps(Protocol[H_contra]):
         /,
     ) -> StoredObject | None: ...
 
-    def query_objects(
-        self,
-        h: H_contra,
-        account: str | None,
-        group: str | None,
-        kind: str | None,
-        namespace: str | None,
-        label_selector: str | None,
-        limit: int,
-        continue_token: str | None,
-        /,
-    ) -> ObjectPage: ...
+    def query_objects(self, h: H_contra, q: ObjectQuery, /) -> ObjectPage: ...
 
     def count_objects(self, h: H_contra, account: str | None, kind: str | None, /) -> int: ...
 
@@ -159,16 +149,8 @@ class ThreadedStore(Generic[H]):
         *,
         group: str | None = None,
     ) -> ObjectPage:
-        return await self._run(
-            self._ops.query_objects,
-            account,
-            group,
-            kind,
-            namespace,
-            label_selector,
-            limit,
-            continue_token,
-        )
+        q = ObjectQuery(account, group, kind, namespace, label_selector, limit, continue_token)
+        return await self._run(self._ops.query_objects, q)
 
     async def count_objects(self, account: str | None = None, kind: str | None = None) -> int:
         return await self._run(self._ops.count_objects, account, kind)

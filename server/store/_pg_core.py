@@ -37,6 +37,7 @@ from ._pg_schema import migrate_pg
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
 from ._queries import (
     POSTGRESQL,
+    ObjectQuery,
     count_sql,
     get_object_sql,
     operation_rows,
@@ -264,21 +265,8 @@ class PgCore(PgRecordTables):
         )
         return StoredObject(*rows[0]) if rows else None
 
-    def query_objects(
-        self,
-        conn: Conn,
-        account: str | None,
-        group: str | None,
-        kind: str | None,
-        namespace: str | None,
-        label_selector: str | None,
-        limit: int,
-        continue_token: str | None,
-    ) -> ObjectPage:
-        sql, params = query_sql(
-            POSTGRESQL, account, group, kind, namespace, label_selector, limit, continue_token
-        )
-        return page_of(self._read(conn, sql, params), limit)
+    def query_objects(self, conn: Conn, q: ObjectQuery) -> ObjectPage:
+        return page_of(self._read(conn, *query_sql(POSTGRESQL, q)), q.limit)
 
     def count_objects(self, conn: Conn, account: str | None, kind: str | None) -> int:
         rows = self._read(conn, *count_sql(POSTGRESQL, account, kind))

@@ -49,45 +49,49 @@ def get_object_sql(d: SqlDialect) -> str:
     )
 
 
-def query_sql(
-    d: SqlDialect,
-    account: str | None,
-    group: str | None,
-    kind: str | None,
-    namespace: str | None,
-    label_selector: str | None,
-    limit: int,
-    continue_token: str | None,
-) -> tuple[str, list[Any]]:
-    """A page's SELECT (one row more than ``limit``, to tell whether another page follows)
+@dataclass(frozen=True)
+class ObjectQuery:
+    """What ``Store.query_objects`` was asked for (None: any), as it goes to a core."""
+
+    account: str | None
+    group: str | None
+    kind: str | None
+    namespace: str | None
+    label_selector: str | None
+    limit: int
+    continue_token: str | None
+
+
+def query_sql(d: SqlDialect, q: ObjectQuery) -> tuple[str, list[Any]]:
+    """A page's SELECT (one row more than ``q.limit``, to tell whether another page follows)
     and its parameters; read its rows with ``page_of``. Raises InvalidQuery for a bad
     limit, selector or token."""
-    check_limit(limit)
+    check_limit(q.limit)
     m = d.mark
     where: list[str] = []
     params: list[Any] = []
     for clause, value in (
-        (f"account={m}", account),
-        (f"grp={m}", group),
-        (d.kind_match, kind),
-        (f"namespace={m}", namespace),
+        (f"account={m}", q.account),
+        (f"grp={m}", q.group),
+        (d.kind_match, q.kind),
+        (f"namespace={m}", q.namespace),
     ):
         if value is not None:
             where.append(clause)
             params.append(value)
-    if label_selector:
-        clause, values = selector_sql(label_selector, d.name)
+    if q.label_selector:
+        clause, values = selector_sql(q.label_selector, d.name)
         where.append(clause)
         params.extend(values)
     key = f"account, grp, {d.kind_key}, namespace, name"
-    if continue_token:
+    if q.continue_token:
         where.append(f"({key}) > ({','.join([m] * 5)})")
-        params.extend(read_token(continue_token))
+        params.extend(read_token(q.continue_token))
     sql = (
         f"SELECT {OBJECT_COLUMNS}, grp, {d.kind_key} FROM objects"
         f" WHERE {' AND '.join(where) or d.true} ORDER BY {key} LIMIT {m}"
     )
-    return sql, [*params, limit + 1]
+    return sql, [*params, q.limit + 1]
 
 
 def page_of(rows: Sequence[Sequence[Any]], limit: int) -> ObjectPage:

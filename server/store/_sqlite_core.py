@@ -20,6 +20,7 @@ from ._ingest import ObjectKey, apply_prepared
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
 from ._queries import (
     SQLITE,
+    ObjectQuery,
     count_sql,
     get_object_sql,
     operation_rows,
@@ -172,20 +173,8 @@ class SqliteCore(RecordTables):
         )
         return StoredObject(*rows[0]) if rows else None
 
-    def query_objects(
-        self,
-        account: str | None,
-        group: str | None,
-        kind: str | None,
-        namespace: str | None,
-        label_selector: str | None,
-        limit: int,
-        continue_token: str | None,
-    ) -> ObjectPage:
-        sql, params = query_sql(
-            SQLITE, account, group, kind, namespace, label_selector, limit, continue_token
-        )
-        return page_of(self._read(sql, params), limit)
+    def query_objects(self, q: ObjectQuery) -> ObjectPage:
+        return page_of(self._read(*query_sql(SQLITE, q)), q.limit)
 
     def count_objects(self, account: str | None, kind: str | None) -> int:
         rows = self._read(*count_sql(SQLITE, account, kind))
