@@ -186,11 +186,11 @@ async def test_a_streaming_list_cut_again_and_again_backs_off(
     or the reflector would retry at the smallest delay forever (found in review)."""
     settings = replace(SETTINGS, streaming_list=True)
     with trio.fail_after(600):
-        async with open_env(tmp_path, autojump_clock) as env:
+        async with _open_env(tmp_path, autojump_clock) as env:
             for i in range(5):
                 env.sim.create(pod(f"p{i}"))
             env.server.faults.drop_watches(after_events=2, count=5)
-            reflector = env.reflector(settings)
+            reflector = _reflector(env, settings)
             await env.nursery.start(reflector.run)
             await env.receiver.wait_for(lambda: reflector.state.synced)
             assert reflector.state.streaming
