@@ -21,8 +21,6 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-import wire
-
 from ._status import AgentStatus
 
 __all__ = ["CONTENT_TYPE_LATEST", "AgentCollector", "metrics_registry", "render_metrics"]
@@ -74,8 +72,7 @@ class AgentCollector:
             "Fields and oneof members of server messages this agent does not know, skipped.",
             labels=["message", "field"],
         )
-        for (message, number), count in sorted(link.unknown_fields.counts.items()):
-            label = "other" if (message, number) == wire.OTHER_UNKNOWN else str(number)
+        for message, label, count in link.unknown_fields.metric_rows():
             unknown.add_metric([message, label], count)
         yield unknown
         yield CounterMetricFamily(

@@ -25,7 +25,7 @@ import msgspec
 
 from kubesim._deletes import delete
 from kubesim._events import record_event
-from kubesim._meta import new_uid, now_rfc3339
+from kubesim._meta import controller_ref, new_uid, now_rfc3339
 from kubesim._resources import ResourceType
 from kubesim._store import Stored
 
@@ -161,17 +161,6 @@ def now() -> str:
     return now_rfc3339()
 
 
-def _owner_ref(obj: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 def owned_by(cluster: Cluster, rtype: ResourceType, namespace: str, owner_uid: str,
            prefix: str = "") -> list[Stored]:  # fmt: skip
     """Objects of ``rtype`` in ``namespace`` (names starting with ``prefix``) owned by uid."""
@@ -238,7 +227,7 @@ def new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[s
             "uid": new_uid(),
             "creationTimestamp": stamp,
             "labels": {**(tmeta.get("labels") or {}), **extra_labels},
-            "ownerReferences": [_owner_ref(owner)],
+            "ownerReferences": [controller_ref(owner)],
         },
         "spec": spec,
         "status": pod_status(spec, stamp, _pod_ip(cluster), outcome_of(template)),
@@ -366,7 +355,7 @@ def _create_rs(cluster: Cluster, dep: dict[str, Any], digest: str, revision: int
                 "deployment.kubernetes.io/desired-replicas": str(spec.get("replicas", 1)),
                 "deployment.kubernetes.io/max-replicas": str(spec.get("replicas", 1) + 1),
             },
-            "ownerReferences": [_owner_ref(dep)],
+            "ownerReferences": [controller_ref(dep)],
         },
         "spec": {"replicas": 0, "selector": selector, "template": template},
     }

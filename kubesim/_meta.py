@@ -1,11 +1,13 @@
-"""What the API server stamps on objects: uids and RFC 3339 times (no other kubesim imports)."""
+"""What the API server stamps on objects: uids, RFC 3339 times and a controller's owner reference
+(no other kubesim imports)."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
-__all__ = ["new_uid", "now_rfc3339"]
+__all__ = ["controller_ref", "new_uid", "now_rfc3339"]
 
 
 def now_rfc3339() -> str:
@@ -15,3 +17,16 @@ def now_rfc3339() -> str:
 
 def new_uid() -> str:
     return str(uuid.uuid4())
+
+
+def controller_ref(owner: dict[str, Any]) -> dict[str, Any]:
+    """The ownerReference a controller puts on what it creates from ``owner`` (controller
+    and blockOwnerDeletion set, as kube-controller-manager's)."""
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

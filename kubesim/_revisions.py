@@ -18,7 +18,7 @@ import msgspec
 
 from kubesim._controllers import owned_by, template_hash
 from kubesim._deletes import delete
-from kubesim._meta import new_uid, now_rfc3339
+from kubesim._meta import controller_ref, new_uid, now_rfc3339
 
 if TYPE_CHECKING:
     from kubesim._cluster import Cluster
@@ -26,17 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["HASH_LABEL", "sync_revision"]
 
 HASH_LABEL = "controller.kubernetes.io/hash"
-
-
-def _owner_ref(obj: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def sync_revision(cluster: Cluster, owner: dict[str, Any]) -> tuple[str, str]:
@@ -67,7 +56,7 @@ def sync_revision(cluster: Cluster, owner: dict[str, Any]) -> tuple[str, str]:
                     "uid": new_uid(),
                     "creationTimestamp": now_rfc3339(),
                     "labels": labels,
-                    "ownerReferences": [_owner_ref(owner)],
+                    "ownerReferences": [controller_ref(owner)],
                 },
                 "data": {"spec": {"template": data_template}},
                 "revision": newest + 1,

@@ -170,6 +170,14 @@ class UnknownFieldCounter:
             return f"unknown fields beyond {self.max_distinct} different ones (counted together)"
         return f"field {key[1]} of {key[0]}"
 
+    def metric_rows(self) -> list[tuple[str, str, int]]:
+        """``(message, field label, count)`` in key order, for a Prometheus counter: the label
+        is the field number, or "other" for :data:`OTHER_UNKNOWN`."""
+        return [
+            (message, "other" if (message, number) == OTHER_UNKNOWN else str(number), count)
+            for (message, number), count in sorted(self.counts.items())
+        ]
+
     def note(self, found: Iterable[UnknownField]) -> list[UnknownField]:
         """Count ``found``; return the fields seen for the first time (to log once each)."""
         new: list[UnknownField] = []

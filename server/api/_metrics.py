@@ -58,8 +58,7 @@ class _ProtocolCollector(Collector):
             "Fields and oneof members of agent messages this server does not know, skipped",
             labels=["message", "field"],
         )
-        for (message, number), count in sorted(self._unknown.counts.items()):
-            label = "other" if (message, number) == wire.OTHER_UNKNOWN else str(number)
+        for message, label, count in self._unknown.metric_rows():
             family.add_metric([message, label], count)
         yield family
 

@@ -28,15 +28,24 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors, pq
 
-from wire import EventRecord, EventType
+from wire import EventRecord
 
 from .._errors import StoreError
 from ._ingest import ObjectKey, SyncKey, apply_prepared
-from ._labels import selector_sql
-from ._paging import check_limit, make_token, read_token
 from ._pg_records import PgRecordTables
 from ._pg_schema import migrate_pg
-from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events, upsert_row
+from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
+from ._queries import (
+    POSTGRESQL,
+    ObjectQuery,
+    count_sql,
+    get_object_sql,
+    operation_rows,
+    page_of,
+    query_sql,
+    resume_points_sql,
+    stale_objects_where,
+)
 from ._records import (
     BatchOutcome,
     ObjectPage,
@@ -52,7 +61,6 @@ T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
-_DELETED = int(EventType.DELETED)
 _ATTEMPTS = 3  # runs of a transaction PostgreSQL aborted for a deadlock or serialization
 _CONNECT_TIMEOUT_S = "10"  # libpq waits forever by default; a URL's connect_timeout wins
 
@@ -110,9 +118,6 @@ _UPSERT_FROM_IN = (
 _DELETE = (
     "DELETE FROM objects WHERE account=%s AND grp=%s AND kind_key=lower(%s) AND namespace=%s"
     " AND name=%s"
-)
-_OBJECT_COLUMNS = (
-    "account, api_version, kind, namespace, name, uid, resource_version, body, updated_at_ms"
 )
 
 
@@ -233,17 +238,7 @@ class PgCore(PgRecordTables):
         delete DELETED ones; resume points and sync brackets are left alone."""
 
         def write(cur: Cursor) -> BatchOutcome:
-            now, epoch = self._now_ms(), _epoch(cur)
-            rows = [
-                upsert_row(i, r, group_of(r.api_version), epoch, now)
-                for i, r in enumerate(records)
-                if r.type != _DELETED
-            ]
-            gone = [
-                (r.account, group_of(r.api_version), r.kind, r.namespace, r.name)
-                for r in records
-                if r.type == _DELETED
-            ]
+            rows, gone = operation_rows(records, _epoch(cur), self._now_ms())
             if rows:
                 cur.executemany(_UPSERT_NEWER, rows)
             if gone:
@@ -252,7 +247,7 @@ class PgCore(PgRecordTables):
 
         return self._tx(conn, write)
 
-    # -- reads --------------------------------------------------------------------------
+    # -- reads (the SQL is _queries', shared with SQLite) -------------------------------
 
     def get_object(
         self,
@@ -265,74 +260,20 @@ class PgCore(PgRecordTables):
     ) -> StoredObject | None:
         rows = self._read(
             conn,
-            f"SELECT {_OBJECT_COLUMNS} FROM objects WHERE account=%s AND grp=%s"
-            " AND kind_key=lower(%s) AND namespace=%s AND name=%s",
+            get_object_sql(POSTGRESQL),
             (account, group_of(api_version_or_group), kind, namespace, name),
         )
         return StoredObject(*rows[0]) if rows else None
 
-    def query_objects(
-        self,
-        conn: Conn,
-        account: str | None,
-        group: str | None,
-        kind: str | None,
-        namespace: str | None,
-        label_selector: str | None,
-        limit: int,
-        continue_token: str | None,
-    ) -> ObjectPage:
-        check_limit(limit)
-        where: list[str] = []
-        params: list[Any] = []
-        for clause, value in (
-            ("account=%s", account),
-            ("grp=%s", group),
-            ("kind_key=lower(%s)", kind),
-            ("namespace=%s", namespace),
-        ):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
-        if label_selector:
-            clause, values = selector_sql(label_selector, "postgresql")
-            where.append(clause)
-            params.extend(values)
-        if continue_token:
-            where.append("(account, grp, kind_key, namespace, name) > (%s,%s,%s,%s,%s)")
-            params.extend(read_token(continue_token))
-        sql = (
-            f"SELECT {_OBJECT_COLUMNS}, grp, kind_key FROM objects"
-            f" WHERE {' AND '.join(where) or 'TRUE'}"
-            " ORDER BY account, grp, kind_key, namespace, name LIMIT %s"
-        )
-        rows = self._read(conn, sql, [*params, limit + 1])
-        objects = [StoredObject(*row[:9]) for row in rows[:limit]]
-        if len(rows) <= limit:
-            return ObjectPage(objects, None)
-        last = rows[limit - 1]
-        return ObjectPage(objects, make_token((last[0], last[9], last[10], last[3], last[4])))
+    def query_objects(self, conn: Conn, q: ObjectQuery) -> ObjectPage:
+        return page_of(self._read(conn, *query_sql(POSTGRESQL, q)), q.limit)
 
     def count_objects(self, conn: Conn, account: str | None, kind: str | None) -> int:
-        where, params = [], []
-        if account is not None:
-            where.append("account=%s")
-            params.append(account)
-        if kind is not None:
-            where.append("kind_key=lower(%s)")
-            params.append(kind)
-        rows = self._read(
-            conn, f"SELECT count(*) FROM objects WHERE {' AND '.join(where) or 'TRUE'}", params
-        )
+        rows = self._read(conn, *count_sql(POSTGRESQL, account, kind))
         return int(rows[0][0])
 
     def resume_points(self, conn: Conn, account: str) -> list[ResumePoint]:
-        rows = self._read(
-            conn,
-            "SELECT api_version, kind, scope, resource_version, updated_at_ms"
-            " FROM resource_versions WHERE account=%s ORDER BY api_version, kind, scope",
-            (account,),
-        )
+        rows = self._read(conn, resume_points_sql(POSTGRESQL), (account,))
         return [ResumePoint(*row) for row in rows]
 
 
@@ -389,11 +330,7 @@ class _Writer:
             "DELETE FROM sync_state WHERE account=%s AND grp=%s AND kind=lower(%s) AND scope=%s",
             (r.account, group, r.kind, r.scope),
         )
-        where = "account=%s AND grp=%s AND kind_key=lower(%s) AND epoch<%s"
-        params: list[Any] = [r.account, group, r.kind, begin_epoch]
-        if r.scope:
-            where += " AND namespace=%s"
-            params.append(r.scope)
+        where, params = stale_objects_where(POSTGRESQL, r, group, begin_epoch)
         cur.execute(
             f"DELETE FROM objects WHERE {where}"
             " RETURNING account, api_version, kind, namespace, name",

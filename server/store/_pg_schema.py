@@ -24,7 +24,7 @@ from __future__ import annotations
 import psycopg
 
 from .._errors import SchemaError
-from ._schema import Migration, check_known
+from ._schema import Migration, apply_step, check_known
 
 # pg_advisory_xact_lock's key: "kubesvc" in ASCII, one lock for this schema's migrations.
 MIGRATION_LOCK = 0x6B75_6265_7376_63
@@ -116,13 +116,7 @@ def migrate_pg(
                 check_known(version, migrations)
                 if step is None or step.version <= version:
                     continue
-                for statement in step.statements:
-                    cur.execute(statement)
-                cur.execute(
-                    "INSERT INTO schema_version(version, applied_at_ms, description)"
-                    " VALUES (%s, %s, %s)",
-                    (step.version, now_ms, step.description),
-                )
+                apply_step(cur.execute, step, now_ms, "%s")
                 version = step.version
         except psycopg.Error as exc:
             what = f"migration {step.version} ({step.description})" if step else "the check"

@@ -15,6 +15,7 @@ the row's first page.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import apsw
@@ -87,6 +88,19 @@ def check_known(version: int, migrations: tuple[Migration, ...]) -> None:
         )
 
 
+def apply_step(execute: Callable[..., object], step: Migration, now_ms: int, mark: str) -> None:
+    """Run ``step``'s statements and record it in ``schema_version``, with ``execute`` (a
+    connection's or cursor's, inside the caller's transaction; ``mark`` its placeholder).
+    Raises what ``execute`` raises."""
+    for statement in step.statements:
+        execute(statement)
+    execute(
+        "INSERT INTO schema_version(version, applied_at_ms, description)"
+        f" VALUES ({mark},{mark},{mark})",
+        (step.version, now_ms, step.description),
+    )
+
+
 def current_version(conn: apsw.Connection) -> int:
     """The highest applied migration (0 for a new database)."""
     conn.execute(
@@ -115,13 +129,7 @@ def migrate(
             version = current_version(conn)
             check_known(version, migrations)
             if step.version > version:
-                for statement in step.statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_version(version, applied_at_ms, description)"
-                    " VALUES (?,?,?)",
-                    (step.version, now_ms, step.description),
-                )
+                apply_step(conn.execute, step, now_ms, "?")
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:

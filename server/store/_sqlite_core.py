@@ -13,13 +13,22 @@ from typing import Any
 
 import apsw
 
-from wire import EventRecord, EventType
+from wire import EventRecord
 
 from .._errors import StoreError
 from ._ingest import ObjectKey, apply_prepared
-from ._labels import selector_sql
-from ._paging import check_limit, make_token, read_token
-from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events, upsert_row
+from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
+from ._queries import (
+    SQLITE,
+    ObjectQuery,
+    count_sql,
+    get_object_sql,
+    operation_rows,
+    page_of,
+    query_sql,
+    resume_points_sql,
+    stale_objects_where,
+)
 from ._records import (
     BatchOutcome,
     ObjectPage,
@@ -32,8 +41,6 @@ from ._schema import migrate
 from ._sqlite_records import RecordTables
 
 log = logging.getLogger("server.store")
-
-_DELETED = int(EventType.DELETED)
 
 _UPSERT = (
     f"INSERT INTO objects({', '.join(UPSERT_COLUMNS)})"
@@ -52,9 +59,6 @@ _UPSERT_NEWER = (
     " OR CAST(excluded.resource_version AS INTEGER) > CAST(objects.resource_version AS INTEGER)"
 )
 _DELETE = "DELETE FROM objects WHERE account=? AND grp=? AND kind=? AND namespace=? AND name=?"
-_OBJECT_COLUMNS = (
-    "account, api_version, kind, namespace, name, uid, resource_version, body, updated_at_ms"
-)
 AUTOCHECKPOINT_PAGES = 10_000
 
 
@@ -151,95 +155,33 @@ class SqliteCore(RecordTables):
         delete DELETED ones; resume points and sync brackets are left alone."""
 
         def write() -> BatchOutcome:
-            now = self._now_ms()
-            rows = [
-                upsert_row(i, r, group_of(r.api_version), self._epoch, now)
-                for i, r in enumerate(records)
-                if r.type != _DELETED
-            ]
-            gone = [
-                (r.account, group_of(r.api_version), r.kind, r.namespace, r.name)
-                for r in records
-                if r.type == _DELETED
-            ]
+            rows, gone = operation_rows(records, self._epoch, self._now_ms())
             self._conn.executemany(_UPSERT_NEWER, rows)
             self._conn.executemany(_DELETE, gone)
             return BatchOutcome(upserted=len(rows), deleted=len(gone))
 
         return self._write(write)  # type: ignore[no-any-return]
 
-    # -- reads --------------------------------------------------------------------------
+    # -- reads (the SQL is _queries', shared with PostgreSQL) ---------------------------
 
     def get_object(
         self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str
     ) -> StoredObject | None:
         rows = self._read(
-            f"SELECT {_OBJECT_COLUMNS} FROM objects WHERE account=? AND grp=? AND kind=?"
-            " AND namespace=? AND name=?",
+            get_object_sql(SQLITE),
             (account, group_of(api_version_or_group), kind, namespace, name),
         )
         return StoredObject(*rows[0]) if rows else None
 
-    def query_objects(
-        self,
-        account: str | None,
-        group: str | None,
-        kind: str | None,
-        namespace: str | None,
-        label_selector: str | None,
-        limit: int,
-        continue_token: str | None,
-    ) -> ObjectPage:
-        check_limit(limit)
-        where: list[str] = []
-        params: list[Any] = []
-        for column, value in (
-            ("account", account),
-            ("grp", group),
-            ("kind", kind),
-            ("namespace", namespace),
-        ):
-            if value is not None:
-                where.append(f"{column}=?")
-                params.append(value)
-        if label_selector:
-            clause, values = selector_sql(label_selector, "sqlite")
-            where.append(clause)
-            params.extend(values)
-        if continue_token:
-            where.append("(account, grp, kind, namespace, name) > (?,?,?,?,?)")
-            params.extend(read_token(continue_token))
-        sql = (
-            f"SELECT {_OBJECT_COLUMNS}, grp FROM objects WHERE {' AND '.join(where) or '1'}"
-            f" ORDER BY account, grp, kind, namespace, name LIMIT ?"
-        )
-        rows = self._read(sql, [*params, limit + 1])
-        objects = [StoredObject(*row[:9]) for row in rows[:limit]]
-        if len(rows) <= limit:
-            return ObjectPage(objects, None)
-        last = rows[limit - 1]
-        return ObjectPage(objects, make_token((last[0], last[9], last[2], last[3], last[4])))
+    def query_objects(self, q: ObjectQuery) -> ObjectPage:
+        return page_of(self._read(*query_sql(SQLITE, q)), q.limit)
 
     def count_objects(self, account: str | None, kind: str | None) -> int:
-        where, params = [], []
-        if account is not None:
-            where.append("account=?")
-            params.append(account)
-        if kind is not None:
-            where.append("kind=?")
-            params.append(kind)
-        rows = self._read(
-            f"SELECT count(*) FROM objects WHERE {' AND '.join(where) or '1'}", params
-        )
+        rows = self._read(*count_sql(SQLITE, account, kind))
         return int(rows[0][0])
 
     def resume_points(self, account: str) -> list[ResumePoint]:
-        rows = self._read(
-            "SELECT api_version, kind, scope, resource_version, updated_at_ms"
-            " FROM resource_versions WHERE account=? ORDER BY api_version, kind, scope",
-            (account,),
-        )
-        return [ResumePoint(*row) for row in rows]
+        return [ResumePoint(*row) for row in self._read(resume_points_sql(SQLITE), (account,))]
 
 
 class _Writer:
@@ -276,11 +218,7 @@ class _Writer:
             "DELETE FROM sync_state WHERE account=? AND grp=? AND kind=? AND scope=?",
             (r.account, group, r.kind, r.scope),
         )
-        where = "account=? AND grp=? AND kind=? AND epoch<?"
-        params: list[Any] = [r.account, group, r.kind, begin_epoch]
-        if r.scope:
-            where += " AND namespace=?"
-            params.append(r.scope)
+        where, params = stale_objects_where(SQLITE, r, group, begin_epoch)
         rows: list[Any] = self._conn.execute(
             f"DELETE FROM objects WHERE {where} RETURNING account, api_version, kind, namespace,"
             " name",

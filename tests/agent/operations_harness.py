@@ -78,52 +78,79 @@ async def open_ops_bench(
             yield OpsBench(sim, server, client, executor)
 
 
-def replica_set(name: str = "web", image: str = "nginx:1", **annotations: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name, "annotations": dict(annotations)},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "main", "image": image}]},
-            },
-        },
+# kubesim plays a pod template's outcome from this annotation ("fail", "unready", ...).
+OUTCOME = "kubesim.io/outcome"
+
+
+def workload(
+    kind: str,
+    name: str,
+    *,
+    image: str = "nginx:1",
+    replicas: int = 1,
+    container: str = "main",
+    namespace: str | None = None,
+    annotations: dict[str, str] | None = None,
+    outcome: str = "",
+) -> dict[str, Any]:
+    """An apps/v1 ``kind`` (Deployment, ReplicaSet, ...) of one container, its pods labelled
+    ``app: name``; the tests' one builder. ``annotations`` go on the object (None: no key),
+    ``outcome`` on the pod template (see OUTCOME)."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if annotations is not None:
+        metadata["annotations"] = dict(annotations)
+    template: dict[str, Any] = {
+        "metadata": {"labels": {"app": name}},
+        "spec": {"containers": [{"name": container, "image": image}]},
     }
-
-
-def deployment(name: str = "api", image: str = "nginx:1", replicas: int = 1) -> dict[str, Any]:
+    if outcome:
+        template["metadata"]["annotations"] = {OUTCOME: outcome}
     return {
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
+        "kind": kind,
+        "metadata": metadata,
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "main", "image": image}]},
-            },
+            "template": template,
         },
     }
 
 
-def job(name: str = "migrate") -> dict[str, Any]:
-    """A Job running busybox once."""
+def replica_set(name: str = "web", image: str = "nginx:1", **annotations: str) -> dict[str, Any]:
+    return workload("ReplicaSet", name, image=image, annotations=annotations)
+
+
+def deployment(name: str = "api", image: str = "nginx:1", replicas: int = 1) -> dict[str, Any]:
+    return workload("Deployment", name, image=image, replicas=replicas)
+
+
+def job(
+    name: str = "migrate",
+    *,
+    container: str = "m",
+    image: str = "busybox",
+    namespace: str | None = None,
+    outcome: str = "",
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Job running ``image`` once (busybox by default); ``outcome`` as ``workload``'s,
+    ``spec`` added to its spec."""
+    template: dict[str, Any] = {
+        "spec": {"restartPolicy": "Never", "containers": [{"name": container, "image": image}]}
+    }
+    if outcome:
+        template["metadata"] = {"annotations": {OUTCOME: outcome}}
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "m", "image": "busybox"}],
-                }
-            }
-        },
+        "metadata": metadata,
+        "spec": {"template": template, **spec},
     }
 
 

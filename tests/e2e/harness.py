@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 import yaml
 
@@ -29,6 +30,7 @@ from server import ServerConfig
 
 # The e2e tests' one way to wait for state a real component shows but does not signal.
 from .._wait import wait_until as wait_until
+from .ops_client import OrcaClient
 
 
 @dataclass
@@ -214,6 +216,23 @@ async def open_stack(
                 clouddriver=dict(clouddriver or {}),
             )
             nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def open_orca(
+    tmp_path: Path, *, http_timeout: float = 5.0, **stack_options: Any
+) -> AsyncIterator[tuple[Stack, OrcaClient]]:
+    """``open_stack(tmp_path, **stack_options)``, and an OrcaClient on its REST API (httpx,
+    ``http_timeout`` a request, 5 s as httpx's default), once account k1 has a PRIMARY agent:
+    what every test that drives operations as Orca does starts with."""
+    async with open_stack(tmp_path, **stack_options) as stack:
+        base = f"http://127.0.0.1:{stack.server.api_port}"
+        async with httpx.AsyncClient(base_url=base, timeout=http_timeout) as http:
+            await wait_until(
+                lambda: stack.server.state.sessions.primary_session("k1") is not None,
+                what="k1 has a PRIMARY agent",
+            )
+            yield stack, OrcaClient(http)
 
 
 ObjectKey = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)

@@ -13,21 +13,14 @@ from typing import Any
 import httpx
 import trio
 
-from tests.e2e.harness import Stack, open_stack, wait_until
+from tests.agent.operations_harness import workload
+from tests.e2e.harness import Stack, open_orca, wait_until
 
 
 @asynccontextmanager
 async def _stack(tmp_path: Path) -> AsyncIterator[tuple[Stack, httpx.AsyncClient]]:
-    async with open_stack(tmp_path) as stack:
-        base = f"http://127.0.0.1:{stack.server.api_port}"
-        async with httpx.AsyncClient(base_url=base, timeout=20) as http:
-            sessions = stack.server.state.sessions
-
-            async def primary() -> bool:
-                return sessions.primary_session("k1") is not None
-
-            await wait_until(primary)
-            yield stack, http
+    async with open_orca(tmp_path, http_timeout=20) as (stack, orca):
+        yield stack, orca.http
 
 
 async def _op(
@@ -54,19 +47,7 @@ async def _op(
 
 
 def _deployment(image: str = "nginx:1") -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "main", "image": image}]},
-            },
-        },
-    }
+    return workload("Deployment", "web", image=image, namespace="default")
 
 
 def _succeeded(task: dict[str, Any]) -> None:

@@ -3,31 +3,16 @@ failures the issue lists; each test checks kubesim afterwards, the task and the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import trio
 
 import kubesim
 from kubesim import ApiError
 
-from .harness import Stack, open_stack, stored_objects, wait_until
-from .ops_client import OrcaClient
-
-
-@asynccontextmanager
-async def open_ops(tmp_path: Path, **kwargs: Any) -> AsyncIterator[tuple[Stack, OrcaClient]]:
-    async with open_stack(tmp_path, **kwargs) as stack:
-        base = f"http://127.0.0.1:{stack.server.api_port}"
-        async with httpx.AsyncClient(base_url=base) as http:
-            await wait_until(
-                lambda: stack.server.state.sessions.primary_session("k1") is not None,
-                what="k1 has a PRIMARY agent",
-            )
-            yield stack, OrcaClient(http)
+from ..agent.operations_harness import workload
+from .harness import open_orca, stored_objects, wait_until
 
 
 def get(sim: kubesim.Cluster, group: str, plural: str, name: str) -> dict[str, Any] | None:
@@ -38,35 +23,14 @@ def get(sim: kubesim.Cluster, group: str, plural: str, name: str) -> dict[str, A
 
 
 def replica_set(**annotations: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": "api", "namespace": "default", "annotations": annotations},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "api"}},
-            "template": {
-                "metadata": {"labels": {"app": "api"}},
-                "spec": {"containers": [{"name": "api", "image": "api:1"}]},
-            },
-        },
-    }
+    return workload(
+        "ReplicaSet", "api", image="api:1", container="api", namespace="default",
+        annotations=annotations,
+    )  # fmt: skip
 
 
 def deployment(name: str = "web") -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": name, "image": f"{name}:1"}]},
-            },
-        },
-    }
+    return workload("Deployment", name, image=f"{name}:1", container=name, namespace="default")
 
 
 def ok(task: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +50,7 @@ def exception_of(task: dict[str, Any]) -> dict[str, Any]:
 
 async def test_versioned_deploys_cleanup_and_cache(tmp_path: Path) -> None:
     with trio.fail_after(60):
-        async with open_ops(tmp_path) as (stack, orca):
+        async with open_orca(tmp_path) as (stack, orca):
             manifest = replica_set(**{"strategy.spinnaker.io/max-version-history": "1"})
             first = ok(await orca.run("deployManifest", {"account": "k1", "manifests": [manifest]}))
             second = ok(
@@ -114,7 +78,7 @@ async def test_versioned_deploys_cleanup_and_cache(tmp_path: Path) -> None:
 
 async def test_rollout_operations_and_label_selector_delete(tmp_path: Path) -> None:
     with trio.fail_after(60):
-        async with open_ops(tmp_path) as (stack, orca):
+        async with open_orca(tmp_path) as (stack, orca):
             ok(await orca.run("deployManifest", {"account": "k1", "manifests": [deployment()]}))
             target = {"account": "k1", "manifestName": "deploy web", "location": "default"}
             task = ok(await orca.run("pauseRolloutManifest", target))
@@ -172,7 +136,7 @@ async def test_run_job_and_its_refusal(tmp_path: Path) -> None:
         },
     }
     with trio.fail_after(60):
-        async with open_ops(tmp_path) as (stack, orca):
+        async with open_orca(tmp_path) as (stack, orca):
             task = ok(
                 await orca.run(
                     "runJob",
@@ -195,7 +159,7 @@ async def test_kubernetes_refusals_fail_the_task_with_the_api_servers_message(
     tmp_path: Path,
 ) -> None:
     with trio.fail_after(60):
-        async with open_ops(tmp_path) as (stack, orca):
+        async with open_orca(tmp_path) as (stack, orca):
             bad = deployment("bad")
             bad["spec"]["selector"] = {"matchLabels": {"app": "other"}}
             exc = exception_of(
@@ -240,7 +204,7 @@ async def test_kubernetes_refusals_fail_the_task_with_the_api_servers_message(
 
 async def test_one_request_id_runs_once(tmp_path: Path) -> None:
     with trio.fail_after(60):
-        async with open_ops(tmp_path) as (stack, orca):
+        async with open_orca(tmp_path) as (stack, orca):
             manifest = replica_set()
             body = [{"deployManifest": {"account": "k1", "manifests": [manifest]}}]
             ids = set()
@@ -261,7 +225,7 @@ async def test_one_request_id_runs_once(tmp_path: Path) -> None:
 
 async def test_agent_session_lost_mid_operation_never_applies_twice(tmp_path: Path) -> None:
     with trio.fail_after(60):
-        async with open_ops(tmp_path) as (stack, orca):
+        async with open_orca(tmp_path) as (stack, orca):
             stack.kube.faults.slow(1.0)  # every API call takes a second: the deploy is mid-way
             task_id = await orca.submit(
                 "deployManifest", {"account": "k1", "manifests": [replica_set()]}
@@ -300,7 +264,7 @@ async def test_agent_session_lost_mid_operation_never_applies_twice(tmp_path: Pa
 
 async def test_pod_logs_route_reaches_the_agent(tmp_path: Path) -> None:
     with trio.fail_after(60):
-        async with open_ops(tmp_path) as (_stack, orca):
+        async with open_orca(tmp_path) as (_stack, orca):
             missing = await orca.http.get("/manifests/k1/default/pod%20nope/logs?tailLines=5")
             assert missing.status_code == 404
             assert missing.json()["message"] == 'pods "nope" not found'

@@ -7,47 +7,22 @@ server's cache (/manifests).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import trio
 
 import kubesim
 from kubesim import ApiError
 
-from .harness import Stack, open_stack, wait_until
-from .ops_client import OrcaClient
+from ..agent.operations_harness import workload
+from .harness import open_orca, wait_until
 
 
 def deployment(image: str = "nginx:1") -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": image}]},
-            },
-        },
-    }
-
-
-@asynccontextmanager
-async def open_orca(tmp_path: Path) -> AsyncIterator[tuple[Stack, OrcaClient]]:
-    async with open_stack(tmp_path) as stack:
-        base = f"http://127.0.0.1:{stack.server.api_port}"
-        async with httpx.AsyncClient(base_url=base) as http:
-            await wait_until(
-                lambda: stack.server.state.sessions.primary_session("k1") is not None,
-                what="k1 has a PRIMARY agent",
-            )
-            yield stack, OrcaClient(http)
+    return workload(
+        "Deployment", "web", image=image, replicas=2, container="web", namespace="default"
+    )
 
 
 def live(sim: kubesim.Cluster) -> dict[str, Any] | None:

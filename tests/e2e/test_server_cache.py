@@ -12,6 +12,7 @@ import trio
 
 import kubesim
 
+from ..agent.operations_harness import workload
 from .cache_check import secret_bodies, wait_cache_equal, watched_kinds
 from .harness import open_stack, run_churn
 
@@ -42,20 +43,7 @@ def _seed(sim: kubesim.Cluster) -> None:
 
 
 def _deployment(name: str, *, replicas: int) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "app", "image": "nginx:1"}]},
-            },
-        },
-    }
+    return workload("Deployment", name, replicas=replicas, container="app", namespace="default")
 
 
 async def _assert_no_secret_data(stack: Any) -> None:

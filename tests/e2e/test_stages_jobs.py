@@ -9,61 +9,28 @@ plays the failures through the pod template annotation ``kubesim.io/outcome``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import trio
 
-from .harness import Stack, open_stack, wait_until
+from ..agent.operations_harness import job as harness_job
+from ..agent.operations_harness import workload
+from .harness import Stack, open_orca, wait_until
 from .ops_client import OrcaClient
 
-OUTCOME = "kubesim.io/outcome"
 TERMINAL = ("Succeeded", "Failed")
 
 
-@asynccontextmanager
-async def open_orca(tmp_path: Path) -> AsyncIterator[tuple[Stack, OrcaClient]]:
-    async with open_stack(tmp_path, kube_tls=True) as stack:
-        base = f"http://127.0.0.1:{stack.server.api_port}"
-        async with httpx.AsyncClient(base_url=base) as http:
-            await wait_until(
-                lambda: stack.server.state.sessions.primary_session("k1") is not None,
-                what="k1 has a PRIMARY agent",
-            )
-            yield stack, OrcaClient(http)
-
-
 def job(name: str, outcome: str = "") -> dict[str, Any]:
-    template: dict[str, Any] = {
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "migrate", "image": "m:1"}]}
-    }
-    if outcome:
-        template["metadata"] = {"annotations": {OUTCOME: outcome}}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {"backoffLimit": 1, "template": template},
-    }
+    return harness_job(name, container="migrate", image="m:1", outcome=outcome, backoffLimit=1)
 
 
 def deployment(name: str, outcome: str = "") -> dict[str, Any]:
-    template: dict[str, Any] = {
-        "metadata": {"labels": {"app": name}},
-        "spec": {"containers": [{"name": "web", "image": "nginx:1"}]},
-    }
-    if outcome:
-        template["metadata"]["annotations"] = {OUTCOME: outcome}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": template},
-    }
+    return workload(
+        "Deployment", name, replicas=2, container="web", namespace="default", outcome=outcome
+    )
 
 
 async def run_job_like_orca(
@@ -108,7 +75,7 @@ async def run_job_like_orca(
 
 async def test_run_job_that_succeeds_and_one_that_fails_polled_like_orca(tmp_path: Path) -> None:
     with trio.fail_after(60):
-        async with open_orca(tmp_path) as (stack, orca):
+        async with open_orca(tmp_path, kube_tls=True) as (stack, orca):
             good = await run_job_like_orca(orca, job("migrate"))
             bad = await run_job_like_orca(orca, job("migrate-bad", "fail"))
             again = await run_job_like_orca(
@@ -170,7 +137,7 @@ async def test_manifest_status_blocks_for_unavailable_failed_and_paused_rollouts
     tmp_path: Path,
 ) -> None:
     with trio.fail_after(60):
-        async with open_orca(tmp_path) as (_stack, orca):
+        async with open_orca(tmp_path, kube_tls=True) as (_stack, orca):
             for name, outcome in (("web", ""), ("hung", "unready"), ("late", "deadline-exceeded")):
                 task = await orca.run(
                     "deployManifest",

@@ -12,37 +12,23 @@ labels), and what became of v000.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import pytest
 import trio
 
 import kubesim
 from kubesim import ApiError
 
-from .harness import Stack, open_stack, wait_until
+from ..agent.operations_harness import workload
+from .harness import open_orca, wait_until
 from .ops_client import OrcaClient
 
 LB_KEY = "traffic.spinnaker.io/load-balancers"
 CLUSTER_KEY = "moniker.spinnaker.io/cluster"
 NOISE = {"app": "shop", "cloudProvider": "kubernetes"}
-
-
-@asynccontextmanager
-async def open_orca(tmp_path: Path) -> AsyncIterator[tuple[Stack, OrcaClient]]:
-    async with open_stack(tmp_path, kube_tls=True) as stack:
-        base = f"http://127.0.0.1:{stack.server.api_port}"
-        async with httpx.AsyncClient(base_url=base) as http:
-            await wait_until(
-                lambda: stack.server.state.sessions.primary_session("k1") is not None,
-                what="k1 has a PRIMARY agent",
-            )
-            yield stack, OrcaClient(http)
 
 
 def front_service() -> dict[str, Any]:
@@ -55,19 +41,9 @@ def front_service() -> dict[str, Any]:
 
 
 def web(image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": image}]},
-            },
-        },
-    }
+    return workload(
+        "ReplicaSet", "web", image=image, replicas=2, container="web", namespace="default"
+    )
 
 
 def assert_succeeded(task: dict[str, Any]) -> None:
@@ -211,7 +187,7 @@ async def first_two_versions(orca: OrcaClient, sim: kubesim.Cluster, strategy: s
 @pytest.mark.parametrize("strategy", ["redblack", "bluegreen", "highlander"])
 async def test_a_strategy_moves_the_traffic_to_v001(tmp_path: Path, strategy: str) -> None:
     with trio.fail_after(90):
-        async with open_orca(tmp_path) as (stack, orca):
+        async with open_orca(tmp_path, kube_tls=True) as (stack, orca):
             sim = stack.sim
             await first_two_versions(orca, sim, strategy)
             appended = await deploy_stage(orca, "web:2", strategy)
@@ -265,7 +241,7 @@ async def test_a_strategy_moves_the_traffic_to_v001(tmp_path: Path, strategy: st
 
 async def test_disable_refusals_fail_the_task_with_clouddrivers_message(tmp_path: Path) -> None:
     with trio.fail_after(60):
-        async with open_orca(tmp_path) as (_, orca):
+        async with open_orca(tmp_path, kube_tls=True) as (_, orca):
             context = {
                 **NOISE,
                 "account": "k1",

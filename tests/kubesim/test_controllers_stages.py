@@ -7,40 +7,18 @@ from typing import Any
 
 import kubesim
 
-OUTCOME = "kubesim.io/outcome"
+from ..agent.operations_harness import job, workload
 
 
 def _deployment(name: str, outcome: str = "", replicas: int = 2) -> dict[str, Any]:
-    template: dict[str, Any] = {
-        "metadata": {"labels": {"app": name}},
-        "spec": {"containers": [{"name": "app", "image": f"{name}:1"}]},
-    }
-    if outcome:
-        template["metadata"]["annotations"] = {OUTCOME: outcome}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": template,
-        },
-    }
+    return workload(
+        "Deployment", name, image=f"{name}:1", replicas=replicas, container="app",
+        namespace="default", outcome=outcome,
+    )  # fmt: skip
 
 
 def _job(name: str, outcome: str = "", **spec: Any) -> dict[str, Any]:
-    template: dict[str, Any] = {
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "busybox"}]}
-    }
-    if outcome:
-        template["metadata"] = {"annotations": {OUTCOME: outcome}}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"template": template, **spec},
-    }
+    return job(name, namespace="default", outcome=outcome, **spec)
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -131,6 +131,16 @@ async def receive_kind(stream: wire.ClientStream, kind: str) -> Any:
             return value
 
 
+@asynccontextmanager
+async def welcomed(port: int, meta: dict[str, str]) -> AsyncIterator[wire.ClientStream]:
+    """A call to the server on ``port`` (bearer ``meta``) past its greeting: Hello for
+    ``account()`` sent, Welcome received; what most tests of a session start with."""
+    async with wire.open_connection("127.0.0.1", port, metadata=meta) as s:
+        await s.send(hello(account()))
+        await receive_kind(s, "welcome")
+        yield s
+
+
 @in_loop
 async def test_hello_welcome_batches_acks_and_store(tmp_path: Path) -> None:
     with trio.fail_after(20):
@@ -248,9 +258,7 @@ async def test_protocol_violations_end_the_call_and_keep_the_store_whole() -> No
             assert "twice" in err.message
 
             async def after_welcome(*messages: m.AgentMessage) -> wire.RemoteRefused:
-                async with wire.open_connection("127.0.0.1", port, metadata=meta) as s:
-                    await s.send(hello(account()))
-                    await receive_kind(s, "welcome")
+                async with welcomed(port, meta) as s:
                     for message in messages:
                         await s.send(message)
                     with pytest.raises(wire.RemoteRefused) as info:

@@ -27,6 +27,7 @@ from .test_grpc import (
     receive_kind,
     running,
     token,
+    welcomed,
 )
 
 
@@ -88,9 +89,7 @@ async def test_a_session_ends_when_its_bearer_token_expires() -> None:
         async with running(config) as server:
             meta = bearer(token(exp_in=2, accounts=["prod"]))
             started = time.monotonic()
-            async with wire.open_connection("127.0.0.1", server.grpc_port, metadata=meta) as s:
-                await s.send(hello(account()))
-                await receive_kind(s, "welcome")
+            async with welcomed(server.grpc_port, meta) as s:
                 # The call may end by a reset as well as by a status (docs/protocol.md §12);
                 # either way the call ends and the session is gone.
                 with pytest.raises((wire.ConnectionLost, wire.RemoteRefused)) as info:
@@ -126,9 +125,7 @@ async def test_secret_data_is_scrubbed_before_the_live_feed_and_the_store() -> N
         async with running(make_config()) as server:
             meta = bearer(token(accounts=["prod"]))
             with server.state.feed.subscribe() as subscription:
-                async with wire.open_connection("127.0.0.1", server.grpc_port, metadata=meta) as s:
-                    await s.send(hello(account()))
-                    await receive_kind(s, "welcome")
+                async with welcomed(server.grpc_port, meta) as s:
                     await s.send(batch(1, [secret]))
                     await receive_kind(s, "ack")
                 message = await subscription.receive()

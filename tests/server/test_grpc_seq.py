@@ -13,16 +13,15 @@ from server import RunningServer
 
 from ..wire._loop import in_loop
 from .test_grpc import (
-    account,
     batch,
     bearer,
     drain,
-    hello,
     make_config,
     pod,
     receive_kind,
     running,
     token,
+    welcomed,
 )
 
 
@@ -42,9 +41,7 @@ async def test_a_seq_that_does_not_follow_ends_the_call_with_aborted(
     with trio.fail_after(20):
         async with running(make_config()) as server:
             meta = bearer(token())
-            async with wire.open_connection("127.0.0.1", server.grpc_port, metadata=meta) as s:
-                await s.send(hello(account()))
-                await receive_kind(s, "welcome")
+            async with welcomed(server.grpc_port, meta) as s:
                 await s.send(batch(1, [pod("acked", "1")]))
                 assert (await receive_kind(s, "ack")).seq == 1
                 await s.send(batch(second_seq, [pod("refused", "2")]))
@@ -57,9 +54,7 @@ async def test_a_seq_that_does_not_follow_ends_the_call_with_aborted(
             assert await _names(server) == [("acked", "1")]
 
             # The agent's next session numbers from 1 again and is accepted.
-            async with wire.open_connection("127.0.0.1", server.grpc_port, metadata=meta) as s:
-                await s.send(hello(account()))
-                await receive_kind(s, "welcome")
+            async with welcomed(server.grpc_port, meta) as s:
                 await s.send(batch(1, [pod("resent", "3")]))
                 assert (await receive_kind(s, "ack")).seq == 1
                 await s.send(batch(2, [pod("next", "4")]))
@@ -72,9 +67,7 @@ async def test_the_first_batch_of_a_session_must_be_seq_1() -> None:
     with trio.fail_after(20):
         async with running(make_config()) as server:
             meta = bearer(token())
-            async with wire.open_connection("127.0.0.1", server.grpc_port, metadata=meta) as s:
-                await s.send(hello(account()))
-                await receive_kind(s, "welcome")
+            async with welcomed(server.grpc_port, meta) as s:
                 # What an agent that carried its seq over from the previous session would send.
                 await s.send(batch(5, [pod("x", "1")]))
                 with pytest.raises(wire.RemoteRefused) as info:

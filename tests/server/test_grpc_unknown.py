@@ -33,6 +33,7 @@ from .test_grpc import (
     pod,
     receive_kind,
     token,
+    welcomed,
 )
 
 # AgentMessage field 30: a kind of message from the future, with a body of its own.
@@ -117,9 +118,7 @@ async def test_an_empty_message_and_a_wrong_wire_type_are_still_refused() -> Non
                 (as_sent(m.AgentMessage, varint_field(3, 5)), "where a message belongs"),
             ]
             for message, text in cases:
-                async with wire.open_connection("127.0.0.1", port, metadata=meta) as s:
-                    await s.send(hello(account()))
-                    await receive_kind(s, "welcome")
+                async with welcomed(port, meta) as s:
                     await s.send(message)
                     with pytest.raises(wire.RemoteRefused) as info:
                         await drain(s)

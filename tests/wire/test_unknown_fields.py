@@ -92,3 +92,9 @@ def test_the_counter_says_what_is_new_and_is_bounded() -> None:
     assert counter.counts == {("AgentMessage", 30): 2, ("Hello", 9): 2, wire.OTHER_UNKNOWN: 2}
     assert counter.describe(("Hello", 9)) == "field 9 of Hello"
     assert "beyond 2 different" in counter.describe(wire.OTHER_UNKNOWN)
+    # The rows both sides' Prometheus counters are built from: key order, "other" spelled out.
+    assert counter.metric_rows() == [
+        ("AgentMessage", "30", 2),
+        ("Hello", "9", 2),
+        (wire.OTHER_UNKNOWN[0], "other", 2),
+    ]

@@ -1,0 +1,216 @@
+"""The Store's async methods, once for both backends: each is one call of the backend's
+synchronous core in a worker thread (``_threads``).
+
+A backend gives its core's operations (``CoreOps``: each takes the handle a worker thread
+holds first: SQLite's core itself, or a PostgreSQL connection) and its WorkerThreads; it
+keeps only what is its own (SQLite: admitting writes against the write-ahead log's size,
+by overriding ``_write``; its upkeep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Concatenate, Generic, ParamSpec, Protocol, TypeVar
+
+from wire import EventRecord
+
+from .._errors import StoreError
+from ._ingest import apply_groups
+from ._queries import ObjectQuery
+from ._records import (
+    AccountRecord,
+    AgentRecord,
+    BatchOutcome,
+    ObjectPage,
+    OperationEvent,
+    OperationRecord,
+    ResumePoint,
+    StoredObject,
+)
+from ._threads import WorkerThreads
+
+H = TypeVar("H")
+H_contra = TypeVar("H_contra", contravariant=True)
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# What a write of accounts, agents or operations adds to the log, about: a page or two.
+SMALL_WRITE = 8192
+
+
+def batch_size(records: Sequence[EventRecord]) -> int:
+    """About what writing ``records`` adds to the log: their objects, and a page for the
+    index entries and the resume points."""
+    return sum(len(r.object) for r in records) + 4096
+
+
+class CoreOps(Protocol[H_contra]):
+    """A backend core's synchronous operations, each on the handle ``h`` of the worker
+    thread it runs in, each one transaction (raising StoreError and what ``_protocol.Store``
+    names)."""
+
+    def apply_events(
+        self, h: H_contra, records: Sequence[EventRecord], account: str | None, /
+    ) -> BatchOutcome: ...
+
+    def apply_operation_objects(
+        self, h: H_contra, records: Sequence[EventRecord], /
+    ) -> BatchOutcome: ...
+
+    def get_object(
+        self,
+        h: H_contra,
+        account: str,
+        api_version_or_group: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        /,
+    ) -> StoredObject | None: ...
+
+    def query_objects(self, h: H_contra, q: ObjectQuery, /) -> ObjectPage: ...
+
+    def count_objects(self, h: H_contra, account: str | None, kind: str | None, /) -> int: ...
+
+    def resume_points(self, h: H_contra, account: str, /) -> list[ResumePoint]: ...
+
+    def upsert_account(self, h: H_contra, record: AccountRecord, /) -> None: ...
+
+    def get_account(self, h: H_contra, name: str, /) -> AccountRecord | None: ...
+
+    def list_accounts(self, h: H_contra, /) -> list[AccountRecord]: ...
+
+    def delete_account(self, h: H_contra, name: str, /) -> bool: ...
+
+    def upsert_agent(self, h: H_contra, record: AgentRecord, /) -> None: ...
+
+    def delete_agent(self, h: H_contra, session_id: str, /) -> None: ...
+
+    def list_agents(self, h: H_contra, /) -> list[AgentRecord]: ...
+
+    def record_operation(self, h: H_contra, record: OperationRecord, message: str, /) -> None: ...
+
+    def record_operations(
+        self, h: H_contra, items: Sequence[tuple[OperationRecord, str]], /
+    ) -> None: ...
+
+    def get_operation(self, h: H_contra, operation_id: str, /) -> OperationRecord | None: ...
+
+    def list_operations(
+        self, h: H_contra, account: str | None, limit: int, /
+    ) -> list[OperationRecord]: ...
+
+    def operation_history(self, h: H_contra, operation_id: str, /) -> list[OperationEvent]: ...
+
+
+class ThreadedStore(Generic[H]):
+    """``_protocol.Store``'s data methods on ``ops`` through ``threads`` (its docstrings say
+    what each promises). Subclasses add ``run_upkeep`` and may override ``_write``."""
+
+    def __init__(self, ops: CoreOps[H], threads: WorkerThreads[H]) -> None:
+        self._ops = ops
+        self._threads = threads
+
+    async def _run(
+        self, fn: Callable[Concatenate[H, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        return await self._threads.run(fn, *args, **kwargs)
+
+    async def _write(
+        self, nbytes: int, fn: Callable[Concatenate[H, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``_run`` for a call that writes about ``nbytes`` (a backend may hold it back)."""
+        return await self._run(fn, *args, **kwargs)
+
+    async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
+        return await self._write(batch_size(records), self._ops.apply_events, records, account)
+
+    async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        return await self._write(batch_size(records), self._ops.apply_events, records, None)
+
+    async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        return await self._write(batch_size(records), self._ops.apply_operation_objects, records)
+
+    async def get_object(
+        self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str
+    ) -> StoredObject | None:
+        return await self._run(
+            self._ops.get_object, account, api_version_or_group, kind, namespace, name
+        )
+
+    async def query_objects(
+        self,
+        account: str | None = None,
+        kind: str | None = None,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        limit: int = 500,
+        continue_token: str | None = None,
+        *,
+        group: str | None = None,
+    ) -> ObjectPage:
+        q = ObjectQuery(account, group, kind, namespace, label_selector, limit, continue_token)
+        return await self._run(self._ops.query_objects, q)
+
+    async def count_objects(self, account: str | None = None, kind: str | None = None) -> int:
+        return await self._run(self._ops.count_objects, account, kind)
+
+    async def resume_points(self, account: str) -> list[ResumePoint]:
+        return await self._run(self._ops.resume_points, account)
+
+    async def upsert_account(self, record: AccountRecord) -> None:
+        await self._write(SMALL_WRITE, self._ops.upsert_account, record)
+
+    async def get_account(self, name: str) -> AccountRecord | None:
+        return await self._run(self._ops.get_account, name)
+
+    async def list_accounts(self) -> list[AccountRecord]:
+        return await self._run(self._ops.list_accounts)
+
+    async def delete_account(self, name: str) -> bool:
+        return await self._write(SMALL_WRITE, self._ops.delete_account, name)
+
+    async def upsert_agent(self, record: AgentRecord) -> None:
+        await self._write(SMALL_WRITE, self._ops.upsert_agent, record)
+
+    async def delete_agent(self, session_id: str) -> None:
+        await self._write(SMALL_WRITE, self._ops.delete_agent, session_id)
+
+    async def list_agents(self) -> list[AgentRecord]:
+        return await self._run(self._ops.list_agents)
+
+    async def record_operation(self, record: OperationRecord, message: str = "") -> None:
+        await self._write(SMALL_WRITE, self._ops.record_operation, record, message)
+
+    async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
+        await self._write(SMALL_WRITE, self._ops.record_operations, items)
+
+    async def record_operations_and_objects(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        objects: Sequence[Sequence[EventRecord]],
+    ) -> list[StoreError | None]:
+        ops = self._ops
+
+        def both(h: H) -> list[StoreError | None]:
+            errors = apply_groups(lambda g: ops.apply_operation_objects(h, g), objects)
+            ops.record_operations(h, items)
+            return errors
+
+        return await self._write(sum(map(batch_size, objects)), both)
+
+    async def get_operation(self, operation_id: str) -> OperationRecord | None:
+        return await self._run(self._ops.get_operation, operation_id)
+
+    async def list_operations(
+        self, account: str | None = None, limit: int = 100
+    ) -> list[OperationRecord]:
+        return await self._run(self._ops.list_operations, account, limit)
+
+    async def operation_history(self, operation_id: str) -> list[OperationEvent]:
+        return await self._run(self._ops.operation_history, operation_id)
+
+    async def aclose(self) -> None:
+        """Close the connections (after the calls in progress); later calls raise
+        StoreClosed."""
+        await self._threads.aclose()

@@ -1,0 +1,155 @@
+"""The object reads and the operation-result rows of the store, once for both cores: each
+core runs the SQL built here in its own driver, and keeps only its dialect (``SQL_DIALECTS``:
+placeholder, how a kind is matched, what "true" is spelled)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from wire import EventRecord, EventType
+
+from ._ingest import ObjectKey
+from ._labels import Dialect, selector_sql
+from ._paging import check_limit, make_token, read_token
+from ._prepared import upsert_row
+from ._records import ObjectPage, StoredObject, group_of
+
+_DELETED = int(EventType.DELETED)
+
+OBJECT_COLUMNS = (
+    "account, api_version, kind, namespace, name, uid, resource_version, body, updated_at_ms"
+)
+
+
+@dataclass(frozen=True)
+class SqlDialect:
+    """What differs in the shared statements: ``mark`` the placeholder; ``kind_key`` the
+    column a kind is keyed by (case-insensitive) and ``kind_match`` the condition matching it
+    to a parameter; ``true`` an always-true condition."""
+
+    name: Dialect
+    mark: str
+    kind_key: str
+    kind_match: str
+    true: str
+
+
+SQLITE = SqlDialect("sqlite", "?", "kind", "kind=?", "1")  # kind is COLLATE NOCASE there
+POSTGRESQL = SqlDialect("postgresql", "%s", "kind_key", "kind_key=lower(%s)", "TRUE")
+
+
+def get_object_sql(d: SqlDialect) -> str:
+    """One object by (account, grp, kind, namespace, name), ``OBJECT_COLUMNS`` in order."""
+    m = d.mark
+    return (
+        f"SELECT {OBJECT_COLUMNS} FROM objects WHERE account={m} AND grp={m}"
+        f" AND {d.kind_match} AND namespace={m} AND name={m}"
+    )
+
+
+@dataclass(frozen=True)
+class ObjectQuery:
+    """What ``Store.query_objects`` was asked for (None: any), as it goes to a core."""
+
+    account: str | None
+    group: str | None
+    kind: str | None
+    namespace: str | None
+    label_selector: str | None
+    limit: int
+    continue_token: str | None
+
+
+def query_sql(d: SqlDialect, q: ObjectQuery) -> tuple[str, list[Any]]:
+    """A page's SELECT (one row more than ``q.limit``, to tell whether another page follows)
+    and its parameters; read its rows with ``page_of``. Raises InvalidQuery for a bad
+    limit, selector or token."""
+    check_limit(q.limit)
+    m = d.mark
+    where: list[str] = []
+    params: list[Any] = []
+    for clause, value in (
+        (f"account={m}", q.account),
+        (f"grp={m}", q.group),
+        (d.kind_match, q.kind),
+        (f"namespace={m}", q.namespace),
+    ):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    if q.label_selector:
+        clause, values = selector_sql(q.label_selector, d.name)
+        where.append(clause)
+        params.extend(values)
+    key = f"account, grp, {d.kind_key}, namespace, name"
+    if q.continue_token:
+        where.append(f"({key}) > ({','.join([m] * 5)})")
+        params.extend(read_token(q.continue_token))
+    sql = (
+        f"SELECT {OBJECT_COLUMNS}, grp, {d.kind_key} FROM objects"
+        f" WHERE {' AND '.join(where) or d.true} ORDER BY {key} LIMIT {m}"
+    )
+    return sql, [*params, q.limit + 1]
+
+
+def page_of(rows: Sequence[Sequence[Any]], limit: int) -> ObjectPage:
+    """The page ``query_sql``'s rows make, with a token after its last object if more follow."""
+    objects = [StoredObject(*row[:9]) for row in rows[:limit]]
+    if len(rows) <= limit:
+        return ObjectPage(objects, None)
+    last = rows[limit - 1]
+    return ObjectPage(objects, make_token((last[0], last[9], last[10], last[3], last[4])))
+
+
+def count_sql(d: SqlDialect, account: str | None, kind: str | None) -> tuple[str, list[Any]]:
+    """How many objects match, as one ``count(*)`` and its parameters."""
+    where: list[str] = []
+    params: list[Any] = []
+    if account is not None:
+        where.append(f"account={d.mark}")
+        params.append(account)
+    if kind is not None:
+        where.append(d.kind_match)
+        params.append(kind)
+    return f"SELECT count(*) FROM objects WHERE {' AND '.join(where) or d.true}", params
+
+
+def resume_points_sql(d: SqlDialect) -> str:
+    return (
+        "SELECT api_version, kind, scope, resource_version, updated_at_ms"
+        f" FROM resource_versions WHERE account={d.mark} ORDER BY api_version, kind, scope"
+    )
+
+
+def stale_objects_where(
+    d: SqlDialect, r: EventRecord, group: str, begin_epoch: int
+) -> tuple[str, list[Any]]:
+    """The objects a sync bracket's end deletes: those of its kind (and namespace, for a
+    namespaced watch) not written since the bracket began."""
+    m = d.mark
+    where = f"account={m} AND grp={m} AND {d.kind_match} AND epoch<{m}"
+    params: list[Any] = [r.account, group, r.kind, begin_epoch]
+    if r.scope:
+        where += f" AND namespace={m}"
+        params.append(r.scope)
+    return where, params
+
+
+def operation_rows(
+    records: Sequence[EventRecord], epoch: int, now_ms: int
+) -> tuple[list[list[Any]], list[ObjectKey]]:
+    """An operation's returned objects (issue 6) as upsert rows (stamped ``epoch``, ``now_ms``)
+    and the keys of the DELETED ones."""
+    rows = [
+        upsert_row(i, r, group_of(r.api_version), epoch, now_ms)
+        for i, r in enumerate(records)
+        if r.type != _DELETED
+    ]
+    gone = [
+        (r.account, group_of(r.api_version), r.kind, r.namespace, r.name)
+        for r in records
+        if r.type == _DELETED
+    ]
+    return rows, gone
