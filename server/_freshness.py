@@ -160,14 +160,16 @@ class Freshness:
             mark = self._marks.get(key)
             if mark is None:
                 continue
-            if record.type == _DELETED:
+            version = _number(record.resource_version)
+            reached = version is None or mark.version is None or version >= mark.version
+            if record.type == _DELETED and reached:
                 # Gone after (or as) we wrote it, or the deletion we wait for: either way the
-                # cache now says what the cluster says.
+                # cache now says what the cluster says. Not the late DELETED of an earlier
+                # object of the name (a Job deleted and run again: its deletion's version is
+                # older than the write), which the store does not apply to the new one.
                 self._drop(key)
-            elif record.type in (_ADDED, _MODIFIED) and mark.version is not None:
-                version = _number(record.resource_version)
-                if version is None or version >= mark.version:
-                    self._drop(key)
+            elif record.type in (_ADDED, _MODIFIED) and mark.version is not None and reached:
+                self._drop(key)
         for ref in swept:
             mark = self._marks.get(_key(ref))
             if mark is not None and mark.version is None:

@@ -31,7 +31,7 @@ from psycopg import errors, pq
 from wire import EventRecord, EventType
 
 from .._errors import StoreError
-from ._ingest import ObjectKey, SyncKey, apply_prepared
+from ._ingest import DeletedKey, SyncKey, apply_prepared
 from ._labels import selector_sql
 from ._paging import check_limit, make_token, read_token
 from ._pg_records import PgRecordTables
@@ -111,6 +111,8 @@ _DELETE = (
     "DELETE FROM objects WHERE account=%s AND grp=%s AND kind_key=lower(%s) AND namespace=%s"
     " AND name=%s"
 )
+# A watch's DELETED removes only the object of its uid (_ingest: "Deletions by uid").
+_DELETE_UID = _DELETE + " AND (%s = '' OR uid = '' OR uid = %s)"
 _OBJECT_COLUMNS = (
     "account, api_version, kind, namespace, name, uid, resource_version, body, updated_at_ms"
 )
@@ -362,8 +364,8 @@ class _Writer:
                 copy.write_row(row)
         cur.execute(_UPSERT_FROM_IN)
 
-    def delete(self, keys: list[ObjectKey]) -> None:
-        self._cur.executemany(_DELETE, keys)
+    def delete(self, keys: list[DeletedKey]) -> None:
+        self._cur.executemany(_DELETE_UID, [(*key, key[5]) for key in keys])
 
     def begin_sync(self, r: EventRecord, group: str, now_ms: int) -> int:
         cur = self._cur

@@ -54,6 +54,17 @@ def test_watermarks_offline() -> None:
     assert len(f) == 0
 
 
+def test_a_late_deletion_of_an_earlier_object_keeps_the_watermark() -> None:
+    # An operation deleted the Job and ran it again (written at 7); the watch's DELETED of the
+    # earlier object (at 5) does not remove the new one from the store, nor clear the mark.
+    f = Freshness()
+    f.expect([record(web("7"), type_=EventType.ADDED)])
+    f.observed([record(web("5"), type_=EventType.DELETED)])
+    assert f.watermark(KEY) == "7"
+    f.observed([record(web("9"), type_=EventType.DELETED)])  # deleted after the write
+    assert len(f) == 0
+
+
 def test_listings_find_the_watermarks_of_their_scope() -> None:
     f = Freshness()
     f.expect([record(web("7"), type_=EventType.MODIFIED)])
