@@ -161,3 +161,49 @@ async def test_cluster_listings_after_a_deploy_show_it(tmp_path: Path) -> None:
                     f"front-v00{i}" for i in range(n + 1)
                 ]
                 assert "x-kubesvc-stale" not in listing.headers
+
+
+def migrate_job(outcome: str) -> dict[str, Any]:
+    template: dict[str, Any] = {
+        "metadata": {"annotations": {"kubesim.io/outcome": outcome}} if outcome else {},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "m:1"}]},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "migrate"},
+        "spec": {"backoffLimit": 0, "template": template},
+    }
+
+
+async def test_a_job_run_again_is_never_answered_as_the_run_before(tmp_path: Path) -> None:
+    """Run Job twice under one name (runJob recreates it) while the watches are held back:
+    the watch delivers the first Job's events (ADDED, Succeeded, DELETED) after the second
+    run's task completed. Orca's WaitOnJobCompletion polls the job route at once: it must
+    see the second Job (Running), never the first one's Succeeded, nor a 404."""
+    job_path = f"/applications/shop/jobs/k1/default/{quote('job migrate')}"
+    with trio.fail_after(90):
+        async with stalled_stack(tmp_path) as (stack, http):
+            orca = OrcaClient(http)
+            for run, outcome in ((1, ""), (2, "running")):
+                task = await orca.run(
+                    "runJob",
+                    {"account": "k1", "credentials": "k1", "application": "shop",
+                     "namespace": "default", "cloudProvider": "kubernetes",
+                     "manifest": migrate_job(outcome), "executionId": f"run-{run}"},
+                )  # fmt: skip
+                assert task["status"]["failed"] is False, task["resultObjects"]
+            live = stack.sim.get("batch", "v1", "jobs", "default", "migrate")["metadata"]
+            with trio.move_on_after(STALL + 10):
+                while True:
+                    answer = await http.get(job_path)
+                    assert answer.status_code == 200, answer.text
+                    assert answer.json()["jobState"] == "Running", answer.json()
+                    assert "x-kubesvc-stale" not in answer.headers
+                    found = await stack.store.get_object("k1", "batch", "Job", "default", "migrate")
+                    if found is not None and found.resource_version == live["resourceVersion"]:
+                        break  # the watch delivered everything up to the second run
+                    await trio.sleep(0.02)
+            found = await stack.store.get_object("k1", "batch", "Job", "default", "migrate")
+            assert found is not None
+            assert found.uid == live["uid"]
