@@ -19,8 +19,16 @@ answers with what it has).
 Bounds: at most ``max_entries`` watermarks (the oldest is dropped, waking its waiters, who
 answer with what they have); a watermark older than ``ttl_seconds`` is dropped as new ones
 come (its watch never reported it: a kind not watched). A read that finds the store caught up
-clears the watermark too. resourceVersions that are not integers cannot be ordered: they
-never hold a read back. Sans-I/O apart from the events; one per server, on the change feed.
+leaves the watermark in place: only the watch's own event (or a newer write) shows the cache
+will stay caught up; the object the read saw may be the operation's result, and a relist begun
+before the write can still sweep it, or an older event overwrite it, after that read (an e2e
+listing right after a dynamic-target read saw exactly that). resourceVersions that are not
+integers cannot be ordered: they never hold a read back. Sans-I/O apart from the events; one
+per server, on the change feed.
+
+Listings (a Spinnaker cluster and its dynamic targets) ask ``pending(...)`` for the watermarks
+of one account, kind and namespace: an index by that scope keeps the question off the other
+accounts' and kinds' watermarks.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import trio
 __all__ = ["Freshness", "FreshnessKey", "object_key"]
 
 FreshnessKey = tuple[str, str, str, str, str]  # account, group, kind (lower), namespace, name
+_Scope = tuple[str, str, str]  # account, kind (lower), namespace: what a listing reads
 _ADDED, _MODIFIED, _DELETED = 1, 2, 3  # wire.EventType values
 
 
@@ -95,6 +104,7 @@ class Freshness:
         wait_seconds: float = 3.0,
     ) -> None:
         self._marks: OrderedDict[FreshnessKey, _Watermark] = OrderedDict()
+        self._by_scope: dict[_Scope, set[FreshnessKey]] = {}
         self._max_entries = max_entries
         self._ttl = ttl_seconds
         #: how long a read waits for the cache before answering with what it has
@@ -113,6 +123,12 @@ class Freshness:
         mark = self._marks.pop(key, None)
         if mark is not None:
             mark.changed.set()
+            scope = (key[0], key[2], key[3])
+            keys = self._by_scope.get(scope)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_scope[scope]
 
     def expect(self, records: Sequence[_Record]) -> None:
         """An operation wrote (or deleted) these objects: the cache must show them."""
@@ -127,6 +143,7 @@ class Freshness:
             key = _key(record)
             self._drop(key)  # a waiter on an older watermark re-checks against this one
             self._marks[key] = _Watermark(version, now)
+            self._by_scope.setdefault((key[0], key[2], key[3]), set()).add(key)
         while self._marks:
             key, oldest = next(iter(self._marks.items()))
             fresh = not math.isfinite(now) or now - oldest.since <= self._ttl
@@ -143,14 +160,16 @@ class Freshness:
             mark = self._marks.get(key)
             if mark is None:
                 continue
-            if record.type == _DELETED:
+            version = _number(record.resource_version)
+            reached = version is None or mark.version is None or version >= mark.version
+            if record.type == _DELETED and reached:
                 # Gone after (or as) we wrote it, or the deletion we wait for: either way the
-                # cache now says what the cluster says.
+                # cache now says what the cluster says. Not the late DELETED of an earlier
+                # object of the name (a Job deleted and run again: its deletion's version is
+                # older than the write), which the store does not apply to the new one.
                 self._drop(key)
-            elif record.type in (_ADDED, _MODIFIED) and mark.version is not None:
-                version = _number(record.resource_version)
-                if version is None or version >= mark.version:
-                    self._drop(key)
+            elif record.type in (_ADDED, _MODIFIED) and mark.version is not None and reached:
+                self._drop(key)
         for ref in swept:
             mark = self._marks.get(_key(ref))
             if mark is not None and mark.version is None:
@@ -158,18 +177,28 @@ class Freshness:
 
     def caught_up(self, key: FreshnessKey, stored: _Stored | None) -> bool:
         """Whether what the store gave a read (``stored``, None when absent) honours the
-        watermark of ``key``; clears it when so."""
+        watermark of ``key``. Leaves the watermark (see the module docstring)."""
         mark = self._marks.get(key)
         if mark is None:
             return True
         if mark.version is None:
-            ok = stored is None
-        else:
-            version = _number(stored.resource_version) if stored is not None else None
-            ok = stored is not None and (version is None or version >= mark.version)
-        if ok:
-            self._drop(key)
-        return ok
+            return stored is None
+        if stored is None:
+            return False
+        version = _number(stored.resource_version)
+        return version is None or version >= mark.version
+
+    def pending(
+        self, account: str, group: str | None, kind: str, namespace: str
+    ) -> list[FreshnessKey]:
+        """The watermarks of objects of ``kind`` in ``account`` and ``namespace`` (of
+        ``group``; any group when None), in key order: what a listing of that scope must
+        honour."""
+        keys = self._by_scope.get((account, kind.lower(), namespace))
+        if not keys:
+            return []
+        found = [k for k in keys if group is None or k[1] == group]
+        return sorted(found)
 
     def watermark(self, key: FreshnessKey) -> str:
         """The watermark of ``key`` as text (for a stale answer's header), "" when none."""

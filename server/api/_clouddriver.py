@@ -18,7 +18,7 @@ from ..store import AccountRecord, Store, StoredObject
 from ._armory import account_namespaces
 from ._context import collect_objects, context
 from ._errors import BadRequest, NotFound
-from ._fresh import read_fresh
+from ._fresh import list_fresh, read_fresh
 from ._manifest_view import (
     age_key,
     artifacts_of,
@@ -173,22 +173,33 @@ def _in_cluster(obj: Mapping[str, Any], ref: KindRef, app: str, cluster: str) ->
     return cluster == f"{ref.token} {moniker.cluster}"
 
 
-async def _cluster_members(request: Request) -> tuple[KindRef, str, list[Mapping[str, Any]]]:
+async def _cluster_members(
+    request: Request,
+) -> tuple[KindRef, str, list[Mapping[str, Any]], dict[str, str]]:
+    """The cluster's objects as the cache has them once it honours the writes of the
+    operations that succeeded for this account, kind and namespace (read-your-writes,
+    ``_fresh.list_fresh``), and the headers to answer with."""
     p = request.path_params
     account = p["account"]
     await _account(request, account)
     ref = resolve_kind(p["kind"])
     namespace = "" if p["location"] == "_" else p["location"]
     store = context(request).state.store
-    found = await collect_objects(
-        store, account=account, kind=ref.kind, namespace=namespace, group=ref.group
+    found, headers = await list_fresh(
+        context(request).state.feed.freshness,
+        lambda: collect_objects(
+            store, account=account, kind=ref.kind, namespace=namespace, group=ref.group
+        ),
+        account,
+        ref,
+        namespace,
     )
     members = []
     for stored in found:
         obj = _decode(stored.body)
         if _in_cluster(obj, ref, p["app"], p["cluster"]):
             members.append(obj)
-    return ref, namespace, members
+    return ref, namespace, members, headers
 
 
 def _coordinates(ref: KindRef, namespace: str, obj: Mapping[str, Any]) -> dict[str, str]:
@@ -196,15 +207,15 @@ def _coordinates(ref: KindRef, namespace: str, obj: Mapping[str, Any]) -> dict[s
 
 
 async def list_cluster(request: Request) -> Response:
-    ref, namespace, members = await _cluster_members(request)
+    ref, namespace, members, headers = await _cluster_members(request)
     members.sort(key=age_key)
-    return JSONResponse([_coordinates(ref, namespace, o) for o in members])
+    return JSONResponse([_coordinates(ref, namespace, o) for o in members], headers=headers)
 
 
 async def dynamic_cluster_target(request: Request) -> Response:
     criteria = request.path_params["criteria"]
     pick_by_criteria([], criteria)  # validates the criteria before any store work
-    ref, namespace, members = await _cluster_members(request)
+    ref, namespace, members, headers = await _cluster_members(request)
     chosen = pick_by_criteria(members, criteria)
     if chosen is None:
         p = request.path_params
@@ -212,4 +223,4 @@ async def dynamic_cluster_target(request: Request) -> Response:
             f"No {criteria} {ref.token} in cluster {p['cluster']} of application {p['app']} "
             f"(account {p['account']}, location {p['location']}): {len(members)} found"
         )
-    return JSONResponse(_coordinates(ref, namespace, chosen))
+    return JSONResponse(_coordinates(ref, namespace, chosen), headers=headers)

@@ -5,6 +5,9 @@ Served from the cache (the Job and the pods its selector matches), shaped as Clo
 KubernetesJobStatus: ``jobState`` Running / Succeeded / Failed, ``completionDetails`` with its
 four keys, ``pods`` (name + status, by start time) and, for a failed Job, ``message``,
 ``reason`` and ``failureDetails``. The shaping (``job_status``) is pure; the handler reads.
+The Job is read as ``GET /manifests`` reads it (``_fresh.read_fresh``): a Job that runJob ran
+again under its name is never answered as the run before it (whose late watch events would
+put it back in the cache for a moment, terminal: Orca would end the stage on it).
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .._kinds import resolve_kind
 from ._context import collect_objects, context
 from ._errors import BadRequest, NotFound
+from ._fresh import read_fresh
 
 __all__ = ["get_job", "job_state", "job_status"]
 
 _decode = msgspec.json.decode
+_JOB = resolve_kind("job")
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -209,7 +215,14 @@ async def get_job(request: Request) -> Response:
     missing = NotFound(f"Job not found (account: {account}, location: {location}, id: {raw})")
     if await store.get_account(account) is None:
         raise missing
-    stored = await store.get_object(account, "batch", "Job", location, name)
+    stored, headers = await read_fresh(
+        context(request).state.feed.freshness,
+        lambda: store.get_object(account, "batch", "Job", location, name),
+        account,
+        _JOB,
+        location,
+        name,
+    )
     if stored is None:
         raise missing
     job = _decode(stored.body)
@@ -220,4 +233,4 @@ async def get_job(request: Request) -> Response:
         pod = _decode(candidate.body)
         if selector and _selects(selector, _mapping(_mapping(pod.get("metadata")).get("labels"))):
             pods.append(pod)
-    return JSONResponse(job_status(job, pods, account))
+    return JSONResponse(job_status(job, pods, account), headers=headers)

@@ -19,13 +19,14 @@ from ._errors import (
     UnknownOperation,
 )
 from ._results import AgentResult, cache_records, parse_result
-from ._rules import AccountRules, rule_errors
+from ._rules import RULE_CONTEXTS, AccountRules, rule_errors
 from ._service import OperationOutcome, OperationService
 from ._task import Task, TaskState
 
 __all__ = [
     "OPERATIONS",
     "POD_LOGS",
+    "RULE_CONTEXTS",
     "AccountRules",
     "AgentResult",
     "Description",

@@ -27,12 +27,14 @@ from typing import Any
 from .._kinds import resolve_kind
 from ._describe import Description
 
-__all__ = ["AccountRules", "rule_errors"]
+__all__ = ["RULE_CONTEXTS", "AccountRules", "rule_errors"]
 
 # Clouddriver's validator contexts (the first word of every error it returns). Clouddriver
 # has no validator for runJob and an empty one for cleanupArtifacts; issue #14 asks for the
-# rules on every write, so those two are checked too, under names of the same pattern.
-_CONTEXT = {
+# rules on every write, so those two are checked too, under names of the same pattern. Every
+# operation of OPERATIONS has an entry (tests/server/test_ops_rules.py checks it): a new
+# operation type cannot reach the rules under a made-up context.
+RULE_CONTEXTS: Mapping[str, str] = {
     "deployManifest": "deployKubernetesManifest",
     "deleteManifest": "deleteKubernetesManifest",
     "scaleManifest": "scaleKubernetesManifest",
@@ -43,6 +45,9 @@ _CONTEXT = {
     "rollingRestartManifest": "rollingRestartKubernetesManifest",
     "runJob": "runKubernetesJob",
     "cleanupArtifacts": "cleanupArtifactsKubernetesManifest",
+    # KubernetesEnableManifestValidator / KubernetesDisableManifestValidator.
+    "enableManifest": "enableKubernetesManifest",
+    "disableManifest": "disableKubernetesManifest",
 }
 
 # Kinds that live outside namespaces (the rest, and unknown kinds named with a namespace, are
@@ -159,7 +164,7 @@ def rule_errors(d: Description, properties: Mapping[str, Any]) -> list[str]:
     rules = AccountRules.of(properties)
     if rules.unrestricted:
         return []
-    context = _CONTEXT.get(d.spec.name, d.spec.name)
+    context = RULE_CONTEXTS[d.spec.name]
     for kind, namespace in _targets(d):
         error = rules.check(context, kind, namespace)
         if error is not None:

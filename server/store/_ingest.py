@@ -10,6 +10,18 @@ deletes nothing (logged). While a bracket of (account, group, kind, scope) is op
 events of that scope do not advance its resume point: the versions of listed objects are
 not a watch position; the SYNC_END's own resourceVersion (the list's) is. Kinds compare
 case-insensitively.
+
+Deletions by uid. A DELETED event names the object (its uid) that is gone; it removes the
+stored object of that name only when the uids agree (or either is unknown, empty). Kubernetes
+never reuses a uid and a name holds one object at a time, so a stored object of another uid
+was created after the deleted one: an operation result (the delete-and-recreate of a Job of
+the same name, written before the watch delivers the old Job's DELETED) or a later listing.
+The deletion says nothing about it, and removing it answered 404 for a live object until its
+own ADDED arrived. Upserts stay unconditional: an ADDED/MODIFIED of another uid is either the
+newer object (the truth after the DELETED the watch already delivered) or a late event of the
+older one, and only resourceVersions could tell them apart; they are opaque (an etcd restore
+takes them back), and a listed object left unwritten keeps its old epoch and is swept at the
+SYNC_END, so a skipped upsert could lose the object rather than briefly show its predecessor.
 """
 
 from __future__ import annotations
@@ -35,7 +47,9 @@ _BOOKMARK, _BEGIN, _END = (
 
 # (account, group, lower-case kind, scope) -> the epoch its open bracket began at
 SyncKey = tuple[str, str, str, str]
-# (account, group, kind, namespace, name)
+# (account, group, kind, namespace, name, uid): a DELETED event's object ("" uid: any)
+DeletedKey = tuple[str, str, str, str, str, str]
+# (account, group, kind, namespace, name): an operation's delete, of whatever holds the name
 ObjectKey = tuple[str, str, str, str, str]
 
 
@@ -46,8 +60,9 @@ class BatchWriter(Protocol):
     def upsert(self, rows: list[Sequence[Any]]) -> None:
         """Insert or replace objects (rows in ``_prepared.UPSERT_COLUMNS`` order), in order."""
 
-    def delete(self, keys: list[ObjectKey]) -> None:
-        """Delete objects by key, in order (absent ones are no error)."""
+    def delete(self, keys: list[DeletedKey]) -> None:
+        """Delete objects by key, in order, each only if its stored uid is that uid or either
+        is empty (absent ones, or ones of another uid, are no error)."""
 
     def begin_sync(self, r: EventRecord, group: str, now_ms: int) -> int:
         """Bump the epoch, record the bracket as open from it, drop the scope's resume point;
@@ -97,7 +112,7 @@ def apply_prepared(
                 flush()
                 pending_is_upsert = is_upsert
             if row is None:
-                pending.append((r.account, group, r.kind, r.namespace, r.name))
+                pending.append((r.account, group, r.kind, r.namespace, r.name, r.uid))
                 deleted += 1
             else:
                 row[EPOCH_SLOT] = epoch

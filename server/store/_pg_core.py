@@ -31,7 +31,7 @@ from psycopg import errors, pq
 from wire import EventRecord
 
 from .._errors import StoreError
-from ._ingest import ObjectKey, SyncKey, apply_prepared
+from ._ingest import DeletedKey, SyncKey, apply_prepared
 from ._pg_records import PgRecordTables
 from ._pg_schema import migrate_pg
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
@@ -119,6 +119,8 @@ _DELETE = (
     "DELETE FROM objects WHERE account=%s AND grp=%s AND kind_key=lower(%s) AND namespace=%s"
     " AND name=%s"
 )
+# A watch's DELETED removes only the object of its uid (_ingest: "Deletions by uid").
+_DELETE_UID = _DELETE + " AND (%s = '' OR uid = '' OR uid = %s)"
 
 
 def connect(conninfo: str, password_file: str) -> Conn:
@@ -303,8 +305,8 @@ class _Writer:
                 copy.write_row(row)
         cur.execute(_UPSERT_FROM_IN)
 
-    def delete(self, keys: list[ObjectKey]) -> None:
-        self._cur.executemany(_DELETE, keys)
+    def delete(self, keys: list[DeletedKey]) -> None:
+        self._cur.executemany(_DELETE_UID, [(*key, key[5]) for key in keys])
 
     def begin_sync(self, r: EventRecord, group: str, now_ms: int) -> int:
         cur = self._cur

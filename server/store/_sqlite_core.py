@@ -16,7 +16,7 @@ import apsw
 from wire import EventRecord
 
 from .._errors import StoreError
-from ._ingest import ObjectKey, apply_prepared
+from ._ingest import DeletedKey, apply_prepared
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
 from ._queries import (
     SQLITE,
@@ -59,6 +59,11 @@ _UPSERT_NEWER = (
     " OR CAST(excluded.resource_version AS INTEGER) > CAST(objects.resource_version AS INTEGER)"
 )
 _DELETE = "DELETE FROM objects WHERE account=? AND grp=? AND kind=? AND namespace=? AND name=?"
+# A watch's DELETED removes only the object of its uid (_ingest: "Deletions by uid").
+_DELETE_UID = (
+    "DELETE FROM objects WHERE account=?1 AND grp=?2 AND kind=?3 AND namespace=?4 AND name=?5"
+    " AND (?6 = '' OR uid = '' OR uid = ?6)"
+)
 AUTOCHECKPOINT_PAGES = 10_000
 
 
@@ -194,8 +199,8 @@ class _Writer:
     def upsert(self, rows: list[Sequence[Any]]) -> None:
         self._conn.executemany(_UPSERT, rows)
 
-    def delete(self, keys: list[ObjectKey]) -> None:
-        self._conn.executemany(_DELETE, keys)
+    def delete(self, keys: list[DeletedKey]) -> None:
+        self._conn.executemany(_DELETE_UID, keys)
 
     def begin_sync(self, r: EventRecord, group: str, now_ms: int) -> int:
         epoch = self._core._epoch + 1

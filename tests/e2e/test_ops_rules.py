@@ -79,6 +79,15 @@ async def test_limited_account_refuses_writes_outside_its_rules(tmp_path: Path) 
                     "scaleKubernetesManifest.scaleKubernetesManifest.kube-system.wrongNamespace"
                 ]
 
+                # The strategies' disable stage and Deck's Enable/Disable actions are writes
+                # too, refused under Clouddriver's enable/disable validator contexts.
+                target = {"account": "k1", "manifestName": "replicaSet web-v000"}
+                for op in ("disableManifest", "enableManifest"):
+                    answer = await post(http, op, {**target, "location": "kube-system"})
+                    assert answer.status_code == 400, answer.text
+                    ctx = f"{op.removesuffix('Manifest')}KubernetesManifest"
+                    assert answer.json()["errors"] == [f"{ctx}.{ctx}.kube-system.wrongNamespace"]
+
                 # Nothing was applied, and no task was made.
                 for namespace in ("kube-system", "default", "apps"):
                     for resource in ("configmaps", "secrets"):

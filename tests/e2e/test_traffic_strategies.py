@@ -40,9 +40,16 @@ def front_service() -> dict[str, Any]:
     }
 
 
-def web(image: str) -> dict[str, Any]:
+def web(image: str, outcome: str = "") -> dict[str, Any]:
+    """The ReplicaSet ``web``; ``outcome`` steers kubesim's pods (``unready``: never Ready)."""
     return workload(
-        "ReplicaSet", "web", image=image, replicas=2, container="web", namespace="default"
+        "ReplicaSet",
+        "web",
+        image=image,
+        replicas=2,
+        container="web",
+        namespace="default",
+        outcome=outcome,
     )
 
 
@@ -54,14 +61,17 @@ def assert_succeeded(task: dict[str, Any]) -> None:
 # -- what Orca does ----------------------------------------------------------------------------
 
 
-async def deploy_stage(orca: OrcaClient, image: str, strategy: str) -> list[str]:
+async def deploy_stage(orca: OrcaClient, image: str, strategy: str, outcome: str = "") -> list[str]:
     """Deploy (Manifest) with traffic management; returns the operations Orca appended after
-    it (``"<stage> <manifestName>"``), having run them as Orca's appended stages would."""
+    it (``"<stage> <manifestName>"``), having run them as Orca's appended stages would. A
+    version whose pods never become ready (``outcome="unready"``) is not waited for: its
+    WaitForManifestStableTask would time out, and the pipeline goes on (its stage set to
+    ignore the failure, or a later run of it)."""
     context: dict[str, Any] = {
         **NOISE,
         "account": "k1",
         "source": "text",
-        "manifests": [web(image)],
+        "manifests": [web(image, outcome)],
         "moniker": {"app": "shop"},
         "trafficManagement": {
             "enabled": True,
@@ -80,7 +90,8 @@ async def deploy_stage(orca: OrcaClient, image: str, strategy: str) -> list[str]
             continue
         meta = manifest["metadata"]
         new_name = f"replicaSet {meta['name']}"
-        await orca.wait_stable("k1", meta["namespace"], new_name)  # WaitForManifestStableTask
+        if not outcome:
+            await orca.wait_stable("k1", meta["namespace"], new_name)  # WaitForManifestStableTask
         cluster = meta["annotations"][CLUSTER_KEY]
         listing = await orca.http.get(
             f"/manifests/k1/{meta['namespace']}/replicaSet/cluster/shop/{quote(cluster)}"
@@ -237,6 +248,40 @@ async def test_a_strategy_moves_the_traffic_to_v001(tmp_path: Path, strategy: st
             assert selected_by_front(sim) == ["web-v000", "web-v000"]
             assert not serving(replica_set(sim, "web-v001"))
             assert len(pods_of(sim, "web-v001")) == 2
+
+
+@pytest.mark.parametrize("strategy", ["redblack", "bluegreen"])
+async def test_a_stuck_v000_is_deleted_not_disabled(tmp_path: Path, strategy: str) -> None:
+    """DeployManifestStage#deleteOrDisableOldManifest: an old version neither stable nor failed
+    (ManifestOperationsHelper#previousDeploymentNeitherStableNorFailed, here a rollout whose
+    pods never become ready) gets a Delete (Manifest) stage instead of a Disable."""
+    with trio.fail_after(90):
+        async with open_orca(tmp_path, kube_tls=True) as (stack, orca):
+            sim = stack.sim
+            service = {**NOISE, "account": "k1", "source": "text", "manifests": [front_service()]}
+            assert_succeeded(
+                await orca.run("deployManifest", {**service, "moniker": {"app": "shop"}})
+            )
+            assert await deploy_stage(orca, "web:1", strategy, outcome="unready") == []
+            await wait_until(
+                lambda: len(pods_of(sim, "web-v000")) == 2, what="v000's two (unready) pods"
+            )
+            body = (await orca.http.get("/manifests/k1/default/replicaSet%20web-v000")).json()
+            assert body["status"]["stable"]["state"] is False
+            assert body["status"]["failed"]["state"] is False
+            assert not body["manifest"]["status"].get("readyReplicas")
+            assert await neither_stable_nor_failed(orca, "default", "replicaSet web-v000")
+
+            assert await deploy_stage(orca, "web:2", strategy) == [
+                "deleteManifest replicaSet web-v000"
+            ]
+            await wait_until(
+                lambda: replica_set(sim, "web-v000") is None and not pods_of(sim, "web-v000"),
+                what="v000 and its pods are deleted",
+            )
+            assert selected_by_front(sim) == ["web-v001", "web-v001"]
+            assert serving(replica_set(sim, "web-v001"))
+            assert await dynamic_target(orca, "newest") == "replicaSet web-v001"
 
 
 async def test_disable_refusals_fail_the_task_with_clouddrivers_message(tmp_path: Path) -> None:

@@ -44,8 +44,40 @@ def test_watermarks_offline() -> None:
     f.expect([record(web("7"), type_=EventType.DELETED)])
     assert not f.caught_up(KEY, _Stored("7"))
     assert f.caught_up(KEY, None)
+    # A read that found the cache caught up leaves the watermark: a relist begun before the
+    # deletion could still put the object back; only the watch's DELETED clears it.
+    assert len(f) == 1
+    assert not f.caught_up(KEY, _Stored("7"))
+    f.observed([record(web("7"), type_=EventType.DELETED)])
+    assert len(f) == 0
     f.expect([record(web("x1"), type_=EventType.MODIFIED)])  # not ordered: never waits
     assert len(f) == 0
+
+
+def test_a_late_deletion_of_an_earlier_object_keeps_the_watermark() -> None:
+    # An operation deleted the Job and ran it again (written at 7); the watch's DELETED of the
+    # earlier object (at 5) does not remove the new one from the store, nor clear the mark.
+    f = Freshness()
+    f.expect([record(web("7"), type_=EventType.ADDED)])
+    f.observed([record(web("5"), type_=EventType.DELETED)])
+    assert f.watermark(KEY) == "7"
+    f.observed([record(web("9"), type_=EventType.DELETED)])  # deleted after the write
+    assert len(f) == 0
+
+
+def test_listings_find_the_watermarks_of_their_scope() -> None:
+    f = Freshness()
+    f.expect([record(web("7"), type_=EventType.MODIFIED)])
+    other = web("8")
+    other["metadata"]["namespace"] = "dev"
+    f.expect([record(other, type_=EventType.MODIFIED)])
+    assert f.pending(ACCOUNT, "apps", "deployment", "prod") == [KEY]
+    assert f.pending(ACCOUNT, None, "Deployment", "prod") == [KEY]  # any group
+    assert f.pending(ACCOUNT, "", "Deployment", "prod") == []
+    assert f.pending("other", "apps", "Deployment", "prod") == []
+    f.observed([record(web("7"), type_=EventType.MODIFIED)])
+    assert f.pending(ACCOUNT, "apps", "Deployment", "prod") == []
+    assert len(f.pending(ACCOUNT, "apps", "Deployment", "dev")) == 1
 
 
 def test_watermarks_are_bounded() -> None:

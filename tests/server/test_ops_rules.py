@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.ops import normalize, rule_errors
+from server.ops import OPERATIONS, RULE_CONTEXTS, normalize, rule_errors
 
 LIMITED = {"namespaces": ["apps", "web"]}
 CTX = "deployKubernetesManifest"
@@ -90,3 +90,17 @@ def test_every_write_operation_is_checked() -> None:
 def test_the_first_refused_target_is_the_one_error() -> None:
     errors = rule_errors(deploy(cm("apps"), cm("kube-system"), cm("other")), LIMITED)
     assert errors == [f"{CTX}.{CTX}.kube-system.wrongNamespace"]
+
+
+def test_every_operation_type_has_a_rules_context() -> None:
+    # rule_errors looks the context up strictly: an operation type added to OPERATIONS
+    # without one here fails this test (and, unlisted, would raise rather than skip rules).
+    assert set(RULE_CONTEXTS) == set(OPERATIONS)
+    assert RULE_CONTEXTS["enableManifest"] == "enableKubernetesManifest"
+    assert RULE_CONTEXTS["disableManifest"] == "disableKubernetesManifest"
+    target = {"account": "k1", "manifestName": "replicaSet web-v000", "location": "kube-system"}
+    for op in ("enableManifest", "disableManifest"):
+        ctx = RULE_CONTEXTS[op]
+        assert rule_errors(normalize(op, target), LIMITED) == [
+            f"{ctx}.{ctx}.kube-system.wrongNamespace"
+        ]

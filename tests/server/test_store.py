@@ -484,3 +484,45 @@ async def test_an_error_leaving_the_store_block_keeps_its_cause(tmp_path: Path) 
     with trio.fail_after(10), pytest.raises(StoreError) as caught:
         await fail_inside()
     assert isinstance(caught.value.__cause__, ValueError)
+
+
+def job(uid: str, rv: str, etype: EventType = EventType.MODIFIED) -> EventRecord:
+    """Job ``migrate`` as the object of one uid (the same name deleted and created again)."""
+    meta = {"name": "migrate", "namespace": "default", "uid": uid, "resourceVersion": rv}
+    body = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta}
+    return EventRecord(
+        int(etype), ACCOUNT, "batch/v1", "Job", "default", "migrate", uid, rv,
+        json.dumps(body).encode(), "",
+    )  # fmt: skip
+
+
+async def test_a_deletion_removes_only_the_object_of_its_uid(
+    store_backend: StoreBackend,
+) -> None:
+    async def stored_uid() -> str | None:
+        found = await store.get_object(ACCOUNT, "batch", "Job", "default", "migrate")
+        return None if found is None else found.uid
+
+    with trio.fail_after(10):
+        async with store_backend.open() as store:
+            # The watch saw Job A; an operation deleted it and ran Job B under the same name,
+            # and its result reached the cache before the watch's late DELETED of A.
+            await store.apply_batch(ACCOUNT, [job("a", "10", EventType.ADDED)])
+            await store.apply_operation_objects([job("b", "20", EventType.ADDED)])
+            assert await stored_uid() == "b"
+            await store.apply_batch(ACCOUNT, [job("a", "15", EventType.DELETED)])
+            assert await stored_uid() == "b"  # A's deletion says nothing about B
+            await store.apply_batch(ACCOUNT, [job("b", "20", EventType.ADDED)])
+            assert await stored_uid() == "b"
+            # B's own deletion removes it, in the same batch as a late one of A, too.
+            await store.apply_batch(
+                ACCOUNT, [job("a", "15", EventType.DELETED), job("b", "30", EventType.DELETED)]
+            )
+            assert await stored_uid() is None
+            # An unknown uid on either side deletes by name, as before.
+            await store.apply_batch(ACCOUNT, [job("c", "40", EventType.ADDED)])
+            await store.apply_batch(ACCOUNT, [job("", "41", EventType.DELETED)])
+            assert await stored_uid() is None
+            await store.apply_batch(ACCOUNT, [job("", "42", EventType.ADDED)])
+            await store.apply_batch(ACCOUNT, [job("d", "43", EventType.DELETED)])
+            assert await stored_uid() is None
