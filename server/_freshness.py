@@ -18,7 +18,10 @@ answers with what it has).
 
 Bounds: at most ``max_entries`` watermarks (the oldest is dropped, waking its waiters, who
 answer with what they have); a watermark older than ``ttl_seconds`` is dropped as new ones
-come (its watch never reported it: a kind not watched). A read that finds the store caught up
+come, or when a read meets it (its watch never reported it: a kind not watched). A deletion's
+watermark carries the deleted object's uid when the agent says it: an object of that name with
+another uid, stored or arriving, was created after the deletion and honours it (a StatefulSet
+re-creating the pod Deck deleted). A read that finds the store caught up
 leaves the watermark in place: only the watch's own event (or a newer write) shows the cache
 will stay caught up; the object the read saw may be the operation's result, and a relist begun
 before the write can still sweep it, or an older event overwrite it, after that read (an e2e
@@ -65,10 +68,14 @@ class _Record(_Ref, Protocol):
     @property
     def type(self) -> int: ...
     @property
+    def uid(self) -> str: ...
+    @property
     def resource_version(self) -> str: ...
 
 
 class _Stored(Protocol):
+    @property
+    def uid(self) -> str: ...
     @property
     def resource_version(self) -> str: ...
 
@@ -90,7 +97,13 @@ def _number(resource_version: str) -> int | None:
 class _Watermark:
     version: int | None  # None: the object was deleted
     since: float
+    uid: str = ""  # a deletion's: the object that went ("" when the agent did not say)
     changed: trio.Event = field(default_factory=trio.Event)
+
+    def replaced_by(self, uid: str) -> bool:
+        """Whether an object of ``uid`` is a later one of the name than the deletion waited
+        for: Kubernetes never reuses a uid, so another uid was created after it went."""
+        return self.version is None and bool(self.uid) and bool(uid) and uid != self.uid
 
 
 class Freshness:
@@ -142,7 +155,8 @@ class Freshness:
                     continue
             key = _key(record)
             self._drop(key)  # a waiter on an older watermark re-checks against this one
-            self._marks[key] = _Watermark(version, now)
+            uid = record.uid if version is None else ""
+            self._marks[key] = _Watermark(version, now, uid)
             self._by_scope.setdefault((key[0], key[2], key[3]), set()).add(key)
         while self._marks:
             key, oldest = next(iter(self._marks.items()))
@@ -170,6 +184,10 @@ class Freshness:
                 self._drop(key)
             elif record.type in (_ADDED, _MODIFIED) and mark.version is not None and reached:
                 self._drop(key)
+            elif record.type in (_ADDED, _MODIFIED) and mark.replaced_by(record.uid):
+                # The name was created again after our deletion (a StatefulSet's pod, a Job
+                # run again): the cache is past the deletion for good.
+                self._drop(key)
         for ref in swept:
             mark = self._marks.get(_key(ref))
             if mark is not None and mark.version is None:
@@ -181,8 +199,12 @@ class Freshness:
         mark = self._marks.get(key)
         if mark is None:
             return True
+        now = self._now()
+        if math.isfinite(now) and now - mark.since > self._ttl:
+            self._drop(key)  # its watch never reported it (a kind not watched): stop waiting
+            return True
         if mark.version is None:
-            return stored is None
+            return stored is None or mark.replaced_by(stored.uid)
         if stored is None:
             return False
         version = _number(stored.resource_version)

@@ -107,8 +107,9 @@ async def delete_manifest(ctx: OperationContext) -> None:
         if res.namespaced and not ns:
             raise InvalidOperation(f"deleteManifest.location: required for {res.kind} {target}")
         ctx.outcome.say(f"Deleting {res.spinnaker_kind} {target}")
-        if await ctx.cluster.delete(res, ns, target, options):
-            ctx.outcome.removed(res, ns, target)
+        gone = await ctx.cluster.delete(res, ns, target, options)
+        if gone is not None:
+            ctx.outcome.removed(res, ns, target, uid=gone.uid)
         else:
             ctx.outcome.say(f"{res.spinnaker_kind} {target} was already gone")
         result.add_name(ns, f"{res.spinnaker_kind} {target}")

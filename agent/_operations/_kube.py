@@ -8,6 +8,7 @@ network or the peer broke it); reads of an absent object return None instead of 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -34,6 +35,13 @@ MAX_LIST_PAGES = 200  # 200 x 500 objects: a bound on how much one operation rea
 # reads (measured with the deploy path, see the commit).
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Gone:
+    """A delete the API server accepted; ``uid`` is the deleted object's ("" when unsaid)."""
+
+    uid: str
 
 
 class Cluster:
@@ -117,13 +125,20 @@ class Cluster:
 
     async def delete(
         self, res: Resource, namespace: str, name: str, options: Mapping[str, Any]
-    ) -> bool:
-        """Delete one object; False when it was already gone."""
+    ) -> Gone | None:
+        """Delete one object; None when it was already gone."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1", **options}
-        gone = await self._call(
+        answer = await self._call(
             "DELETE", res.object_path(namespace, name), body=body, missing_ok=True
         )
-        return gone is not None
+        if answer is None:
+            return None
+        # The API server answers with the object (or, for some kinds, a Status naming it in
+        # details.uid): which object of that name went, for the server's read-your-writes.
+        meta = answer.get("metadata") if answer.get("kind") != "Status" else None
+        source = meta if isinstance(meta, Mapping) else answer.get("details")
+        uid = source.get("uid") if isinstance(source, Mapping) else None
+        return Gone(uid=uid if isinstance(uid, str) else "")
 
     async def list(
         self, res: Resource, namespace: str, *, label_selector: str = ""

@@ -93,15 +93,16 @@ class Outcome:
         self.objects.append(clean)
         return clean
 
-    def removed(self, res: Resource, namespace: str, name: str) -> None:
-        self.deleted.append(
-            {
-                "apiVersion": res.api_version,
-                "kind": res.kind,
-                "namespace": namespace if res.namespaced else "",
-                "name": name,
-            }
-        )
+    def removed(self, res: Resource, namespace: str, name: str, *, uid: str = "") -> None:
+        entry = {
+            "apiVersion": res.api_version,
+            "kind": res.kind,
+            "namespace": namespace if res.namespaced else "",
+            "name": name,
+        }
+        if uid:  # which object of the name went (docs/protocol.md §11.2)
+            entry["uid"] = uid
+        self.deleted.append(entry)
 
     def to_json(self) -> dict[str, Any]:
         return {

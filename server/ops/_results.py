@@ -115,7 +115,7 @@ def cache_records(
                 kind=kind,
                 namespace=_str(ref.get("namespace")),
                 name=name,
-                uid="",
+                uid=_str(ref.get("uid")),  # which object of the name went ("" when unsaid)
                 resource_version="",
                 object=b"",
             )

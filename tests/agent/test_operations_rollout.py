@@ -171,6 +171,7 @@ async def test_delete_by_name_and_by_label_selector(tmp_path: Path) -> None:
                     }
                 )
             await _deploy(bench, deployment())
+            (api,) = bench.sim.list("apps", "v1", "deployments", "default")
             by_name = await bench.run(
                 "deleteManifest", _target(options={"cascading": False, "gracePeriodSeconds": "0"})
             )
@@ -193,8 +194,16 @@ async def test_delete_by_name_and_by_label_selector(tmp_path: Path) -> None:
         "createdArtifacts": [],
         "boundArtifacts": [],
     }
+    # Which object of the name went (its uid, from the API server's answer): the server's
+    # read-your-writes tells a later object of that name from it.
     assert by_name.body["deleted"] == [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "default", "name": "api"}
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "namespace": "default",
+            "name": "api",
+            "uid": api["metadata"]["uid"],
+        }
     ]
     assert again.body["deleted"] == []
     assert left >= {"c"}

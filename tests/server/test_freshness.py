@@ -26,8 +26,9 @@ def web(rv: str, replicas: int = 1) -> dict[str, Any]:
 
 
 class _Stored:
-    def __init__(self, rv: str) -> None:
+    def __init__(self, rv: str, uid: str = "uid-Deployment-web") -> None:
         self.resource_version = rv
+        self.uid = uid
 
 
 def test_watermarks_offline() -> None:
@@ -62,6 +63,38 @@ def test_a_late_deletion_of_an_earlier_object_keeps_the_watermark() -> None:
     f.observed([record(web("5"), type_=EventType.DELETED)])
     assert f.watermark(KEY) == "7"
     f.observed([record(web("9"), type_=EventType.DELETED)])  # deleted after the write
+    assert len(f) == 0
+
+
+def test_a_deletion_is_honoured_by_an_object_created_again_under_its_name() -> None:
+    """Deck deleted pod web-0 and its StatefulSet made a new one: the watch's DELETED came
+    before the operation's result, so nothing after it is a deletion; the new object (another
+    uid) honours the deletion, stored or arriving, and reads do not stall (found in review)."""
+    f = Freshness()
+    f.expect([record(web("7"), type_=EventType.DELETED)])  # uid-Deployment-web went
+    assert not f.caught_up(KEY, _Stored("9"))  # the deleted object itself, still cached
+    assert f.caught_up(KEY, _Stored("12", uid="uid-new"))  # a later object of the name
+    assert len(f) == 1  # a read leaves the watermark
+    again = web("12")
+    again["metadata"]["uid"] = "uid-new"
+    f.observed([record(again, type_=EventType.MODIFIED)])  # the old object's late MODIFIED
+    assert len(f) == 0
+    # Without the uid (an agent that does not say it) any cached object holds the read back.
+    unsaid = web("7")
+    unsaid["metadata"]["uid"] = ""
+    f.expect([record(unsaid, type_=EventType.DELETED)])
+    assert not f.caught_up(KEY, _Stored("12", uid="uid-new"))
+    assert f.caught_up(KEY, None)
+
+
+async def test_a_watermark_past_its_ttl_stops_holding_reads(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    f = Freshness(ttl_seconds=300.0)
+    f.expect([record(web("7"), type_=EventType.MODIFIED)])
+    assert not f.caught_up(KEY, _Stored("5"))
+    await trio.sleep(301)
+    assert f.caught_up(KEY, _Stored("5"))  # a kind not watched: its watch never reports it
     assert len(f) == 0
 
 
