@@ -12,6 +12,7 @@ to the pod template's labels when ``enableTraffic`` (default true).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -139,6 +140,7 @@ async def _deploy_one(
     strategy = Strategy.of(obj)
     bind_config_refs(obj, {(k, b): n for (ns, k, b), n in config_names.items() if ns == namespace})
     bound = bind_artifacts(obj, artifacts)
+    given = copy.deepcopy(obj)  # what reuse compares: before kubesvc's additions below
     sequence: int | None = None
     name = base
     source: Mapping[str, Any] | None = None
@@ -182,7 +184,7 @@ async def _deploy_one(
             version=f"v{number:03d}" if number is not None else "",
         )
 
-    reused = matching_version(obj, versions, base, as_version) if versions else None
+    reused = matching_version(given, versions, base) if versions else None
     if reused is not None:
         sequence, applied = reused[0], dict(reused[1])
         name = f"{base}-v{sequence:03d}"

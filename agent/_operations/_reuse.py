@@ -1,13 +1,18 @@
 """Version reuse and config references: what a versioned deploy binds to. Pure.
 
-Reuse (Clouddriver's ``findMatchingVersion``): a versioned manifest whose content equals an
-existing version's is not written again; the deploy answers that version. Content is the
-object less ``metadata`` (``KubernetesManifest.nonMetadataEquals``), compared with what that
-version was applied from: its ``kubectl.kubernetes.io/last-applied-configuration``, else (a
-server-side apply leaves none) the live object less ``metadata`` and ``status``. The new
-manifest is compared as it would be written AS that version (its moniker sequence labels on
-a pod template are content), so a ReplicaSet reuses as a ConfigMap does. When several match,
-the newest wins (Clouddriver takes the first its cache lists: no order is promised).
+Reuse (Clouddriver's ``ResourceVersioner.findMatchingVersion``): a versioned manifest whose
+content equals an existing version's is not written again; the deploy answers that version.
+Content is the object less ``metadata`` (``KubernetesManifest.nonMetadataEquals``). The new
+manifest is compared AS GIVEN (its artifacts and config references bound, nothing of
+kubesvc's added: no moniker labels, template annotations, traffic labels or source capacity),
+with what that version was applied from: its ``kubectl.kubernetes.io/last-applied-
+configuration``, else (a server-side apply leaves none) the live object less ``metadata`` and
+``status``. Kinds with a pod template never reuse: Clouddriver compares before it labels the
+template, so its comparison never matches them, and their live state (disabled: traffic
+labels patched away; scaled to 0) is not in what they were applied from, so a match would
+answer a version that serves nothing. In effect reuse is for ConfigMaps, Secrets and other
+template-less kinds. When several match, the newest wins (Clouddriver takes the first its
+cache lists: no order is promised).
 
 References: a ConfigMap or Secret this deploy wrote (or reused) as ``<base>-vNNN`` replaces
 ``<base>`` where later manifests of the same namespace name it (volumes, projected sources,
@@ -16,9 +21,8 @@ References: a ConfigMap or Secret this deploy wrote (or reused) as ``<base>-vNNN
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._manifests import LAST_APPLIED, annotations_of, pod_specs, version_of
@@ -41,25 +45,22 @@ def content_of(existing: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def matching_version(
-    obj: Mapping[str, Any],
+    given: Mapping[str, Any],
     versions: Iterable[Mapping[str, Any]],
     base: str,
-    as_version: Callable[[dict[str, Any], int], None],
 ) -> tuple[int, Mapping[str, Any]] | None:
-    """The newest of ``versions`` whose content equals ``obj`` written as that version
-    (``as_version(copy, n)`` prepares the copy in place), with its number; else None."""
+    """The newest of ``versions`` whose content equals ``given`` (the manifest as given,
+    before kubesvc's additions), with its number; None when none does or ``given`` has a pod
+    template (see the module's docstring)."""
+    if pod_specs(dict(given)):
+        return None
+    wanted = {k: v for k, v in given.items() if k != "metadata"}
     found: list[tuple[int, Mapping[str, Any]]] = []
     for existing in versions:
         number = version_of(existing, base)
         if number is None:
             continue
-        content = content_of(existing)
-        if content is None:
-            continue
-        candidate = copy.deepcopy(dict(obj))
-        as_version(candidate, number)
-        candidate.pop("metadata", None)
-        if candidate == content:
+        if content_of(existing) == wanted:
             found.append((number, existing))
     return max(found, key=lambda f: f[0]) if found else None
 
