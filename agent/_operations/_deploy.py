@@ -38,7 +38,7 @@ from ._manifests import (
     version_of,
 )
 from ._outcome import DeployResult
-from ._reuse import bind_config_refs, matching_version
+from ._reuse import bind_config_refs, config_refs, matching_version
 
 __all__ = ["cleanup_artifacts", "deploy_manifest", "run_job"]
 
@@ -313,6 +313,15 @@ async def cleanup_artifacts(ctx: OperationContext) -> None:
     result = DeployResult(include_manifests=False)
     ctx.outcome.result = result
     ctx.outcome.say(f"Beginning cleanup of artifacts in account {ctx.account}")
+    # What the deploy answered (Orca passes its manifests): those versions, and the
+    # ConfigMaps/Secrets their pods mount, stay whatever their number (a reused version is
+    # the oldest; deleting it would take the config from under the new pods).
+    kept: set[tuple[str, str, str]] = set()
+    for obj in manifests:
+        meta = obj.get("metadata") or {}
+        ns = str(meta.get("namespace") or d.namespace or "default")
+        kept.add((ns, str(obj.get("kind") or ""), str(meta.get("name") or "")))
+        kept.update((ns, kind, name) for kind, name in config_refs(obj))
     for obj in manifests:
         strategy = Strategy.of(obj)
         if strategy.max_version_history is None:
@@ -333,7 +342,11 @@ async def cleanup_artifacts(ctx: OperationContext) -> None:
             key=lambda pair: pair[0],
         )
         keep = max(strategy.max_version_history, 0)
-        doomed = versions[: max(len(versions) - keep, 0)]
+        doomed = [
+            (n, o)
+            for n, o in versions
+            if (namespace or d.namespace or "default", res.kind, o["metadata"]["name"]) not in kept
+        ][: max(len(versions) - keep, 0)]
         for _, old in doomed:
             name = str(old["metadata"]["name"])
             ctx.outcome.say(f"Deleting {res.spinnaker_kind} {name} (max-version-history {keep})")

@@ -22,12 +22,12 @@ References: a ConfigMap or Secret this deploy wrote (or reused) as ``<base>-vNNN
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ._manifests import LAST_APPLIED, annotations_of, pod_specs, version_of
 
-__all__ = ["bind_config_refs", "content_of", "matching_version"]
+__all__ = ["bind_config_refs", "config_refs", "content_of", "matching_version"]
 
 
 def content_of(existing: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -69,37 +69,48 @@ def matching_version(
 ConfigNames = Mapping[tuple[str, str], str]
 
 
-def _swap(holder: Any, key: str, kind: str, names: ConfigNames) -> None:
-    if isinstance(holder, dict) and isinstance(holder.get(key), str):
-        holder[key] = names.get((kind, holder[key]), holder[key])
+def _config_slots(obj: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, str]]:
+    """Each (holder, key, kind) where ``obj``'s pod specs name a ConfigMap or Secret."""
 
+    def slot(holder: Any, key: str, kind: str) -> Iterator[tuple[dict[str, Any], str, str]]:
+        if isinstance(holder, dict) and isinstance(holder.get(key), str):
+            yield holder, key, kind
 
-def bind_config_refs(obj: dict[str, Any], names: ConfigNames) -> None:
-    """Point ``obj``'s pod specs at the versioned ConfigMaps/Secrets in ``names`` (in place)."""
-    if not names:
-        return
     for spec in pod_specs(obj):
         for volume in spec.get("volumes") or ():
             if not isinstance(volume, dict):
                 continue
-            _swap(volume.get("configMap"), "name", "ConfigMap", names)
-            _swap(volume.get("secret"), "secretName", "Secret", names)
+            yield from slot(volume.get("configMap"), "name", "ConfigMap")
+            yield from slot(volume.get("secret"), "secretName", "Secret")
             projected = volume.get("projected")
             sources = projected.get("sources") if isinstance(projected, dict) else None
             for source in sources or ():
                 if isinstance(source, dict):
-                    _swap(source.get("configMap"), "name", "ConfigMap", names)
-                    _swap(source.get("secret"), "name", "Secret", names)
+                    yield from slot(source.get("configMap"), "name", "ConfigMap")
+                    yield from slot(source.get("secret"), "name", "Secret")
         for key in ("containers", "initContainers", "ephemeralContainers"):
             for container in spec.get(key) or ():
                 if not isinstance(container, dict):
                     continue
                 for source in container.get("envFrom") or ():
                     if isinstance(source, dict):
-                        _swap(source.get("configMapRef"), "name", "ConfigMap", names)
-                        _swap(source.get("secretRef"), "name", "Secret", names)
+                        yield from slot(source.get("configMapRef"), "name", "ConfigMap")
+                        yield from slot(source.get("secretRef"), "name", "Secret")
                 for env in container.get("env") or ():
                     value_from = env.get("valueFrom") if isinstance(env, dict) else None
                     if isinstance(value_from, dict):
-                        _swap(value_from.get("configMapKeyRef"), "name", "ConfigMap", names)
-                        _swap(value_from.get("secretKeyRef"), "name", "Secret", names)
+                        yield from slot(value_from.get("configMapKeyRef"), "name", "ConfigMap")
+                        yield from slot(value_from.get("secretKeyRef"), "name", "Secret")
+
+
+def bind_config_refs(obj: dict[str, Any], names: ConfigNames) -> None:
+    """Point ``obj``'s pod specs at the versioned ConfigMaps/Secrets in ``names`` (in place)."""
+    if not names:
+        return
+    for holder, key, kind in list(_config_slots(obj)):
+        holder[key] = names.get((kind, holder[key]), holder[key])
+
+
+def config_refs(obj: dict[str, Any]) -> set[tuple[str, str]]:
+    """The (kind, name) of every ConfigMap and Secret ``obj``'s pod specs name."""
+    return {(kind, holder[key]) for holder, key, kind in _config_slots(obj)}
