@@ -38,7 +38,14 @@ from ._manifests import (
     version_of,
 )
 from ._outcome import DeployResult
-from ._reuse import bind_config_refs, config_refs, matching_version
+from ._reuse import (
+    BINDABLE,
+    artifact_names,
+    bind_config_refs,
+    bind_scale_target,
+    config_refs,
+    matching_version,
+)
 
 __all__ = ["cleanup_artifacts", "deploy_manifest", "run_job"]
 
@@ -138,8 +145,19 @@ async def _deploy_one(
         namespace = ""
         meta.pop("namespace", None)
     strategy = Strategy.of(obj)
-    bind_config_refs(obj, {(k, b): n for (ns, k, b), n in config_names.items() if ns == namespace})
+    upstream = artifact_names(artifacts, namespace=namespace, account=ctx.account)
+    names = {key: str(a["reference"]) for key, a in upstream.items()}
+    names.update({(k, b): n for (ns, k, b), n in config_names.items() if ns == namespace})
+    used = config_refs(obj)
+    target = bind_scale_target(obj, names)
+    if target is not None:
+        used.add(target)
+    bind_config_refs(obj, names)
     bound = bind_artifacts(obj, artifacts)
+    for key in used:
+        # An upstream artifact bound where this deploy did not write that name itself.
+        if key in upstream and (namespace, key[0], key[1]) not in config_names:
+            bound.append(dict(upstream[key]))
     given = copy.deepcopy(obj)  # what reuse compares: before kubesvc's additions below
     sequence: int | None = None
     name = base
@@ -199,7 +217,7 @@ async def _deploy_one(
         applied = await apply_object(ctx, res, obj, strategy, expect_new=expect_new)
         name = str(applied["metadata"]["name"])  # the API server's, for a generateName
     version = f"v{sequence:03d}" if sequence is not None else ""
-    if sequence is not None and res.kind in ("ConfigMap", "Secret"):
+    if sequence is not None and res.kind in BINDABLE.values():
         config_names[(namespace, res.kind, base)] = name
     if res.kind == "CustomResourceDefinition":
         ctx.cluster.kinds.invalidate()  # its custom resources may follow in this deploy

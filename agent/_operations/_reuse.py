@@ -14,9 +14,14 @@ answer a version that serves nothing. In effect reuse is for ConfigMaps, Secrets
 template-less kinds. When several match, the newest wins (Clouddriver takes the first its
 cache lists: no order is promised).
 
-References: a ConfigMap or Secret this deploy wrote (or reused) as ``<base>-vNNN`` replaces
-``<base>`` where later manifests of the same namespace name it (volumes, projected sources,
-``envFrom``, ``env[].valueFrom``), as Clouddriver binds the artifacts a deploy creates.
+References (Clouddriver's ``Replacer``s): a ConfigMap or Secret this deploy wrote (or reused)
+as ``<base>-vNNN`` replaces ``<base>`` where later manifests of the same namespace name it
+(volumes, projected sources, ``envFrom``, ``env[].valueFrom``), and so does a
+``kubernetes/configMap`` / ``kubernetes/secret`` artifact from upstream stages whose location
+is that namespace and whose account is this one or unset (``ArtifactReplacer``'s filter). A
+HorizontalPodAutoscaler's ``spec.scaleTargetRef`` is bound the same way to a versioned
+ReplicaSet or Deployment (``HPA_REPLICA_SET`` / ``HPA_DEPLOYMENT``); HPAs deploy after
+workloads (``WORKLOAD_ATTACHMENT_PRIORITY``), so the names are known by then.
 """
 
 from __future__ import annotations
@@ -27,7 +32,23 @@ from typing import Any
 
 from ._manifests import LAST_APPLIED, annotations_of, pod_specs, version_of
 
-__all__ = ["bind_config_refs", "config_refs", "content_of", "matching_version"]
+__all__ = [
+    "BINDABLE",
+    "artifact_names",
+    "bind_config_refs",
+    "bind_scale_target",
+    "config_refs",
+    "content_of",
+    "matching_version",
+]
+
+# Artifact types that bind by name, and the kind each stands for.
+BINDABLE = {
+    "kubernetes/configMap": "ConfigMap",
+    "kubernetes/secret": "Secret",
+    "kubernetes/replicaSet": "ReplicaSet",
+    "kubernetes/deployment": "Deployment",
+}
 
 
 def content_of(existing: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -114,3 +135,40 @@ def bind_config_refs(obj: dict[str, Any], names: ConfigNames) -> None:
 def config_refs(obj: dict[str, Any]) -> set[tuple[str, str]]:
     """The (kind, name) of every ConfigMap and Secret ``obj``'s pod specs name."""
     return {(kind, holder[key]) for holder, key, kind in _config_slots(obj)}
+
+
+def artifact_names(
+    artifacts: Iterable[Mapping[str, Any]], *, namespace: str, account: str
+) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """(kind, name) -> the upstream ``kubernetes/*`` artifact that binds it in ``namespace``."""
+    found: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for artifact in artifacts:
+        kind = BINDABLE.get(str(artifact.get("type") or ""))
+        name, reference = artifact.get("name"), artifact.get("reference")
+        if kind is None or not isinstance(name, str) or not isinstance(reference, str):
+            continue
+        meta = artifact.get("metadata")
+        owner = meta.get("account") if isinstance(meta, Mapping) else None
+        if str(artifact.get("location") or "") != namespace or owner not in (None, "", account):
+            continue
+        found.setdefault((kind, name), artifact)
+    return found
+
+
+def bind_scale_target(obj: dict[str, Any], names: ConfigNames) -> tuple[str, str] | None:
+    """Point an HPA's ``spec.scaleTargetRef`` at its versioned ReplicaSet/Deployment in
+    ``names`` (in place); the (kind, base name) it bound, else None."""
+    if str(obj.get("kind") or "") != "HorizontalPodAutoscaler":
+        return None
+    spec = obj.get("spec")
+    target = spec.get("scaleTargetRef") if isinstance(spec, dict) else None
+    if not isinstance(target, dict) or not isinstance(target.get("name"), str):
+        return None
+    kind = {"replicaset": "ReplicaSet", "deployment": "Deployment"}.get(
+        str(target.get("kind") or "").lower()
+    )
+    key = (kind or "", target["name"])
+    if kind is None or key not in names:
+        return None
+    target["name"] = names[key]
+    return key
