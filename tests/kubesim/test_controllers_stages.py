@@ -114,6 +114,29 @@ def test_a_job_succeeds_with_a_succeeded_pod_and_an_event() -> None:
     ]
 
 
+def test_a_jobs_defaults_are_in_the_create_response() -> None:
+    sim = kubesim.Cluster()
+    created = sim.create(_job("migrate"))
+    uid = created["metadata"]["uid"]
+    spec = created["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["backoffLimit"]) == (1, 1, 6)
+    assert spec["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    labels = spec["template"]["metadata"]["labels"]
+    assert labels["batch.kubernetes.io/job-name"] == "migrate"
+    assert labels["controller-uid"] == uid
+    assert sim.get("batch", "v1", "jobs", "default", "migrate")["spec"] == spec  # no later write
+
+
+def test_a_job_given_only_parallelism_keeps_completions_unset() -> None:
+    sim = kubesim.Cluster()
+    created = sim.create(_job("queue", parallelism=2))
+    job = sim.get("batch", "v1", "jobs", "default", "queue")
+    assert "completions" not in created["spec"]
+    assert "completions" not in job["spec"]
+    assert created["spec"]["parallelism"] == 2
+    assert list(_conditions(job)) == ["SuccessCriteriaMet", "Complete"]
+
+
 def test_a_failing_job_retries_to_its_backoff_limit_then_fails() -> None:
     sim = kubesim.Cluster()
     sim.create(_job("migrate", "fail", backoffLimit=2))
