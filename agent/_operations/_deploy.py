@@ -281,6 +281,28 @@ def _moniker(ctx: OperationContext) -> dict[str, Any]:
     return moniker
 
 
+# The kinds whose Clouddriver handler is CanReceiveTraffic (server groups, their managers,
+# pods): only they get the stage's services as their load-balancers annotation.
+_RECEIVES_TRAFFIC = frozenset(
+    ("pod", "replicaset", "statefulset", "daemonset", "job", "cronjob", "deployment")
+)
+
+
+def _set_traffic(obj: dict[str, Any], services: list[str]) -> None:
+    """Annotate ``obj`` with ``services``; an annotation naming other load balancers is an
+    InvalidOperation (Clouddriver's KubernetesManifestAnnotater.setTraffic)."""
+    notes = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    if LOAD_BALANCERS in notes:
+        current = Strategy.of(obj).load_balancers
+        if list(current) != services:
+            raise InvalidOperation(
+                f"Manifest already has {LOAD_BALANCERS} annotation set to {list(current)}. "
+                f"Failed attempting to set it to {services}."
+            )
+        return
+    notes[LOAD_BALANCERS] = json.dumps(services)
+
+
 async def deploy_manifest(ctx: OperationContext) -> None:
     d = ctx.description
     manifests = flatten(d.items("manifests"), where="deployManifest.manifests")
@@ -292,8 +314,8 @@ async def deploy_manifest(ctx: OperationContext) -> None:
     services = d.texts("services")
     if services:  # red/black and blue/green: the new server group fronts these services
         for obj in manifests:
-            notes = obj.setdefault("metadata", {}).setdefault("annotations", {})
-            notes.setdefault(LOAD_BALANCERS, json.dumps(services))
+            if str(obj.get("kind") or "").lower() in _RECEIVES_TRAFFIC:
+                _set_traffic(obj, services)
     await _deploy(
         ctx,
         manifests,
