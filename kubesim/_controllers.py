@@ -377,8 +377,13 @@ def _trim_history(cluster: Cluster, dep: dict[str, Any], current_uid: str) -> No
 
 
 def _max_unavailable(spec: dict[str, Any], want: int) -> int:
-    """The rolling update's maxUnavailable as a count (default 25 %, rounded down)."""
-    rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+    """The rolling update's maxUnavailable as a count (default 25 %, rounded down); 0 for
+    Recreate (deploymentutil.MaxUnavailable: only a rolling update may run short, so a
+    Recreate rollout, whose old pods all go first, is Available=False until all are ready)."""
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type", "RollingUpdate") != "RollingUpdate" or want == 0:
+        return 0
+    rolling = strategy.get("rollingUpdate") or {}
     value = rolling.get("maxUnavailable", "25%")
     if isinstance(value, str) and value.endswith("%"):
         try:

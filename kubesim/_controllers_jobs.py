@@ -26,37 +26,12 @@ if TYPE_CHECKING:
 __all__ = ["job"]
 
 _COMPONENT = "job-controller"
-_UID_LABEL = "batch.kubernetes.io/controller-uid"
-_NAME_LABEL = "batch.kubernetes.io/job-name"
 BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
 
 
 def _copy(obj: dict[str, Any]) -> dict[str, Any]:
     copied: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(obj))
     return copied
-
-
-def _defaulted(cluster: Cluster, current: dict[str, Any]) -> dict[str, Any]:
-    """``current`` with the API server's Job defaults (committed when anything was missing)."""
-    job_type = cluster.resolve("batch", "v1", "jobs")
-    meta = current["metadata"]
-    new = _copy(current)
-    spec = new.setdefault("spec", {})
-    spec.setdefault("completions", 1)
-    spec.setdefault("parallelism", 1)
-    spec.setdefault("backoffLimit", 6)
-    if not spec.get("selector"):
-        spec["selector"] = {"matchLabels": {_UID_LABEL: meta["uid"]}}
-    labels = spec.setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {})
-    for key, value in (
-        (_UID_LABEL, meta["uid"]),
-        (_NAME_LABEL, meta["name"]),
-        ("controller-uid", meta["uid"]),
-        ("job-name", meta["name"]),
-    ):
-        labels.setdefault(key, value)
-    commit_if_changed(cluster, job_type, current, new)
-    return new
 
 
 def _end_pod(cluster: Cluster, pod: dict[str, Any], outcome: str) -> None:
@@ -99,8 +74,12 @@ def job(cluster: Cluster, namespace: str, name: str) -> None:
     conditions = (current.get("status") or {}).get("conditions") or ()
     if any(c.get("type") in ("Complete", "Failed") for c in conditions):
         return  # a finished Job is never looked at again
-    current = _defaulted(cluster, current)
-    spec = current["spec"]
+    # The API server defaulted the Job at create (kubesim._writes._job_defaults); a Job
+    # given only parallelism has no completions: one succeeded pod completes it.
+    spec = current.get("spec") or {}
+    completions = 1 if spec.get("completions") is None else spec["completions"]
+    parallelism = spec.get("parallelism", 1)
+    backoff_limit = spec.get("backoffLimit", 6)
     template = spec.get("template") or {}
     outcome = outcome_of(template)
     uid = current["metadata"]["uid"]
@@ -110,8 +89,8 @@ def job(cluster: Cluster, namespace: str, name: str) -> None:
         phases = [(p.get("status") or {}).get("phase") for p in pods]
         succeeded, failed = phases.count("Succeeded"), phases.count("Failed")
         active = len(pods) - succeeded - failed
-        done = succeeded >= spec["completions"] or failed > spec["backoffLimit"]
-        if done or active >= spec["parallelism"] or spec.get("suspend"):
+        done = succeeded >= completions or failed > backoff_limit
+        if done or active >= parallelism or spec.get("suspend"):
             break
         pod = new_pod(cluster, current, f"{name}-{secrets.token_hex(3)[:5]}", template, {})
         record_event(
@@ -133,14 +112,14 @@ def job(cluster: Cluster, namespace: str, name: str) -> None:
         "terminating": 0,
         "uncountedTerminatedPods": {},
     }
-    if succeeded >= spec["completions"]:
+    if succeeded >= completions:
         status["completionTime"] = stamp
         status["conditions"] = [
             {"type": t, "status": "True", "lastProbeTime": stamp, "lastTransitionTime": stamp}
             for t in ("SuccessCriteriaMet", "Complete")
         ]
         record_event(cluster, current, "Completed", "Job completed", component=_COMPONENT)
-    elif failed > spec["backoffLimit"]:
+    elif failed > backoff_limit:
         status["conditions"] = [
             {
                 "type": t,

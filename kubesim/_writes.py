@@ -189,6 +189,8 @@ def create(
         obj.pop("status", None)
     if rtype.kind == "Service" and not rtype.group:
         _service_defaults(cluster, obj)
+    if rtype.kind == "Job" and rtype.group == "batch":
+        _job_defaults(obj)
     if rtype.kind == "Namespace":
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
@@ -220,6 +222,38 @@ def _service_defaults(cluster: Cluster, obj: dict[str, Any]) -> None:
         if isinstance(port, dict):
             port.setdefault("protocol", "TCP")
             port.setdefault("targetPort", port.get("port"))
+
+
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def _job_defaults(obj: dict[str, Any]) -> None:
+    """What the API server fills in on a new Job at admission (SetDefaults_Job, then the job
+    strategy's generated selector): both completions and parallelism 1 only when neither is
+    given (parallelism alone leaves completions unset: a work queue), backoffLimit 6, the
+    object's labels from the template's when it has none, and, unless manualSelector, a
+    selector on the controller uid with the job labels on the template."""
+    meta = obj["metadata"]
+    spec = obj.setdefault("spec", {})
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 6)
+    template_meta = spec.setdefault("template", {}).setdefault("metadata", {})
+    labels = template_meta.setdefault("labels", {})
+    if labels and not meta.get("labels"):
+        meta["labels"] = dict(labels)
+    if spec.get("manualSelector") is True:
+        return
+    spec["selector"] = {"matchLabels": {JOB_UID_LABEL: meta["uid"]}}
+    for key, value in (
+        (JOB_UID_LABEL, meta["uid"]),
+        (JOB_NAME_LABEL, meta["name"]),
+        ("controller-uid", meta["uid"]),
+        ("job-name", meta["name"]),
+    ):
+        labels.setdefault(key, value)
 
 
 def _check_rv(rtype: ResourceType, old: Stored, given: Any) -> None:

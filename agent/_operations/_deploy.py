@@ -12,6 +12,7 @@ to the pod template's labels when ``enableTraffic`` (default true).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,7 +38,14 @@ from ._manifests import (
     version_of,
 )
 from ._outcome import DeployResult
-from ._reuse import bind_config_refs, matching_version
+from ._reuse import (
+    BINDABLE,
+    artifact_names,
+    bind_config_refs,
+    bind_scale_target,
+    config_refs,
+    matching_version,
+)
 
 __all__ = ["cleanup_artifacts", "deploy_manifest", "run_job"]
 
@@ -137,8 +145,20 @@ async def _deploy_one(
         namespace = ""
         meta.pop("namespace", None)
     strategy = Strategy.of(obj)
-    bind_config_refs(obj, {(k, b): n for (ns, k, b), n in config_names.items() if ns == namespace})
+    upstream = artifact_names(artifacts, namespace=namespace, account=ctx.account)
+    names = {key: str(a["reference"]) for key, a in upstream.items()}
+    names.update({(k, b): n for (ns, k, b), n in config_names.items() if ns == namespace})
+    used = config_refs(obj)
+    target = bind_scale_target(obj, names)
+    if target is not None:
+        used.add(target)
+    bind_config_refs(obj, names)
     bound = bind_artifacts(obj, artifacts)
+    for key in used:
+        # An upstream artifact bound where this deploy did not write that name itself.
+        if key in upstream and (namespace, key[0], key[1]) not in config_names:
+            bound.append(dict(upstream[key]))
+    given = copy.deepcopy(obj)  # what reuse compares: before kubesvc's additions below
     sequence: int | None = None
     name = base
     source: Mapping[str, Any] | None = None
@@ -182,7 +202,7 @@ async def _deploy_one(
             version=f"v{number:03d}" if number is not None else "",
         )
 
-    reused = matching_version(obj, versions, base, as_version) if versions else None
+    reused = matching_version(given, versions, base) if versions else None
     if reused is not None:
         sequence, applied = reused[0], dict(reused[1])
         name = f"{base}-v{sequence:03d}"
@@ -197,7 +217,7 @@ async def _deploy_one(
         applied = await apply_object(ctx, res, obj, strategy, expect_new=expect_new)
         name = str(applied["metadata"]["name"])  # the API server's, for a generateName
     version = f"v{sequence:03d}" if sequence is not None else ""
-    if sequence is not None and res.kind in ("ConfigMap", "Secret"):
+    if sequence is not None and res.kind in BINDABLE.values():
         config_names[(namespace, res.kind, base)] = name
     if res.kind == "CustomResourceDefinition":
         ctx.cluster.kinds.invalidate()  # its custom resources may follow in this deploy
@@ -261,6 +281,28 @@ def _moniker(ctx: OperationContext) -> dict[str, Any]:
     return moniker
 
 
+# The kinds whose Clouddriver handler is CanReceiveTraffic (server groups, their managers,
+# pods): only they get the stage's services as their load-balancers annotation.
+_RECEIVES_TRAFFIC = frozenset(
+    ("pod", "replicaset", "statefulset", "daemonset", "job", "cronjob", "deployment")
+)
+
+
+def _set_traffic(obj: dict[str, Any], services: list[str]) -> None:
+    """Annotate ``obj`` with ``services``; an annotation naming other load balancers is an
+    InvalidOperation (Clouddriver's KubernetesManifestAnnotater.setTraffic)."""
+    notes = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    if LOAD_BALANCERS in notes:
+        current = Strategy.of(obj).load_balancers
+        if list(current) != services:
+            raise InvalidOperation(
+                f"Manifest already has {LOAD_BALANCERS} annotation set to {list(current)}. "
+                f"Failed attempting to set it to {services}."
+            )
+        return
+    notes[LOAD_BALANCERS] = json.dumps(services)
+
+
 async def deploy_manifest(ctx: OperationContext) -> None:
     d = ctx.description
     manifests = flatten(d.items("manifests"), where="deployManifest.manifests")
@@ -272,8 +314,8 @@ async def deploy_manifest(ctx: OperationContext) -> None:
     services = d.texts("services")
     if services:  # red/black and blue/green: the new server group fronts these services
         for obj in manifests:
-            notes = obj.setdefault("metadata", {}).setdefault("annotations", {})
-            notes.setdefault(LOAD_BALANCERS, json.dumps(services))
+            if str(obj.get("kind") or "").lower() in _RECEIVES_TRAFFIC:
+                _set_traffic(obj, services)
     await _deploy(
         ctx,
         manifests,
@@ -311,6 +353,15 @@ async def cleanup_artifacts(ctx: OperationContext) -> None:
     result = DeployResult(include_manifests=False)
     ctx.outcome.result = result
     ctx.outcome.say(f"Beginning cleanup of artifacts in account {ctx.account}")
+    # What the deploy answered (Orca passes its manifests): those versions, and the
+    # ConfigMaps/Secrets their pods mount, stay whatever their number (a reused version is
+    # the oldest; deleting it would take the config from under the new pods).
+    kept: set[tuple[str, str, str]] = set()
+    for obj in manifests:
+        meta = obj.get("metadata") or {}
+        ns = str(meta.get("namespace") or d.namespace or "default")
+        kept.add((ns, str(obj.get("kind") or ""), str(meta.get("name") or "")))
+        kept.update((ns, kind, name) for kind, name in config_refs(obj))
     for obj in manifests:
         strategy = Strategy.of(obj)
         if strategy.max_version_history is None:
@@ -331,7 +382,11 @@ async def cleanup_artifacts(ctx: OperationContext) -> None:
             key=lambda pair: pair[0],
         )
         keep = max(strategy.max_version_history, 0)
-        doomed = versions[: max(len(versions) - keep, 0)]
+        doomed = [
+            (n, o)
+            for n, o in versions
+            if (namespace or d.namespace or "default", res.kind, o["metadata"]["name"]) not in kept
+        ][: max(len(versions) - keep, 0)]
         for _, old in doomed:
             name = str(old["metadata"]["name"])
             ctx.outcome.say(f"Deleting {res.spinnaker_kind} {name} (max-version-history {keep})")

@@ -73,9 +73,9 @@ _WORKLOADS = (
     "daemonset",
     "job",
     "cronjob",
-    "horizontalpodautoscaler",
     "poddisruptionbudget",
 )
+_ATTACHMENTS = ("horizontalpodautoscaler",)  # Clouddriver's WORKLOAD_ATTACHMENT_PRIORITY
 _VERSION_RE = re.compile(r"^(?P<base>.+)-v(?P<n>\d{3,})$")
 _TEMPLATE_KINDS = frozenset({"deployment", "replicaset", "statefulset", "daemonset", "job"})
 
@@ -122,11 +122,14 @@ def _rank(kind: str) -> int:
     for rank, group in enumerate((_FIRST, _CONFIG, _SERVICES)):
         if kind in group:
             return rank
+    if kind in _ATTACHMENTS:
+        return 5
     return 4 if kind in _WORKLOADS else 3  # custom kinds before workloads, after services
 
 
 def deploy_order(manifests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stable sort: namespaces and CRDs, config, services, other kinds, workloads."""
+    """Stable sort: namespaces and CRDs, config, services, other kinds, workloads, then what
+    attaches to workloads (HPAs: their target's versioned name is known by then)."""
     return sorted(manifests, key=lambda obj: _rank(str(obj.get("kind", ""))))
 
 

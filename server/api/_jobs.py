@@ -133,8 +133,11 @@ def _java(value: object) -> str:
     return "null" if value is None else str(value)
 
 
-def _start_time(pod: Mapping[str, Any]) -> str:
-    return str(_mapping(pod.get("status")).get("startTime") or "")
+def _start_time(pod: Mapping[str, Any]) -> tuple[bool, str]:
+    """Sort key: by startTime, a pod without one (Pending) last, as Clouddriver takes it as
+    now; so a Pending newest pod is the mostRecentPodName."""
+    started = str(_mapping(pod.get("status")).get("startTime") or "")
+    return (not started, started)
 
 
 def job_status(

@@ -317,9 +317,15 @@ def _deploy(f: _Fields, payload: dict[str, Any]) -> None:
     if versioned is not None:
         payload["versioned"] = versioned
     payload["source"] = f.string("source", "text")
-    # Orca nests traffic settings under trafficManagement.options; flat keys win.
+    # Orca nests traffic settings under trafficManagement.options and sends them (flat) only
+    # when trafficManagement.enabled is true; Clouddriver reads only the flat keys. So the
+    # options count only when enabled (a turned-off block's services must not route traffic);
+    # flat keys always, and they win.
     traffic = _Fields(f.mapping("trafficManagement") or {}, f"{f.where}.trafficManagement")
-    options = _Fields(traffic.mapping("options") or {}, f"{traffic.where}.options")
+    enabled = traffic.boolean("enabled", False)
+    options = _Fields(
+        (traffic.mapping("options") or {}) if enabled else {}, f"{traffic.where}.options"
+    )
     payload["enableTraffic"] = f.boolean("enableTraffic", options.boolean("enableTraffic", True))
     payload["services"] = f.strings("services") or options.strings("services")
     if f.string("strategy"):

@@ -403,3 +403,30 @@ async def test_a_new_version_whose_name_is_taken_applies_over_it(tmp_path: Path)
     assert_ok(deployed)
     assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"
     assert live["metadata"]["annotations"]["artifact.spinnaker.io/name"] == "web"
+
+
+async def test_cleanup_keeps_the_version_the_deploy_reused(tmp_path: Path) -> None:
+    # cfg-v000 (a), v001 (b), v002 (c); redeploying a reuses v000, the oldest: cleanup with
+    # max-version-history 2 deletes v001, not the version the new pods mount.
+    notes = {"strategy.spinnaker.io/max-version-history": "2"}
+    with trio.fail_after(30):
+        async with open_ops_bench(tmp_path) as bench:
+            for value in ("a", "b", "c", "a"):
+                cm = {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "cfg", "annotations": dict(notes)},
+                    "data": {"v": value},
+                }
+                deployed = await bench.run(
+                    "deployManifest",
+                    {"namespace": "default", "manifests": [cm], "moniker": {"app": "shop"}},
+                )
+                assert deployed.ok, deployed.answer
+            cleaned = await bench.run(
+                "cleanupArtifacts", {"manifests": deployed.result["manifests"]}
+            )
+            left = _names(bench.sim, "", "configmaps")
+    assert deployed.result["manifestNamesByNamespace"] == {"default": ["configMap cfg-v000"]}
+    assert cleaned.ok, cleaned.answer
+    assert left == {"cfg-v000", "cfg-v002"}

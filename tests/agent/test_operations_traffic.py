@@ -278,3 +278,30 @@ async def test_services_without_traffic_then_enable_and_a_managed_replicaset(
         f"replicaSet {name} is managed by Deployment api: its controller may treat the "
         "patched template as drift" in statuses
     )
+
+
+async def test_services_annotate_only_kinds_that_receive_traffic(tmp_path: Path) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {}}
+    other = replica_set("other")
+    other["metadata"]["annotations"] = {LB: '["service back"]'}
+    same = replica_set("same")
+    same["metadata"]["annotations"] = {LB: '["service front"]'}
+    with trio.fail_after(30):
+        async with open_ops_bench(tmp_path) as bench:
+            d = {"namespace": "default", "services": ["service front"], "enableTraffic": False}
+            ran = await bench.run("deployManifest", {**d, "manifests": [service(), cm, same]})
+            refused = await bench.run("deployManifest", {**d, "manifests": [other]})
+            sim = bench.sim
+            svc = sim.get("", "v1", "services", "default", "front")
+            config = sim.get("", "v1", "configmaps", "default", "cfg-v000")
+            rs = sim.get("apps", "v1", "replicasets", "default", "same-v000")
+            left = [r["metadata"]["name"] for r in sim.list("apps", "v1", "replicasets", "default")]
+    assert_ok(ran)
+    assert LB not in (svc["metadata"].get("annotations") or {})
+    assert LB not in (config["metadata"].get("annotations") or {})
+    assert rs["metadata"]["annotations"][LB] == '["service front"]'
+    assert not refused.ok
+    assert "already has traffic.spinnaker.io/load-balancers annotation set to" in str(
+        refused.answer
+    )
+    assert "other-v000" not in left

@@ -96,6 +96,30 @@ def test_a_paused_deployment_says_so_and_resuming_rolls_it_out() -> None:
     assert len(sim.list("apps", "v1", "replicasets", "default")) == 2
 
 
+def _one_pod_unready(sim: kubesim.Cluster) -> dict[str, Any]:
+    pod = sim.list("", "v1", "pods", "default")[0]
+    for condition in pod["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition["status"] = "False"
+    sim.commit(sim.resolve("", "v1", "pods"), pod, added=False)  # as the kubelet writes it
+    sim.reconcile()
+    return sim.get("apps", "v1", "deployments", "default", "web")
+
+
+def test_a_recreate_deployment_short_of_one_pod_is_unavailable() -> None:
+    # A rolling update may run 25 % short and stay Available; Recreate has no such room.
+    results = {}
+    for strategy in ("RollingUpdate", "Recreate"):
+        sim = kubesim.Cluster()
+        dep = _deployment("web", replicas=4)
+        dep["spec"]["strategy"] = {"type": strategy}
+        sim.create(dep)
+        live = _one_pod_unready(sim)
+        assert live["status"]["readyReplicas"] == 3
+        results[strategy] = _conditions(live)["Available"]["status"]
+    assert results == {"RollingUpdate": "True", "Recreate": "False"}
+
+
 def test_a_job_succeeds_with_a_succeeded_pod_and_an_event() -> None:
     sim = kubesim.Cluster()
     sim.create(_job("migrate"))
@@ -112,6 +136,29 @@ def test_a_job_succeeds_with_a_succeeded_pod_and_an_event() -> None:
         "Completed",
         "SuccessfulCreate",
     ]
+
+
+def test_a_jobs_defaults_are_in_the_create_response() -> None:
+    sim = kubesim.Cluster()
+    created = sim.create(_job("migrate"))
+    uid = created["metadata"]["uid"]
+    spec = created["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["backoffLimit"]) == (1, 1, 6)
+    assert spec["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    labels = spec["template"]["metadata"]["labels"]
+    assert labels["batch.kubernetes.io/job-name"] == "migrate"
+    assert labels["controller-uid"] == uid
+    assert sim.get("batch", "v1", "jobs", "default", "migrate")["spec"] == spec  # no later write
+
+
+def test_a_job_given_only_parallelism_keeps_completions_unset() -> None:
+    sim = kubesim.Cluster()
+    created = sim.create(_job("queue", parallelism=2))
+    job = sim.get("batch", "v1", "jobs", "default", "queue")
+    assert "completions" not in created["spec"]
+    assert "completions" not in job["spec"]
+    assert created["spec"]["parallelism"] == 2
+    assert list(_conditions(job)) == ["SuccessCriteriaMet", "Complete"]
 
 
 def test_a_failing_job_retries_to_its_backoff_limit_then_fails() -> None:

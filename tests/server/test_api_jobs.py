@@ -72,3 +72,16 @@ def test_a_running_job_has_empty_completion_details_and_no_failure_keys() -> Non
         "completionDetails": {"exitCode": "", "signal": "", "message": "", "reason": ""},
         "pods": [],
     }
+
+
+def test_a_pending_pod_without_a_start_time_is_the_most_recent() -> None:
+    def pod(name: str, status: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "status": status}
+
+    pods = [
+        pod("m-new", {"phase": "Pending"}),
+        pod("m-old", {"phase": "Failed", "startTime": "2025-03-05T12:10:01Z"}),
+    ]
+    body = job_status(_job({"active": 1}), pods, "acct")
+    assert body["mostRecentPodName"] == "m-new"
+    assert [p["name"] for p in body["pods"]] == ["m-old", "m-new"]

@@ -86,12 +86,29 @@ def test_an_unknown_strategy_names_the_field_and_the_accepted_values() -> None:
     raw = {
         "account": "k1",
         "manifests": [{"kind": "ReplicaSet", "metadata": {"name": "web"}}],
-        "trafficManagement": {"options": {"strategy": "canary"}},
+        "trafficManagement": {"enabled": True, "options": {"strategy": "canary"}},
     }
     with pytest.raises(InvalidDescription) as caught:
         normalize("deployManifest", raw)
     assert caught.value.field == "deployManifest.trafficManagement.options.strategy"
     assert "redblack, bluegreen, highlander or none" in str(caught.value)
+
+
+@pytest.mark.parametrize("enabled", [False, "false", None])
+def test_options_of_a_disabled_traffic_block_are_ignored(enabled: object) -> None:
+    # Orca adds the flat keys only when enabled: a turned-off block routes no traffic.
+    block = {"options": {"services": ["service web"], "strategy": "redblack"}}
+    raw = {
+        "account": "k1",
+        "manifests": [{"kind": "ReplicaSet", "metadata": {"name": "web"}}],
+        "trafficManagement": {**block, "enabled": enabled},
+    }
+    payload = normalize("deployManifest", raw).payload
+    assert payload["services"] == []
+    assert payload["strategy"] == "NONE"
+    assert payload["enableTraffic"] is True
+    flat = normalize("deployManifest", {**raw, "services": ["service f"]}).payload
+    assert flat["services"] == ["service f"]
 
 
 def test_both_operations_are_known() -> None:
