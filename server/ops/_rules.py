@@ -51,7 +51,8 @@ RULE_CONTEXTS: Mapping[str, str] = {
 }
 
 # Kinds that live outside namespaces (the rest, and unknown kinds named with a namespace, are
-# namespaced; an unknown kind without one is let through: only the cluster knows).
+# namespaced; an unknown kind without one is let through, unless the account is limited to
+# namespaces: see AccountRules.check).
 _CLUSTER_SCOPED = frozenset(
     {
         "apiservice",
@@ -105,7 +106,13 @@ class AccountRules:
         ref = resolve_kind(kind.split(".", 1)[0] if "." in kind else kind)
         lower = ref.kind.lower()
         token = ref.token if "." not in kind else kind
-        namespaced = lower not in _CLUSTER_SCOPED and (ref.group is not None or bool(namespace))
+        # A kind we do not know (a custom resource) is taken as namespaced when it names a
+        # namespace, or when the account is limited to namespaces: the agent would put a
+        # namespaced one without a namespace into "default", and nothing here can tell its
+        # scope, so a limited account asks for the namespace rather than let it through.
+        namespaced = lower not in _CLUSTER_SCOPED and (
+            ref.group is not None or bool(namespace) or bool(self.namespaces)
+        )
         if namespaced and namespace:
             if self.namespaces and namespace not in self.namespaces:
                 return _reject(context, namespace, "wrongNamespace")

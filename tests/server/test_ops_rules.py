@@ -42,6 +42,19 @@ def test_no_namespace_on_a_limited_account_is_omitted_namespace() -> None:
     assert rule_errors(deploy(cm(kind="Namespace")), LIMITED) == []
 
 
+def test_a_custom_kind_without_a_namespace_on_a_limited_account_is_omitted_namespace() -> None:
+    """A cert-manager Certificate with no namespace: its scope is unknown here, and the agent
+    would write a namespaced one into "default", outside the list (found in review)."""
+    certificate = {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": {"name": "tls"},
+    }
+    assert rule_errors(deploy(certificate), LIMITED) == [f"{CTX}.{CTX}.namespace.omittedNamespace"]
+    assert rule_errors(deploy(certificate, override="apps"), LIMITED) == []
+    assert rule_errors(deploy(certificate), {"omit_namespaces": ["kube-system"]}) == []
+
+
 def test_omit_namespaces_from_the_agent_or_the_armory_api() -> None:
     for props in ({"omit_namespaces": ["kube-system"]}, {"omitNamespaces": ["kube-system"]}):
         assert rule_errors(deploy(cm("kube-system")), props) == [
