@@ -34,7 +34,7 @@ import msgspec
 import trio
 
 from ._errors import ServerError
-from ._freshness import Freshness
+from ._freshness import Freshness, ObjectRef
 
 __all__ = [
     "ChangeFeed",
@@ -72,19 +72,8 @@ class FeedClosed(FeedError):
     """The feed or the subscription is closed; no more messages will come."""
 
 
-class SweptObject(Protocol):
-    """An object a sync bracket deleted (`server.store.ObjectRef`), read by attribute."""
-
-    @property
-    def account(self) -> str: ...
-    @property
-    def api_version(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def name(self) -> str: ...
+#: An object a sync bracket deleted (`server.store.ObjectRef`), read by attribute.
+SweptObject = ObjectRef
 
 
 class FeedRecord(SweptObject, Protocol):

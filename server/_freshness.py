@@ -44,14 +44,17 @@ from typing import Protocol
 
 import trio
 
-__all__ = ["Freshness", "FreshnessKey", "object_key"]
+__all__ = ["Freshness", "FreshnessKey", "ObjectRef", "object_key"]
 
 FreshnessKey = tuple[str, str, str, str, str]  # account, group, kind (lower), namespace, name
 _Scope = tuple[str, str, str]  # account, kind (lower), namespace: what a listing reads
 _ADDED, _MODIFIED, _DELETED = 1, 2, 3  # wire.EventType values
 
 
-class _Ref(Protocol):
+class ObjectRef(Protocol):
+    """An object's identity, read by attribute (a `wire.EventRecord`, a
+    `server.store.ObjectRef`); the change feed's records and swept objects are these too."""
+
     @property
     def account(self) -> str: ...
     @property
@@ -64,7 +67,7 @@ class _Ref(Protocol):
     def name(self) -> str: ...
 
 
-class _Record(_Ref, Protocol):
+class _Record(ObjectRef, Protocol):
     @property
     def type(self) -> int: ...
     @property
@@ -84,7 +87,7 @@ def object_key(account: str, group: str, kind: str, namespace: str, name: str) -
     return (account, group, kind.lower(), namespace, name)
 
 
-def _key(ref: _Ref) -> FreshnessKey:
+def _key(ref: ObjectRef) -> FreshnessKey:
     group = ref.api_version.rpartition("/")[0] if "/" in ref.api_version else ""
     return object_key(ref.account, group, ref.kind, ref.namespace, ref.name)
 
@@ -165,7 +168,7 @@ class Freshness:
                 break
             self._drop(key)
 
-    def observed(self, records: Sequence[_Record], swept: Sequence[_Ref] = ()) -> None:
+    def observed(self, records: Sequence[_Record], swept: Sequence[ObjectRef] = ()) -> None:
         """A committed batch: clear (and wake) the watermarks it reaches."""
         if not self._marks:
             return
