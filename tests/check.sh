@@ -13,7 +13,7 @@ echo "== ruff";          "$venv/bin/ruff" check . && "$venv/bin/ruff" format --c
 echo "== mypy --strict"; "$venv/bin/mypy" agent wire budget server kubesim kubesvc manifests tests
 echo "== import-linter"; "$venv/bin/lint-imports"
 echo "== PostgreSQL server binaries (the store tests start their own server)"
-have_pg() { "$venv/bin/python" -m tests.server._postgres >/dev/null 2>&1; }
+have_pg() { "$venv/bin/python" -m kubesvc._postgres >/dev/null 2>&1; }
 if ! have_pg && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     # Debian's server package: initdb/pg_ctl land in /usr/lib/postgresql/<version>/bin.
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql \
@@ -24,6 +24,6 @@ if ! have_pg; then
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pgserver \
         || echo "pip could not install pgserver"
 fi
-"$venv/bin/python" -m tests.server._postgres \
+"$venv/bin/python" -m kubesvc._postgres \
     || echo "the PostgreSQL store tests will be SKIPPED (the reason is above and in pytest's summary)"
 echo "== pytest";        "$venv/bin/python" -m pytest "$@"
