@@ -26,9 +26,12 @@ from .store import (
     AccountState,
     AgentRecord,
     BatchOutcome,
+    LeaseOutcome,
+    LeaseRecord,
     ObjectPage,
     OperationEvent,
     OperationRecord,
+    ReplicaRecord,
     ResumePoint,
     Store,
     StoredObject,
@@ -264,3 +267,41 @@ class RegistryStore:
 
     async def operation_history(self, operation_id: str) -> list[OperationEvent]:
         return await self._store.operation_history(operation_id)
+
+    async def heartbeat_replica(self, record: ReplicaRecord, lease_ttl_ms: int) -> None:
+        await self._store.heartbeat_replica(record, lease_ttl_ms)
+
+    async def list_replicas(self) -> builtins.list[ReplicaRecord]:
+        return await self._store.list_replicas()
+
+    async def delete_replica(self, replica_id: str) -> None:
+        await self._store.delete_replica(replica_id)
+
+    async def acquire_lease(
+        self,
+        account: str,
+        replica_id: str,
+        session_id: str,
+        agent_id: str,
+        kube_host: str,
+        cert_fingerprint: str,
+        ttl_ms: int,
+    ) -> LeaseOutcome:
+        return await self._store.acquire_lease(
+            account, replica_id, session_id, agent_id, kube_host, cert_fingerprint, ttl_ms
+        )
+
+    async def release_lease(self, account: str, session_id: str) -> bool:
+        return await self._store.release_lease(account, session_id)
+
+    async def get_lease(self, account: str) -> LeaseRecord | None:
+        return await self._store.get_lease(account)
+
+    async def list_leases(self) -> builtins.list[LeaseRecord]:
+        return await self._store.list_leases()
+
+    async def expire_leases(self) -> builtins.list[LeaseRecord]:
+        return await self._store.expire_leases()
+
+    async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
+        return await self._store.claim_duty(name, replica_id, ttl_ms)
