@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -26,9 +26,12 @@ from .store import (
     AccountState,
     AgentRecord,
     BatchOutcome,
+    LeaseOutcome,
+    LeaseRecord,
     ObjectPage,
     OperationEvent,
     OperationRecord,
+    ReplicaRecord,
     ResumePoint,
     Store,
     StoredObject,
@@ -51,23 +54,62 @@ class AccountHolders:
 class AccountService:
     """The registry, persisted. Create with ``await AccountService.load(store, ...)``."""
 
-    def __init__(self, registry: Registry, store: Store, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        store: Store,
+        now_ms: Callable[[], int],
+        *,
+        lease_ttl_ms: int = 0,
+    ) -> None:
         self.registry = registry
         self._store = store
         self._now_ms = now_ms
         self._lock = trio.Lock()
         self._wake = trio.Event()
         self.on_role_changes: RoleChangeHandler | None = None
+        # Several replicas (a registry with leases): how long a granted lease lasts, whether
+        # this replica holds the housekeeping duty (orphan expiry runs only there; the
+        # replica service sets it), and how often a replica without it looks again.
+        self.lease_ttl_ms = lease_ttl_ms
+        self.housekeeper: Callable[[], bool] = lambda: True
+        self.recheck_seconds = _RETRY_SECONDS
+        self._lease_holder: dict[str, str] = {}  # account -> replica that holds it, last seen
+
+    @property
+    def uses_leases(self) -> bool:
+        return self.lease_ttl_ms > 0
 
     @classmethod
     async def load(
-        cls, store: Store, *, now_ms: Callable[[], int], orphan_grace_ms: int
+        cls,
+        store: Store,
+        *,
+        now_ms: Callable[[], int],
+        orphan_grace_ms: int,
+        replica_id: str = "",
+        lease_ttl_ms: int = 0,
     ) -> AccountService:
-        """Load the persisted accounts (served ones start ORPHANED: see Registry)."""
+        """Load the persisted accounts (served ones start ORPHANED: see Registry). With
+        ``lease_ttl_ms`` roles are leases in the store, held by ``replica_id``; an account
+        another replica's live lease serves is not made ORPHANED."""
+        served: set[str] = set()
+        if lease_ttl_ms > 0:
+            now = now_ms()
+            served = {
+                lease.account
+                for lease in await store.list_leases()
+                if lease.expires_ms > now and lease.replica_id != replica_id
+            }
         registry = Registry(
-            await store.list_accounts(), now_ms=now_ms(), orphan_grace_ms=orphan_grace_ms
+            await store.list_accounts(),
+            now_ms=now_ms(),
+            orphan_grace_ms=orphan_grace_ms,
+            use_leases=lease_ttl_ms > 0,
+            replica_id=replica_id,
+            served_elsewhere=served,
         )
-        service = cls(registry, store, now_ms)
+        service = cls(registry, store, now_ms, lease_ttl_ms=lease_ttl_ms)
         await service.persist()
         return service
 
@@ -110,10 +152,118 @@ class AccountService:
         return True
 
     async def changed(self, role_changes: Sequence[RoleChange]) -> None:
-        """Persist the registry's changes, then announce ``role_changes``."""
+        """Settle the leases (see ``settle``), persist the registry's changes, then announce
+        ``role_changes`` and what settling changed."""
+        role_changes = [*role_changes, *await self.settle()]
         await self.persist()
         if role_changes and self.on_role_changes is not None:
             await self.on_role_changes(role_changes)
+
+    def wake(self) -> None:
+        """Have the expiry task look at the orphaned accounts again now."""
+        self._wake.set()
+
+    # -- leases (several replicas) ------------------------------------------------------
+
+    async def refresh(self, names: Iterable[str]) -> None:
+        """Read ``names``' rows from the store into the registry (another replica may have
+        created, bound or removed them)."""
+        if self.uses_leases:
+            for name in names:
+                self.registry.refresh(name, await self._store.get_account(name))
+
+    async def settle(self) -> builtins.list[RoleChange]:
+        """Release the leases no local session needs, and ask for the lease of each account
+        whose local head changed; returns the role changes (not yet announced)."""
+        if not self.uses_leases:
+            return []
+        for name, session_id in self.registry.take_lease_releases():
+            try:
+                await self._store.release_lease(name, session_id)
+            except StoreError as exc:
+                # It lapses at its TTL (the heartbeat renews only what the registry holds).
+                log.error("could not release the lease of %s: %s", name, exc)
+        changes: builtins.list[RoleChange] = []
+        for name, session_id, reason in self.registry.take_new_heads():
+            changes += await self.try_lease(name, session_id, reason)
+        return changes
+
+    async def try_lease(
+        self, name: str, session_id: str, reason: str = ""
+    ) -> builtins.list[RoleChange]:
+        """Ask the store for ``name``'s lease for the local head ``session_id``: granted, it
+        is PRIMARY (told ``reason``); refused (another cluster), every local session of it is
+        REJECTED; held by another replica, nothing changes (``standby_reason`` says who)."""
+        outcome = await self._acquire(name, session_id)
+        if outcome is None:
+            return []
+        if outcome.refusal:
+            return self.registry.refuse(name, outcome.refusal, await self._store.get_account(name))
+        if outcome.granted:
+            self._lease_holder.pop(name, None)
+            return self.registry.grant(name, session_id, reason)
+        if outcome.holder is not None:
+            self._lease_holder[name] = outcome.holder.replica_id
+        return []
+
+    async def _acquire(self, name: str, session_id: str) -> LeaseOutcome | None:
+        """The store's answer to ``session_id`` asking for ``name``'s lease (None: the
+        account is gone here)."""
+        record = self.registry.get(name)
+        if record is None:
+            return None
+        return await self._store.acquire_lease(
+            name,
+            self.registry.replica_id,
+            session_id,
+            self.registry.agent_of(session_id) or "",
+            record.kube_host,
+            record.cert_fingerprint,
+            self.lease_ttl_ms,
+        )
+
+    def standby_reason(self, name: str) -> str:
+        """Why a local head of ``name`` is a STANDBY (another replica holds the lease)."""
+        holder = self._lease_holder.get(name)
+        if holder is None:
+            return ""
+        return f"account {name!r} is served by the primary on replica {holder}"
+
+    async def reconcile(self, leases: Sequence[LeaseRecord]) -> None:
+        """At a heartbeat, with every lease row: a lease this replica lost is a demotion; a
+        row it holds that no local session needs is released; a local head without the lease
+        asks for it when the row is missing, lapsed or this replica's (a promotion: the
+        primary on the other replica lapsed). Persists and announces what changed."""
+        now, me = self._now_ms(), self.registry.replica_id
+        rows = {lease.account: lease for lease in leases}
+        held = self.registry.held_leases()
+        changes: builtins.list[RoleChange] = []
+        for name, mine in rows.items():
+            if mine.replica_id == me and held.get(name) != mine.session_id:
+                await self._store.release_lease(name, mine.session_id)
+        for name in held:
+            row = rows.get(name)
+            if row is not None and row.replica_id != me and row.expires_ms > now:
+                self._lease_holder[name] = row.replica_id
+                reason = f"demoted: replica {row.replica_id} holds the lease now"
+                changes += self.registry.lost(name, reason)
+            elif row is None:
+                # Cleaned by housekeeping (our heartbeats stalled): take it again.
+                outcome = await self._acquire(name, held[name])
+                if outcome is not None and not outcome.granted:
+                    changes += self.registry.lost(name, "demoted: the lease lapsed")
+        for name, head in self.registry.lease_wanted():
+            row = rows.get(name)
+            if row is not None and row.replica_id != me and row.expires_ms > now:
+                self._lease_holder[name] = row.replica_id
+                continue
+            if row is None or row.replica_id == me:
+                reason = "promoted: no replica held the lease"
+            else:
+                reason = f"promoted: the primary on replica {row.replica_id} lapsed"
+            changes += await self.try_lease(name, head, reason)
+        if changes or self.registry.has_changes():
+            await self.changed(changes)
 
     async def persist(self) -> None:
         """Write what the registry changed; removed accounts lose their objects too.
@@ -148,15 +298,24 @@ class AccountService:
         fails: a store error is logged here, never raised). Never returns."""
         task_status.started()
         failing = False
+        held_back = False
         while True:
             due = self.registry.next_expiry_ms()
             delay = math.inf if due is None else max(0.0, (due - self._now_ms()) / 1000)
+            if held_back:  # due, but not ours to remove yet: look again later
+                delay = max(delay, self.recheck_seconds)
             if failing:
                 delay = min(delay, retry_seconds)
             with trio.move_on_after(delay):
                 await self._wake.wait()
             self._wake = trio.Event()
-            gone = self.registry.expire(self._now_ms())
+            try:
+                keep = await self._kept_from_expiry()
+            except ServerError as exc:
+                log.error("could not check the orphaned accounts in the store: %s", exc)
+                keep, failing = set(self.registry.due(self._now_ms())), True
+            held_back = bool(keep)
+            gone = self.registry.expire(self._now_ms(), keep)
             if gone:
                 log.info("orphaned accounts past their grace period: %s", ", ".join(gone))
             if not (gone or failing or self.registry.has_changes()):
@@ -171,6 +330,30 @@ class AccountService:
                     exc,
                 )
                 failing = True
+
+    async def _kept_from_expiry(self) -> set[str]:
+        """With leases (several replicas), the accounts past their grace period that stay:
+        each whose row another replica changed (served again, or removed: the registry takes
+        the row in), each with a live lease, and every one on a replica without the
+        housekeeping duty (one replica removes them, once)."""
+        now = self._now_ms()
+        due = self.registry.due(now) if self.uses_leases else []
+        keep: set[str] = set()
+        for name in due:
+            stored = await self._store.get_account(name)
+            lease = await self._store.get_lease(name)
+            local = self.registry.get(name)
+            if (
+                stored is None
+                or stored.status is not AccountState.ORPHANED
+                or (local is not None and stored.orphaned_at_ms != local.orphaned_at_ms)
+                or (lease is not None and lease.expires_ms > now)
+            ):
+                self.registry.refresh(name, stored)
+                keep.add(name)
+        if due and not self.housekeeper():
+            keep.update(due)
+        return keep
 
 
 class RegistryStore:
@@ -264,3 +447,41 @@ class RegistryStore:
 
     async def operation_history(self, operation_id: str) -> list[OperationEvent]:
         return await self._store.operation_history(operation_id)
+
+    async def heartbeat_replica(self, record: ReplicaRecord, lease_ttl_ms: int) -> None:
+        await self._store.heartbeat_replica(record, lease_ttl_ms)
+
+    async def list_replicas(self) -> builtins.list[ReplicaRecord]:
+        return await self._store.list_replicas()
+
+    async def delete_replica(self, replica_id: str) -> None:
+        await self._store.delete_replica(replica_id)
+
+    async def acquire_lease(
+        self,
+        account: str,
+        replica_id: str,
+        session_id: str,
+        agent_id: str,
+        kube_host: str,
+        cert_fingerprint: str,
+        ttl_ms: int,
+    ) -> LeaseOutcome:
+        return await self._store.acquire_lease(
+            account, replica_id, session_id, agent_id, kube_host, cert_fingerprint, ttl_ms
+        )
+
+    async def release_lease(self, account: str, session_id: str) -> bool:
+        return await self._store.release_lease(account, session_id)
+
+    async def get_lease(self, account: str) -> LeaseRecord | None:
+        return await self._store.get_lease(account)
+
+    async def list_leases(self) -> builtins.list[LeaseRecord]:
+        return await self._store.list_leases()
+
+    async def expire_leases(self) -> builtins.list[LeaseRecord]:
+        return await self._store.expire_leases()
+
+    async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
+        return await self._store.claim_duty(name, replica_id, ttl_ms)

@@ -28,8 +28,10 @@ import wire
 from ._accounts import AccountService, RegistryStore
 from ._auth import Authenticator, server_ssl_context
 from ._config import ServerConfig
+from ._errors import ServerError
 from ._feed import ChangeFeed
 from ._grpc import ConnectHandler
+from ._replica import ReplicaService, advertised_address, take_store_alone
 from ._sessions import SessionManager
 from ._state import OperationsHook, ServerState
 from .ops import OperationService
@@ -41,6 +43,7 @@ log = logging.getLogger("server")
 #: still closing (CLOSE_AFTER_DRAIN_SECONDS, 2 s), the store's cleanup (2 s) and the exit.
 #: A pod's terminationGracePeriodSeconds must be at least drainSeconds plus this.
 SHUTDOWN_SLACK_SECONDS = 5.0
+_LEAVE_SECONDS = 1.0  # to delete the replica's row at a drain (inside the slack above)
 
 
 class ServeApi(Protocol):
@@ -80,10 +83,17 @@ async def open_server_state(
     Raises StoreError/SchemaError when the store cannot be opened.
     """
     async with open_store(config.store, now_ms=now_ms) as store:
-        accounts = await AccountService.load(
-            store, now_ms=now_ms, orphan_grace_ms=int(config.accounts.orphan_grace_seconds * 1000)
-        )
         server_id = config.server_id or f"kubesvc-server-{secrets.token_hex(4)}"
+        if config.store.location.backend == "sqlite":
+            # One process owns a SQLite file: what earlier ones left holds no lease.
+            await take_store_alone(store, server_id)
+        accounts = await AccountService.load(
+            store,
+            now_ms=now_ms,
+            orphan_grace_ms=int(config.accounts.orphan_grace_seconds * 1000),
+            replica_id=server_id,
+            lease_ttl_ms=config.replicas.lease_ttl_ms,
+        )
         sessions = SessionManager(
             accounts,
             store,
@@ -107,16 +117,29 @@ async def open_server_state(
                 # keep unanswered operations well under it.
                 max_in_flight=max(1, config.sessions.outbound_queue // 2),
             )
+        started_ms = now_ms()
+        replicas = ReplicaService(
+            store,
+            accounts,
+            sessions,
+            replica_id=server_id,
+            started_ms=started_ms,
+            heartbeat_ms=config.replicas.heartbeat_ms,
+            lease_ttl_ms=config.replicas.lease_ttl_ms,
+            now_ms=now_ms,
+            address=config.replicas.address,
+        )
         try:
             yield ServerState(
                 config=config,
                 server_id=server_id,
-                started_at_ms=now_ms(),
+                started_at_ms=started_ms,
                 store=RegistryStore(store, accounts),
                 feed=feed,
                 accounts=accounts,
                 sessions=sessions,
                 operations=operations,
+                replicas=replicas,
             )
         finally:
             feed.close()
@@ -145,7 +168,6 @@ async def run_server(
         trio.open_nursery() as nursery,
     ):
         await nursery.start(state.store.run_upkeep)
-        await nursery.start(state.accounts.run_expiry)
         if isinstance(state.operations, OperationService):
             await nursery.start(state.operations.run)  # issue 6: task runners
         handler = ConnectHandler(state, authenticator)
@@ -181,6 +203,15 @@ async def run_server(
             grpc_port,
             f"{config.api.host}:{api_port}" if api_port else "(none)",
         )
+        replicas = state.replicas
+        if replicas is not None:
+            if not replicas.address:
+                replicas.address = advertised_address(
+                    config.grpc.host, grpc_port, config.api.host, api_port
+                )
+            # First: the orphan expiry asks the heartbeat whether housekeeping is ours.
+            await nursery.start(replicas.run)
+        await nursery.start(state.accounts.run_expiry)
         task_status.started(RunningServer(state, grpc_port, api_port))
         if stop is not None:
             await stop.wait()
@@ -204,6 +235,13 @@ async def _drain(
         await handler.wait_closed()
         log.info("shutdown: every agent stream is closed")
         await api_done.wait()
+    if state.replicas is not None:
+        # The agents are gone: release what this replica still holds now, not at the TTL.
+        with trio.move_on_after(_LEAVE_SECONDS, shield=True):
+            try:
+                await state.replicas.leave()
+            except ServerError as exc:
+                log.error("shutdown: could not remove this replica's row: %s", exc)
     if scope.cancelled_caught:
         log.warning("shutdown: the drain did not finish within %g s: stopping now", bound)
     else:

@@ -22,6 +22,8 @@ File paths inside the config are resolved relative to the config file's folder.
                outboundQueue: 64, heartbeatSeconds: 60}
     operations: {waitMs: 30000}
     shutdown: {drainSeconds: 15}
+    replicas: {heartbeatMs: 2000, leaseTtlMs: 10000,   # leaseTtlMs > 2 x heartbeatMs
+               address: "pod-ip:9091 api=pod-ip:7002"} # default: from the bound ports
 """
 
 from __future__ import annotations
@@ -94,6 +96,16 @@ class ShutdownConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicasConfig:
+    # Every heartbeat renews this replica's row and its accounts' leases; a lease not renewed
+    # for lease_ttl_ms lapses and a standby on another replica takes the account over.
+    heartbeat_ms: int = 2000
+    lease_ttl_ms: int = 10_000
+    # What /armory/clouddrivers shows for this replica ("" : built from the bound ports).
+    address: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     server_id: str = ""
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
@@ -103,6 +115,7 @@ class ServerConfig:
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     operations: OperationsConfig = field(default_factory=OperationsConfig)
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
+    replicas: ReplicasConfig = field(default_factory=ReplicasConfig)
 
 
 class _Section:
@@ -312,8 +325,26 @@ def parse_server_config(
         )
     shutdown = ShutdownConfig(drain_seconds)
     shutdown_s.done()
+    replicas = _replicas(root.section("replicas"))
     root.done()
-    return ServerConfig(server_id, grpc, api, store, accounts, sessions, operations, shutdown)
+    return ServerConfig(
+        server_id, grpc, api, store, accounts, sessions, operations, shutdown, replicas
+    )
+
+
+def _replicas(s: _Section) -> ReplicasConfig:
+    heartbeat = s.integer("heartbeatMs", 2000, low=10)
+    ttl = s.integer("leaseTtlMs", 10_000, low=1)
+    if ttl <= 2 * heartbeat:
+        # One late heartbeat must not cost a replica its accounts.
+        raise ConfigError(
+            s.file,
+            s._where("leaseTtlMs"),
+            f"expected more than twice heartbeatMs ({heartbeat}), got {ttl}",
+        )
+    config = ReplicasConfig(heartbeat, ttl, s.text("address"))
+    s.done()
+    return config
 
 
 _STORE_URLS = "sqlite:///path, sqlite://:memory: or postgresql://user@host:port/db"

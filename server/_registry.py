@@ -10,17 +10,25 @@ removes it once the grace period has passed, unless a registration restored it t
 
 Nothing here does I/O or reads a clock: the caller passes ``now_ms`` and persists what
 ``take_changes()`` returns (records to upsert, names to delete).
+
+Several replicas (``use_leases``). Then the queue is this replica's only: its head is PRIMARY
+only while this replica holds the account's lease in the store (``grant``); a head without it
+is a STANDBY. The caller asks the store for the leases ``take_new_heads()`` names, hands back
+what ``take_lease_releases()`` names, and reports the outcomes (``grant``, ``lost``,
+``refuse``). ``refresh`` takes in the store's row of an account (written by any replica):
+another replica's connections are kept in the row, and an account another replica serves is
+not turned ORPHANED when its last local session leaves.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._errors import AccountExists, UnknownAccount
-from .store import AccountRecord, AccountState
+from .store import AccountRecord, AccountState, cluster_refusal
 
 DEFAULT_ORPHAN_GRACE_MS = 600_000
 
@@ -93,15 +101,30 @@ class Registry:
         *,
         now_ms: int = 0,
         orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS,
+        use_leases: bool = False,
+        replica_id: str = "",
+        served_elsewhere: Collection[str] = (),
     ) -> None:
         self.orphan_grace_ms = orphan_grace_ms
+        self.replica_id = replica_id
+        self._use_leases = use_leases
         self._accounts: dict[str, AccountRecord] = {}
         self._holders: dict[str, list[str]] = {}
         self._sessions: dict[str, _Session] = {}
         self._dirty: set[str] = set()
         self._deleted: set[str] = set()
+        # Several replicas: the session holding this replica's lease, per account; leases to
+        # hand back; heads that should ask for the lease (with the reason to tell them); other
+        # replicas' connections as the store's row last showed them.
+        self._leases: dict[str, str] = {}
+        self._releases: list[tuple[str, str]] = []
+        self._new_heads: dict[str, str] = {}
+        self._remote: dict[str, list[dict[str, Any]]] = {}
         for record in records:
             self._accounts[record.name] = record
+            if record.name in served_elsewhere:
+                self._remote[record.name] = self._others(record)
+                continue  # another replica's live lease serves it: not ours to orphan
             if record.status is AccountState.ACTIVE or record.connections:
                 self._orphan(record.name, now_ms)
 
@@ -119,13 +142,24 @@ class Registry:
 
     def primary(self, name: str) -> str | None:
         holders = self._holders.get(name)
+        if not holders or not self._leads(name, holders[0]):
+            return None
+        return holders[0]
+
+    def head(self, name: str) -> str | None:
+        """The first session in this replica's queue (PRIMARY once it holds the lease)."""
+        holders = self._holders.get(name)
         return holders[0] if holders else None
 
     def role(self, session_id: str, name: str) -> Role | None:
         holders = self._holders.get(name, [])
         if session_id not in holders:
             return None
-        return Role.PRIMARY if holders[0] == session_id else Role.STANDBY
+        lead = holders[0] == session_id and self._leads(name, session_id)
+        return Role.PRIMARY if lead else Role.STANDBY
+
+    def _leads(self, name: str, session_id: str) -> bool:
+        return not self._use_leases or self._leases.get(name) == session_id
 
     def session_accounts(self, session_id: str) -> list[str]:
         session = self._sessions.get(session_id)
@@ -173,22 +207,22 @@ class Registry:
                 connections=self._connections(claim.name),
             )
         )
-        role = Role.PRIMARY if holders[0] == session_id else Role.STANDBY
+        if self._use_leases and holders[0] == session_id and claim.name not in self._leases:
+            self._new_heads.setdefault(claim.name, "")
+        role = self.role(session_id, claim.name) or Role.STANDBY
         return RoleChange(session_id, claim.name, role)
 
     @staticmethod
     def _refusal(record: AccountRecord, claim: Claim) -> str:
-        bound = record.kube_host or record.cert_fingerprint
-        if bound and (record.kube_host, record.cert_fingerprint) != (
+        refusal = cluster_refusal(
+            claim.name,
+            record.kube_host,
+            record.cert_fingerprint,
             claim.kube_host,
             claim.cert_fingerprint,
-        ):
-            return (
-                f"account {claim.name!r} is held by another cluster (API host "
-                f"{record.kube_host or '?'}, certificate {record.cert_fingerprint[:16] or '?'}); "
-                f"this agent's cluster is {claim.kube_host or '?'} "
-                f"({claim.cert_fingerprint[:16] or '?'})"
-            )
+        )
+        if refusal:
+            return refusal
         if record.status not in _SERVABLE:
             return f"account {claim.name!r} is {record.status}; it cannot be served now"
         return ""
@@ -225,19 +259,124 @@ class Registry:
 
     def _release(self, session_id: str, name: str, now_ms: int) -> list[RoleChange]:
         holders = self._holders.get(name, [])
-        was_primary = bool(holders) and holders[0] == session_id
+        was_head = bool(holders) and holders[0] == session_id
         if session_id in holders:
             holders.remove(session_id)
+        if not holders:
+            self._holders.pop(name, None)
+            self._hand_back(name)
         if name not in self._accounts:
             return []
         if not holders:
-            self._holders.pop(name, None)
-            self._orphan(name, now_ms)
+            if self._remote.get(name):  # another replica serves it: not orphaned
+                self._put(replace(self._accounts[name], connections=self._connections(name)))
+            else:
+                self._orphan(name, now_ms)
             return []
         self._put(replace(self._accounts[name], connections=self._connections(name)))
-        if was_primary:
+        if was_head and self._use_leases:
+            # The new head asks for the lease (this replica's: granted at once unless it
+            # lapsed meanwhile and another replica took it).
+            self._new_heads[name] = "promoted: the primary left" if name in self._leases else ""
+        elif was_head:
             return [RoleChange(holders[0], name, Role.PRIMARY, "promoted: the primary left")]
         return []
+
+    def _hand_back(self, name: str) -> None:
+        """No local session serves ``name`` any more: its lease, if held, is to be released."""
+        held = self._leases.pop(name, None)
+        if held is not None:
+            self._releases.append((name, held))
+        self._new_heads.pop(name, None)
+
+    # -- leases (several replicas) ------------------------------------------------------
+
+    def take_new_heads(self) -> list[tuple[str, str, str]]:
+        """(account, head session, reason) for the heads that should ask for the lease now
+        (a session became the head of its queue); then forgotten."""
+        heads = []
+        for name, reason in sorted(self._new_heads.items()):
+            head = self.head(name)
+            if head is not None and self._leases.get(name) != head:
+                heads.append((name, head, reason))
+        self._new_heads.clear()
+        return heads
+
+    def lease_wanted(self) -> list[tuple[str, str]]:
+        """(account, head session) for every local head without this replica's lease."""
+        return [
+            (name, holders[0])
+            for name, holders in sorted(self._holders.items())
+            if holders and self._leases.get(name) != holders[0]
+        ]
+
+    def held_leases(self) -> dict[str, str]:
+        """The accounts whose lease this replica holds, and the session holding each."""
+        return dict(self._leases)
+
+    def take_lease_releases(self) -> list[tuple[str, str]]:
+        """(account, session) of the leases to release in the store; then forgotten."""
+        releases, self._releases = self._releases, []
+        return releases
+
+    def grant(self, name: str, session_id: str, reason: str = "") -> list[RoleChange]:
+        """The store granted ``name``'s lease to ``session_id`` (on this replica): the
+        session becomes PRIMARY, if it still heads the queue; else the lease is to be
+        handed back."""
+        if self.head(name) != session_id:
+            self._releases.append((name, session_id))
+            return []
+        if self._leases.get(name) == session_id:
+            return []  # renewed, nothing changes
+        self._leases[name] = session_id
+        if name in self._accounts:
+            self._put(replace(self._accounts[name], connections=self._connections(name)))
+        return [RoleChange(session_id, name, Role.PRIMARY, reason)]
+
+    def lost(self, name: str, reason: str) -> list[RoleChange]:
+        """Another replica holds ``name``'s lease now (ours lapsed): the head is a STANDBY."""
+        if self._leases.pop(name, None) is None:
+            return []
+        head = self.head(name)
+        if name in self._accounts:
+            self._put(replace(self._accounts[name], connections=self._connections(name)))
+        return [RoleChange(head, name, Role.STANDBY, reason)] if head else []
+
+    def refuse(self, name: str, reason: str, stored: AccountRecord | None) -> list[RoleChange]:
+        """The store refused ``name``'s lease: another cluster holds the name. Every local
+        session serving it is told REJECTED, and the account is the store's row again
+        (``stored``), not this replica's claim."""
+        holders = self._holders.pop(name, [])
+        for session_id in holders:
+            self._sessions[session_id].accounts.remove(name)
+        self._hand_back(name)
+        self._dirty.discard(name)
+        self.refresh(name, stored)
+        return [RoleChange(s, name, Role.REJECTED, reason) for s in holders]
+
+    def refresh(self, name: str, stored: AccountRecord | None) -> None:
+        """Take in the store's row for ``name`` (any replica may have written it). Served
+        here: only other replicas' connections are taken. Not served here: the row replaces
+        what this replica knew (None: removed elsewhere, forgotten here without a delete)."""
+        if not self._use_leases:
+            return
+        if stored is None:
+            if name not in self._holders:
+                self._accounts.pop(name, None)
+                self._remote.pop(name, None)
+                self._dirty.discard(name)
+            return
+        self._remote[name] = self._others(stored)
+        if name not in self._holders and name not in self._dirty:
+            self._accounts[name] = stored
+
+    def _others(self, record: AccountRecord) -> list[dict[str, Any]]:
+        """``record``'s connections on other replicas."""
+        return [
+            c
+            for c in record.connections
+            if c.get("clouddriverId") and c.get("clouddriverId") != self.replica_id
+        ]
 
     def _orphan(self, name: str, now_ms: int) -> None:
         record = self._accounts[name]
@@ -246,6 +385,16 @@ class Registry:
         self._put(replace(record, connections=[], last_updated_ms=now_ms))
 
     # -- time ---------------------------------------------------------------------------
+
+    def due(self, now_ms: int) -> list[str]:
+        """The ORPHANED accounts whose grace period has passed."""
+        return sorted(
+            r.name
+            for r in self._accounts.values()
+            if r.status is AccountState.ORPHANED
+            and r.orphaned_at_ms is not None
+            and r.orphaned_at_ms + self.orphan_grace_ms <= now_ms
+        )
 
     def next_expiry_ms(self) -> int | None:
         """When the earliest ORPHANED account is due for removal (None if none is)."""
@@ -256,15 +405,10 @@ class Registry:
         ]
         return min(due, default=None)
 
-    def expire(self, now_ms: int) -> list[str]:
-        """Remove the ORPHANED accounts whose grace period has passed; returns their names."""
-        gone = [
-            r.name
-            for r in self._accounts.values()
-            if r.status is AccountState.ORPHANED
-            and r.orphaned_at_ms is not None
-            and r.orphaned_at_ms + self.orphan_grace_ms <= now_ms
-        ]
+    def expire(self, now_ms: int, keep: Collection[str] = ()) -> list[str]:
+        """Remove the ORPHANED accounts whose grace period has passed, but those in ``keep``;
+        returns their names."""
+        gone = [name for name in self.due(now_ms) if name not in keep]
         for name in gone:
             self._remove(name)
         return gone
@@ -317,6 +461,7 @@ class Registry:
                 for session_id in holders:
                     self._sessions[session_id].accounts.remove(record.name)
                 self._holders.pop(record.name, None)
+                self._hand_back(record.name)
                 record = replace(record, connections=[])
         self._put(replace(record, last_updated_ms=now_ms))
         return changes
@@ -331,6 +476,7 @@ class Registry:
         ]
         for session_id in self._holders.get(name, []):
             self._sessions[session_id].accounts.remove(name)
+        self._hand_back(name)
         self._remove(name)
         return changes
 
@@ -362,17 +508,22 @@ class Registry:
     def _remove(self, name: str) -> None:
         self._accounts.pop(name, None)
         self._holders.pop(name, None)
+        self._remote.pop(name, None)
         self._dirty.discard(name)
         self._deleted.add(name)
 
     def _connections(self, name: str) -> list[dict[str, Any]]:
         holders = self._holders.get(name, [])
-        return [
+        local = [
             {
                 "agentId": self._sessions[s].agent_id,
                 "sessionId": s,
-                "role": "PRIMARY" if i == 0 else "STANDBY",
+                "role": "PRIMARY" if i == 0 and self._leads(name, s) else "STANDBY",
             }
             for i, s in enumerate(holders)
             if s in self._sessions
         ]
+        if self.replica_id:
+            for c in local:
+                c["clouddriverId"] = self.replica_id
+        return local + self._remote.get(name, [])

@@ -12,7 +12,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -198,6 +198,8 @@ class SessionManager:
     async def register(self, session: Session, claims: Sequence[Claim]) -> list[RoleChange]:
         """Register the accounts an agent declared; returns this session's decisions."""
         registry, now = self.accounts.registry, self._now_ms()
+        # Another replica may have created, bound or removed these accounts.
+        await self.accounts.refresh(c.name for c in claims)
         decisions = []
         promotions: list[RoleChange] = []
         for claim in claims:
@@ -209,11 +211,31 @@ class SessionManager:
                 # which rejects it with the reason.
                 promotions += registry.unregister(session.session_id, claim.name, now)
             decisions.append(registry.register(session.session_id, claim, now))
+        # With leases: a head is PRIMARY only once the store grants it the account's lease.
+        settled = await self.accounts.settle()
+        mine = {c.account: c for c in settled if c.session_id == session.session_id}
+        promotions += [c for c in settled if c.session_id != session.session_id]
+        decisions = [self._decided(d, mine) for d in decisions]
         if promotions:
             await self.accounts.changed(promotions)
         await self.accounts.persist()
         await self._store.upsert_agent(self._agent_record(session))
         return decisions
+
+    def _decided(self, decision: RoleChange, settled: Mapping[str, RoleChange]) -> RoleChange:
+        """The registry's ``decision`` once the leases are settled: granted (PRIMARY),
+        refused (REJECTED), or a STANDBY told which replica holds the lease."""
+        if decision.account in settled:
+            return settled[decision.account]
+        if decision.role is Role.STANDBY and not decision.reason:
+            reason = self.accounts.standby_reason(decision.account)
+            if reason and self.accounts.registry.head(decision.account) == decision.session_id:
+                return replace(decision, reason=reason)
+        return decision
+
+    def count(self) -> int:
+        """How many sessions are open."""
+        return len(self._sessions)
 
     async def unregister(self, session: Session, names: Sequence[str]) -> None:
         changes: list[RoleChange] = []

@@ -33,7 +33,7 @@ from ._errors import EXCEPTION_HANDLERS
 from ._feed_ws import events_feed
 from ._hot import HotRoutes
 from ._http1 import serve_http1
-from ._metrics import ApiMetrics, MetricsMiddleware
+from ._metrics import ApiMetrics, MetricsMiddleware, ReplicaView
 from ._routing import Endpoint, Param, openapi_document, routes_for
 
 __all__ = ["DEFAULT_PORT", "ENDPOINTS", "MAX_BODY_BYTES", "build_app", "serve_api"]
@@ -315,8 +315,12 @@ def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> 
     if registry is None:
         registry = CollectorRegistry(auto_describe=True)
     unknown = getattr(state, "unknown_fields", None)  # ServerState has it, StandaloneState not
+    replicas = getattr(state, "replicas", None)  # ServerState's ReplicaService, if any
     metrics = ApiMetrics(
-        registry, state.feed, unknown if isinstance(unknown, wire.UnknownFieldCounter) else None
+        registry,
+        state.feed,
+        unknown if isinstance(unknown, wire.UnknownFieldCounter) else None,
+        replicas if isinstance(replicas, ReplicaView) else None,
     )
 
     def operations() -> OperationService | None:

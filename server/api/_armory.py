@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..store import AccountRecord, AccountState, AgentRecord
+from ..store import AccountRecord, AccountState, AgentRecord, ReplicaRecord
 from ._body import json_body
 from ._context import collect_objects, context
 from ._errors import BadRequest, Conflict, NotFound
@@ -302,16 +302,48 @@ async def disconnect_agent(request: Request) -> Response:
     return JSONResponse({"agentId": agent_id, "sessionsEnded": ended})
 
 
+def _lease_ttl_ms(state: object) -> int:
+    """The replicas' lease TTL: a replica silent longer is not live (default when the API
+    runs without a server: StandaloneState)."""
+    config = getattr(state, "config", None)
+    replicas = getattr(config, "replicas", None)
+    return int(getattr(replicas, "lease_ttl_ms", 10_000))
+
+
+def _replica_json(record: ReplicaRecord) -> dict[str, Any]:
+    return {
+        "address": record.address,
+        "started": record.started_ms,
+        "lastHeartbeat": record.heartbeat_ms,
+        "sessions": record.sessions,
+        "primaries": record.primaries,
+    }
+
+
 async def _clouddrivers(request: Request) -> dict[str, dict[str, Any]]:
+    """The live replicas (their heartbeats in the store), this one always, with the agents
+    each serves."""
     state = context(request).state
     drivers: dict[str, dict[str, Any]] = {
         state.server_id: {"id": state.server_id, "local": True, "agents": []}
     }
+    now = _now_ms()
+    ttl = _lease_ttl_ms(state)
+    records = await state.store.list_replicas()
+    for record in records:
+        if record.replica_id != state.server_id and record.heartbeat_ms + ttl <= now:
+            continue  # silent past its TTL: dead (its leases lapsed)
+        driver = drivers.setdefault(
+            record.replica_id, {"id": record.replica_id, "local": False, "agents": []}
+        )
+        driver.update(_replica_json(record))
     for agent_id, sessions in _agents_by_id(await state.store.list_agents()).items():
         for server_id in {s.server_id or state.server_id for s in sessions}:
+            if records and server_id not in drivers:
+                continue  # the sessions a dead replica left (a crash) until it is forgotten
             driver = drivers.setdefault(server_id, {"id": server_id, "local": False, "agents": []})
             driver["agents"].append(agent_id)
-    return drivers
+    return dict(sorted(drivers.items()))
 
 
 async def list_clouddrivers(request: Request) -> Response:

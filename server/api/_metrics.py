@@ -4,7 +4,8 @@ counts requests by route template."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -14,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import wire
 
 from .._feed import ChangeFeed
+from ..store import ReplicaRecord
 
 __all__ = ["ApiMetrics", "MetricsMiddleware"]
 
@@ -63,6 +65,38 @@ class _ProtocolCollector(Collector):
         yield family
 
 
+@runtime_checkable
+class ReplicaView(Protocol):
+    """What the metrics read of the replicas (ReplicaService): the live ones, as the last
+    heartbeat saw them."""
+
+    def live(self) -> Sequence[ReplicaRecord]: ...
+
+
+class _ReplicaCollector(Collector):
+    """Sessions and primaries per live replica, as the store last showed them."""
+
+    def __init__(self, replicas: ReplicaView) -> None:
+        self._replicas = replicas
+
+    def collect(self) -> Any:
+        sessions = GaugeMetricFamily(
+            "kubesvc_replica_sessions",
+            "Agent sessions open on a server replica",
+            labels=["replica"],
+        )
+        primaries = GaugeMetricFamily(
+            "kubesvc_replica_primaries",
+            "Account leases (PRIMARY roles) a server replica holds",
+            labels=["replica"],
+        )
+        for record in self._replicas.live():
+            sessions.add_metric([record.replica_id], record.sessions)
+            primaries.add_metric([record.replica_id], record.primaries)
+        yield sessions
+        yield primaries
+
+
 class ApiMetrics:
     """The REST API's metrics, in a registry of their own (one per server, not the global)."""
 
@@ -71,6 +105,7 @@ class ApiMetrics:
         registry: CollectorRegistry,
         feed: ChangeFeed,
         unknown_fields: wire.UnknownFieldCounter | None = None,
+        replicas: ReplicaView | None = None,
     ) -> None:
         self.registry = registry
         self.requests = Counter(
@@ -91,6 +126,8 @@ class ApiMetrics:
         registry.register(_FeedCollector(feed))
         if unknown_fields is not None:  # a server with gRPC sessions (not a standalone API)
             registry.register(_ProtocolCollector(unknown_fields))
+        if replicas is not None:
+            registry.register(_ReplicaCollector(replicas))
         # labels() takes a lock and builds a key each call; a request notes through these
         # (as many entries as the metrics have label sets: the registry holds them anyway).
         self._counters: dict[tuple[str, str, str], Any] = {}

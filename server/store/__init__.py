@@ -1,6 +1,7 @@
 """The server's cache store: one interface (``Store``), SQLite behind it by default and
 PostgreSQL (``store.url: postgresql://...``) for several server replicas."""
 
+from ._leases import cluster_refusal
 from ._open import open_store
 from ._pg import PgStore, open_postgres_store
 from ._pg_schema import PG_MIGRATIONS
@@ -10,10 +11,13 @@ from ._records import (
     AccountState,
     AgentRecord,
     BatchOutcome,
+    LeaseOutcome,
+    LeaseRecord,
     ObjectPage,
     ObjectRef,
     OperationEvent,
     OperationRecord,
+    ReplicaRecord,
     ResumePoint,
     StoredObject,
     group_of,
@@ -30,18 +34,22 @@ __all__ = [
     "AccountState",
     "AgentRecord",
     "BatchOutcome",
+    "LeaseOutcome",
+    "LeaseRecord",
     "Migration",
     "ObjectPage",
     "ObjectRef",
     "OperationEvent",
     "OperationRecord",
     "PgStore",
+    "ReplicaRecord",
     "ResumePoint",
     "SqliteStore",
     "Store",
     "StoreConfig",
     "StoreUrl",
     "StoredObject",
+    "cluster_refusal",
     "group_of",
     "is_secret",
     "open_postgres_store",

@@ -21,9 +21,12 @@ from ._records import (
     AccountRecord,
     AgentRecord,
     BatchOutcome,
+    LeaseOutcome,
+    LeaseRecord,
     ObjectPage,
     OperationEvent,
     OperationRecord,
+    ReplicaRecord,
     ResumePoint,
     StoredObject,
 )
@@ -101,6 +104,35 @@ class CoreOps(Protocol[H_contra]):
     ) -> list[OperationRecord]: ...
 
     def operation_history(self, h: H_contra, operation_id: str, /) -> list[OperationEvent]: ...
+
+    def heartbeat_replica(self, h: H_contra, record: ReplicaRecord, ttl_ms: int, /) -> None: ...
+
+    def list_replicas(self, h: H_contra, /) -> list[ReplicaRecord]: ...
+
+    def delete_replica(self, h: H_contra, replica_id: str, /) -> None: ...
+
+    def acquire_lease(
+        self,
+        h: H_contra,
+        account: str,
+        replica_id: str,
+        session_id: str,
+        agent_id: str,
+        kube_host: str,
+        cert_fingerprint: str,
+        ttl_ms: int,
+        /,
+    ) -> LeaseOutcome: ...
+
+    def release_lease(self, h: H_contra, account: str, session_id: str, /) -> bool: ...
+
+    def get_lease(self, h: H_contra, account: str, /) -> LeaseRecord | None: ...
+
+    def list_leases(self, h: H_contra, /) -> list[LeaseRecord]: ...
+
+    def expire_leases(self, h: H_contra, /) -> list[LeaseRecord]: ...
+
+    def claim_duty(self, h: H_contra, name: str, replica_id: str, ttl_ms: int, /) -> bool: ...
 
 
 class ThreadedStore(Generic[H]):
@@ -209,6 +241,52 @@ class ThreadedStore(Generic[H]):
 
     async def operation_history(self, operation_id: str) -> list[OperationEvent]:
         return await self._run(self._ops.operation_history, operation_id)
+
+    async def heartbeat_replica(self, record: ReplicaRecord, lease_ttl_ms: int) -> None:
+        await self._write(SMALL_WRITE, self._ops.heartbeat_replica, record, lease_ttl_ms)
+
+    async def list_replicas(self) -> list[ReplicaRecord]:
+        return await self._run(self._ops.list_replicas)
+
+    async def delete_replica(self, replica_id: str) -> None:
+        await self._write(SMALL_WRITE, self._ops.delete_replica, replica_id)
+
+    async def acquire_lease(
+        self,
+        account: str,
+        replica_id: str,
+        session_id: str,
+        agent_id: str,
+        kube_host: str,
+        cert_fingerprint: str,
+        ttl_ms: int,
+    ) -> LeaseOutcome:
+        return await self._write(
+            SMALL_WRITE,
+            self._ops.acquire_lease,
+            account,
+            replica_id,
+            session_id,
+            agent_id,
+            kube_host,
+            cert_fingerprint,
+            ttl_ms,
+        )
+
+    async def release_lease(self, account: str, session_id: str) -> bool:
+        return await self._write(SMALL_WRITE, self._ops.release_lease, account, session_id)
+
+    async def get_lease(self, account: str) -> LeaseRecord | None:
+        return await self._run(self._ops.get_lease, account)
+
+    async def list_leases(self) -> list[LeaseRecord]:
+        return await self._run(self._ops.list_leases)
+
+    async def expire_leases(self) -> list[LeaseRecord]:
+        return await self._write(SMALL_WRITE, self._ops.expire_leases)
+
+    async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
+        return await self._write(SMALL_WRITE, self._ops.claim_duty, name, replica_id, ttl_ms)
 
     async def aclose(self) -> None:
         """Close the connections (after the calls in progress); later calls raise

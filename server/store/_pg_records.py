@@ -6,7 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._records import AccountRecord, AgentRecord, OperationEvent, OperationRecord
+from . import _leases as leases
+from ._records import (
+    AccountRecord,
+    AgentRecord,
+    LeaseOutcome,
+    LeaseRecord,
+    OperationEvent,
+    OperationRecord,
+    ReplicaRecord,
+)
 from ._sqlite_records import (
     account_from_row,
     account_row,
@@ -82,8 +91,8 @@ _UPSERT_OPERATION = _upsert(
 
 
 class PgRecordTables:
-    """Accounts, agents and operations; mixed into PgCore, which provides the transaction
-    helpers. Every method takes the connection to run on."""
+    """Accounts, agents, operations, replicas and leases; mixed into PgCore, which provides
+    the transaction helpers. Every method takes the connection to run on."""
 
     _now_ms: Callable[[], int]
 
@@ -177,3 +186,73 @@ class PgRecordTables:
             (operation_id,),
         )
         return [OperationEvent(*r) for r in rows]
+
+    # -- replicas, leases and duties (the logic is _leases', shared with SQLite) ---------
+
+    def _in(self, conn: Conn, fn: Callable[[leases.Exec], T]) -> T:
+        """``fn`` in one transaction, its statements' ``?`` marks made psycopg's."""
+
+        def run(cur: Cursor) -> T:
+            def x(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+                cur.execute(sql.replace("?", "%s"), params)
+                return cur.fetchall() if cur.description else []
+
+            return fn(x)
+
+        return self._tx(conn, run)
+
+    def _reader(self, conn: Conn) -> leases.Exec:
+        return lambda sql, params: self._read(conn, sql.replace("?", "%s"), params)
+
+    def heartbeat_replica(self, conn: Conn, record: ReplicaRecord, lease_ttl_ms: int) -> None:
+        now = self._now_ms()
+        self._in(conn, lambda x: leases.heartbeat_replica(x, record, lease_ttl_ms, now))
+
+    def list_replicas(self, conn: Conn) -> list[ReplicaRecord]:
+        return leases.list_replicas(self._reader(conn))
+
+    def delete_replica(self, conn: Conn, replica_id: str) -> None:
+        self._in(conn, lambda x: leases.delete_replica(x, replica_id))
+
+    def acquire_lease(
+        self,
+        conn: Conn,
+        account: str,
+        replica_id: str,
+        session_id: str,
+        agent_id: str,
+        kube_host: str,
+        cert_fingerprint: str,
+        ttl_ms: int,
+    ) -> LeaseOutcome:
+        return self._in(
+            conn,
+            lambda x: leases.acquire_lease(
+                x,
+                account,
+                replica_id,
+                session_id,
+                agent_id,
+                kube_host,
+                cert_fingerprint,
+                ttl_ms,
+                self._now_ms(),
+            ),
+        )
+
+    def release_lease(self, conn: Conn, account: str, session_id: str) -> bool:
+        return self._in(conn, lambda x: leases.release_lease(x, account, session_id))
+
+    def get_lease(self, conn: Conn, account: str) -> LeaseRecord | None:
+        return leases.get_lease(self._reader(conn), account)
+
+    def list_leases(self, conn: Conn) -> list[LeaseRecord]:
+        return leases.list_leases(self._reader(conn))
+
+    def expire_leases(self, conn: Conn) -> list[LeaseRecord]:
+        return self._in(conn, lambda x: leases.expire_leases(x, self._now_ms()))
+
+    def claim_duty(self, conn: Conn, name: str, replica_id: str, ttl_ms: int) -> bool:
+        return self._in(
+            conn, lambda x: leases.claim_duty(x, name, replica_id, ttl_ms, self._now_ms())
+        )

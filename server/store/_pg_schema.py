@@ -84,6 +84,26 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX operation_history_op ON operation_history(operation_id, id)",
         ),
     ),
+    Migration(
+        2,
+        "replicas, account leases and duties (roles across server replicas)",
+        (
+            """CREATE TABLE replicas(
+                replica_id TEXT COLLATE "C" PRIMARY KEY, address TEXT NOT NULL,
+                started_ms BIGINT NOT NULL, heartbeat_ms BIGINT NOT NULL,
+                sessions INTEGER NOT NULL, primaries INTEGER NOT NULL)""",
+            # kube_host/cert_fingerprint: the cluster the lease was granted for, so a claim
+            # for another cluster is refused in the same transaction as the grant.
+            """CREATE TABLE leases(
+                account TEXT COLLATE "C" PRIMARY KEY, replica_id TEXT COLLATE "C" NOT NULL,
+                session_id TEXT NOT NULL, agent_id TEXT NOT NULL, expires_ms BIGINT NOT NULL,
+                kube_host TEXT NOT NULL, cert_fingerprint TEXT NOT NULL)""",
+            "CREATE INDEX leases_replica ON leases(replica_id)",
+            """CREATE TABLE duties(
+                name TEXT COLLATE "C" PRIMARY KEY, replica_id TEXT COLLATE "C" NOT NULL,
+                expires_ms BIGINT NOT NULL)""",
+        ),
+    ),
 )
 
 

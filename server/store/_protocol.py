@@ -19,9 +19,12 @@ from ._records import (
     AccountRecord,
     AgentRecord,
     BatchOutcome,
+    LeaseOutcome,
+    LeaseRecord,
     ObjectPage,
     OperationEvent,
     OperationRecord,
+    ReplicaRecord,
     ResumePoint,
     StoredObject,
 )
@@ -123,3 +126,55 @@ class Store(Protocol):
     ) -> list[OperationRecord]: ...
 
     async def operation_history(self, operation_id: str) -> list[OperationEvent]: ...
+
+    # -- replicas and roles across them (``_leases`` says how) --------------------------
+
+    async def heartbeat_replica(self, record: ReplicaRecord, lease_ttl_ms: int) -> None:
+        """Upsert the replica's row and push the expiry of every lease it holds to now +
+        ``lease_ttl_ms`` (its ``primaries`` are counted from those leases)."""
+        ...
+
+    async def list_replicas(self) -> list[ReplicaRecord]:
+        """Every replica row, live or not (callers judge liveness by ``heartbeat_ms``)."""
+        ...
+
+    async def delete_replica(self, replica_id: str) -> None:
+        """Forget a replica (a graceful drain); its leases and duties are released."""
+        ...
+
+    async def acquire_lease(
+        self,
+        account: str,
+        replica_id: str,
+        session_id: str,
+        agent_id: str,
+        kube_host: str,
+        cert_fingerprint: str,
+        ttl_ms: int,
+    ) -> LeaseOutcome:
+        """In ONE transaction: a refusal when the account's row, or its live lease, is bound
+        to another cluster; else granted (expiring at now + ``ttl_ms``) when there is no
+        lease, an expired one, or one ``replica_id`` already holds (the session may change);
+        else not granted, ``holder`` the live lease."""
+        ...
+
+    async def release_lease(self, account: str, session_id: str) -> bool:
+        """Drop the account's lease if ``session_id`` holds it; whether it did."""
+        ...
+
+    async def get_lease(self, account: str) -> LeaseRecord | None:
+        """The account's lease row, expired or not."""
+        ...
+
+    async def list_leases(self) -> list[LeaseRecord]:
+        """Every lease row, expired or not, by account."""
+        ...
+
+    async def expire_leases(self) -> list[LeaseRecord]:
+        """Delete the expired lease rows (housekeeping); returns them."""
+        ...
+
+    async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
+        """Hold the named duty (e.g. "housekeeping") until now + ``ttl_ms``: granted when
+        nobody holds it, its holder's claim lapsed, or ``replica_id`` holds it already."""
+        ...

@@ -128,6 +128,46 @@ class AgentRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaRecord:
+    """One server replica as it last reported itself (``/armory/clouddrivers``).
+
+    ``address`` is "host:grpcPort api=host:apiPort" as the replica knows it; ``sessions`` the
+    agent sessions open on it; ``primaries`` the account leases it holds (counted by the
+    store at each heartbeat). Liveness is the reader's call: ``heartbeat_ms`` against its TTL.
+    """
+
+    replica_id: str
+    address: str
+    started_ms: int
+    heartbeat_ms: int
+    sessions: int = 0
+    primaries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """Who is PRIMARY for an account, across replicas: the session (on ``replica_id``) that
+    holds the account's lease until ``expires_ms`` (renewed by that replica's heartbeats)."""
+
+    account: str
+    replica_id: str
+    session_id: str
+    agent_id: str
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseOutcome:
+    """What ``acquire_lease`` decided. ``holder`` is the lease as it stands after the call
+    (this replica's when granted); ``refusal`` is non-empty when the account belongs to
+    another cluster (then nothing was granted)."""
+
+    granted: bool
+    holder: LeaseRecord | None
+    refusal: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class OperationRecord:
     """An operation sent to an agent, and its outcome once known (issue 6 builds on it)."""
 

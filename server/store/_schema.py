@@ -76,6 +76,25 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX operation_history_op ON operation_history(operation_id, id)",
         ),
     ),
+    Migration(
+        2,
+        "replicas, account leases and duties (roles across server replicas)",
+        (
+            """CREATE TABLE replicas(
+                replica_id TEXT PRIMARY KEY, address TEXT NOT NULL, started_ms INTEGER NOT NULL,
+                heartbeat_ms INTEGER NOT NULL, sessions INTEGER NOT NULL,
+                primaries INTEGER NOT NULL)""",
+            # kube_host/cert_fingerprint: the cluster the lease was granted for, so a claim
+            # for another cluster is refused in the same transaction as the grant.
+            """CREATE TABLE leases(
+                account TEXT PRIMARY KEY, replica_id TEXT NOT NULL, session_id TEXT NOT NULL,
+                agent_id TEXT NOT NULL, expires_ms INTEGER NOT NULL, kube_host TEXT NOT NULL,
+                cert_fingerprint TEXT NOT NULL)""",
+            "CREATE INDEX leases_replica ON leases(replica_id)",
+            """CREATE TABLE duties(
+                name TEXT PRIMARY KEY, replica_id TEXT NOT NULL, expires_ms INTEGER NOT NULL)""",
+        ),
+    ),
 )
 
 

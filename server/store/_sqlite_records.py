@@ -9,7 +9,17 @@ from typing import Any
 import apsw
 import msgspec
 
-from ._records import AccountRecord, AccountState, AgentRecord, OperationEvent, OperationRecord
+from . import _leases as leases
+from ._records import (
+    AccountRecord,
+    AccountState,
+    AgentRecord,
+    LeaseOutcome,
+    LeaseRecord,
+    OperationEvent,
+    OperationRecord,
+    ReplicaRecord,
+)
 
 encode = msgspec.json.encode
 _encode = encode
@@ -100,8 +110,8 @@ def operation_row(op: OperationRecord, now_ms: int) -> tuple[Any, ...]:
 
 
 class RecordTables:
-    """Accounts, agents and operations; mixed into SqliteCore, which provides the connection
-    and the transaction helpers."""
+    """Accounts, agents, operations, replicas and leases; mixed into SqliteCore, which
+    provides the connection and the transaction helpers."""
 
     _conn: apsw.Connection
     _now_ms: Callable[[], int]
@@ -206,3 +216,67 @@ class RecordTables:
             (operation_id,),
         )
         return [OperationEvent(*r) for r in rows]
+
+    # -- replicas, leases and duties (the logic is _leases', shared with PostgreSQL) ------
+
+    def _exec(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
+        return rows
+
+    def heartbeat_replica(self, record: ReplicaRecord, lease_ttl_ms: int) -> None:
+        self._write(
+            lambda: leases.heartbeat_replica(self._exec, record, lease_ttl_ms, self._now_ms())
+        )
+
+    def list_replicas(self) -> list[ReplicaRecord]:
+        return leases.list_replicas(self._read)
+
+    def delete_replica(self, replica_id: str) -> None:
+        self._write(lambda: leases.delete_replica(self._exec, replica_id))
+
+    def acquire_lease(
+        self,
+        account: str,
+        replica_id: str,
+        session_id: str,
+        agent_id: str,
+        kube_host: str,
+        cert_fingerprint: str,
+        ttl_ms: int,
+    ) -> LeaseOutcome:
+        outcome: LeaseOutcome = self._write(
+            lambda: leases.acquire_lease(
+                self._exec,
+                account,
+                replica_id,
+                session_id,
+                agent_id,
+                kube_host,
+                cert_fingerprint,
+                ttl_ms,
+                self._now_ms(),
+            )
+        )
+        return outcome
+
+    def release_lease(self, account: str, session_id: str) -> bool:
+        released: bool = self._write(lambda: leases.release_lease(self._exec, account, session_id))
+        return released
+
+    def get_lease(self, account: str) -> LeaseRecord | None:
+        return leases.get_lease(self._read, account)
+
+    def list_leases(self) -> list[LeaseRecord]:
+        return leases.list_leases(self._read)
+
+    def expire_leases(self) -> list[LeaseRecord]:
+        gone: list[LeaseRecord] = self._write(
+            lambda: leases.expire_leases(self._exec, self._now_ms())
+        )
+        return gone
+
+    def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
+        held: bool = self._write(
+            lambda: leases.claim_duty(self._exec, name, replica_id, ttl_ms, self._now_ms())
+        )
+        return held

@@ -1,0 +1,179 @@
+"""This server as one replica among several sharing a store (DESIGN 5a): its heartbeat.
+
+Theory of operation. Every ``replicas.heartbeatMs`` the replica writes its row (address,
+sessions, primaries), which also renews every account lease it holds for
+``replicas.leaseTtlMs``. Then it reads the leases and lets the accounts service reconcile
+them (``AccountService.reconcile``): a local head whose lease lapsed on another replica is
+promoted, a local primary whose lease another replica took is demoted. Then it claims the
+"housekeeping" duty; the one replica holding it deletes expired lease rows and forgets
+replicas long dead, and only it removes orphaned accounts past their grace period. A
+graceful drain deletes the replica's row, which releases its leases at once, so its agents'
+accounts are taken over on their next connection rather than after the TTL. A crash leaves
+the leases to lapse.
+
+On SQLite the store has one replica (one process owns its file): ``take_store_alone`` drops
+what earlier processes left, and every lease is granted to the one replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Sequence
+
+import trio
+
+from ._accounts import AccountService
+from ._errors import ServerError
+from ._sessions import SessionManager
+from .store import ReplicaRecord, Store
+
+log = logging.getLogger("server.replicas")
+
+HOUSEKEEPING = "housekeeping"
+#: A replica silent for this many lease TTLs is forgotten (its row deleted) by housekeeping.
+FORGET_AFTER_TTLS = 6
+
+
+def live_replicas(
+    records: Sequence[ReplicaRecord], now_ms: int, lease_ttl_ms: int
+) -> list[ReplicaRecord]:
+    """The replicas that reported within the lease TTL (their leases are still good)."""
+    return [r for r in records if r.heartbeat_ms + lease_ttl_ms > now_ms]
+
+
+def forgotten_replicas(
+    records: Sequence[ReplicaRecord], now_ms: int, lease_ttl_ms: int, me: str
+) -> list[str]:
+    """The replicas housekeeping deletes: silent for FORGET_AFTER_TTLS lease TTLs."""
+    return [
+        r.replica_id
+        for r in records
+        if r.replica_id != me and r.heartbeat_ms + FORGET_AFTER_TTLS * lease_ttl_ms <= now_ms
+    ]
+
+
+def advertised_address(host: str, grpc_port: int, api_host: str, api_port: int | None) -> str:
+    """ "host:grpcPort api=host:apiPort" for a replica listening on ``host`` (a wildcard
+    address is replaced by this machine's name: the pod's, in Kubernetes)."""
+
+    def named(h: str) -> str:
+        return socket.gethostname() if h in ("", "0.0.0.0", "::") else h
+
+    address = f"{named(host)}:{grpc_port}"
+    if api_port is not None:
+        address += f" api={named(api_host)}:{api_port}"
+    return address
+
+
+async def take_store_alone(store: Store, replica_id: str) -> None:
+    """A store only this process uses (SQLite): forget the replicas and leases earlier
+    processes left, so the one replica is granted every lease at once."""
+    for record in await store.list_replicas():
+        if record.replica_id != replica_id:
+            await store.delete_replica(record.replica_id)
+    for lease in await store.list_leases():
+        await store.release_lease(lease.account, lease.session_id)
+
+
+class ReplicaService:
+    """The heartbeat of one replica (see the module docstring). ``run`` in a nursery;
+    ``leave`` at a graceful drain."""
+
+    def __init__(
+        self,
+        store: Store,
+        accounts: AccountService,
+        sessions: SessionManager,
+        *,
+        replica_id: str,
+        started_ms: int,
+        heartbeat_ms: int,
+        lease_ttl_ms: int,
+        now_ms: Callable[[], int],
+        address: str = "",
+    ) -> None:
+        self._store = store
+        self._accounts = accounts
+        self._sessions = sessions
+        self.replica_id = replica_id
+        self.started_ms = started_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.lease_ttl_ms = lease_ttl_ms
+        self._now_ms = now_ms
+        self.address = address
+        self.housekeeper = False
+        self.left = False
+        # The replicas as the last heartbeat read them (metrics read this at scrape time).
+        self.replicas: list[ReplicaRecord] = []
+        self.beats = trio.Event()  # set at each heartbeat (then replaced): for waiters
+        accounts.housekeeper = lambda: self.housekeeper
+        accounts.recheck_seconds = heartbeat_ms / 1000
+
+    def record(self, now_ms: int) -> ReplicaRecord:
+        return ReplicaRecord(
+            self.replica_id,
+            self.address,
+            self.started_ms,
+            now_ms,
+            sessions=self._sessions.count(),
+            primaries=len(self._accounts.registry.held_leases()),
+        )
+
+    def live(self) -> list[ReplicaRecord]:
+        """The live replicas as the last heartbeat saw them."""
+        return live_replicas(self.replicas, self._now_ms(), self.lease_ttl_ms)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Beat now, report started, then beat every ``heartbeat_ms`` until cancelled. A
+        store failure is logged and the next beat tries again (the leases lapse meanwhile,
+        as they would if this replica had died)."""
+        await self._beat_logged()
+        task_status.started()
+        while True:
+            await trio.sleep(self.heartbeat_ms / 1000)
+            await self._beat_logged()
+
+    async def _beat_logged(self) -> None:
+        try:
+            await self.beat()
+        except ServerError as exc:
+            log.error("replica %s: the heartbeat failed: %s", self.replica_id, exc)
+
+    async def beat(self) -> None:
+        """One heartbeat: the replica's row and leases renewed, the leases reconciled, the
+        housekeeping duty claimed (and done, if held)."""
+        if self.left:
+            return
+        now = self._now_ms()
+        await self._store.heartbeat_replica(self.record(now), self.lease_ttl_ms)
+        await self._accounts.reconcile(await self._store.list_leases())
+        was = self.housekeeper
+        self.housekeeper = await self._store.claim_duty(
+            HOUSEKEEPING, self.replica_id, self.lease_ttl_ms
+        )
+        if self.housekeeper:
+            if not was:
+                log.info("replica %s: housekeeping is this replica's", self.replica_id)
+                self._accounts.wake()
+            await self._housekeeping(now)
+        self.replicas = await self._store.list_replicas()
+        self.beats.set()
+        self.beats = trio.Event()
+
+    async def _housekeeping(self, now_ms: int) -> None:
+        gone = await self._store.expire_leases()
+        if gone:
+            log.info("expired leases removed: %s", ", ".join(lease.account for lease in gone))
+        records = await self._store.list_replicas()
+        for replica_id in forgotten_replicas(records, now_ms, self.lease_ttl_ms, self.replica_id):
+            log.info("replica %s has been silent long: forgotten", replica_id)
+            await self._store.delete_replica(replica_id)
+
+    async def leave(self) -> None:
+        """A graceful drain: stop beating and delete this replica's row, which releases its
+        leases (another replica's standby is promoted at its next heartbeat). Raises
+        StoreError."""
+        self.left = True
+        await self._store.delete_replica(self.replica_id)
+        log.info("replica %s left: its leases are released", self.replica_id)

@@ -1,0 +1,186 @@
+"""Roles across server replicas: two servers on one PostgreSQL, agents (real gRPC clients
+speaking the protocol) for one account on both. One PRIMARY; a crashed replica's primary is
+taken over once its lease lapses; a drained one's at once; another cluster is REJECTED on
+either replica; /armory/clouddrivers and /metrics show both replicas."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+import psycopg
+import pytest
+import trio
+
+import wire
+from server import RunningServer, ServerConfig, run_server
+from server.api import serve_api
+from wire import messages as m
+
+from .._wait import wait_until
+from ..wire._loop import in_loop
+from ._stores import StoreBackend
+from .test_grpc import account, bearer, hello, make_config, receive_kind, token
+
+HEARTBEAT_MS = 200
+
+
+def config(replica: str, url: str, lease_ttl_ms: int) -> ServerConfig:
+    return make_config(
+        serverId=replica,
+        store={"url": url},
+        api={"host": "127.0.0.1", "port": 0},
+        replicas={"heartbeatMs": HEARTBEAT_MS, "leaseTtlMs": lease_ttl_ms},
+    )
+
+
+@dataclass
+class Replica:
+    server: RunningServer
+    scope: trio.CancelScope
+    stop: trio.Event
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self.server.api_port}"
+
+
+@asynccontextmanager
+async def replicas() -> AsyncIterator[trio.Nursery]:
+    async with trio.open_nursery() as nursery:
+        yield nursery
+        nursery.cancel_scope.cancel()
+
+
+async def start(nursery: trio.Nursery, cfg: ServerConfig) -> Replica:
+    """A replica in ``nursery``: ``scope.cancel()`` stops it without a drain, ``stop.set()``
+    drains it."""
+    scope, stop = trio.CancelScope(), trio.Event()
+
+    async def run(*, task_status: trio.TaskStatus[RunningServer]) -> None:
+        with scope:
+            await run_server(cfg, serve_api=serve_api, stop=stop, task_status=task_status)
+
+    server: RunningServer = await nursery.start(functools.partial(run))
+    return Replica(server, scope, stop)
+
+
+async def read_to_the_end(stream: wire.ClientStream) -> None:
+    while True:
+        await stream.receive()
+
+
+def role_account(welcome: m.Welcome) -> m.AccountAssignment:
+    (assigned,) = welcome.accounts
+    return assigned
+
+
+@in_loop
+async def test_one_primary_across_replicas_and_failover_when_a_replica_dies(
+    pg_backend: StoreBackend,
+) -> None:
+    # r1 reaches the database as a role of its own: taking the role's login away and ending
+    # its connections is r1 dying, as the database and the other replica see it (no lease
+    # released, no heartbeat any more), while its process is still ours to stop.
+    assert pg_backend.server is not None
+    user = f"r1_{pg_backend.database}"
+    pg_backend.sql(f'CREATE ROLE "{user}" LOGIN SUPERUSER')
+    ttl = 1000
+    meta = bearer(token())
+    try:
+        with trio.fail_after(60):
+            async with replicas() as nursery:
+                r2 = await start(nursery, config("r2", pg_backend.url, ttl))
+                r1_url = pg_backend.server.url(pg_backend.database, user=user)
+                r1 = await start(nursery, config("r1", r1_url, ttl))
+                async with (
+                    wire.open_connection("127.0.0.1", r1.server.grpc_port, metadata=meta) as a,
+                    wire.open_connection("127.0.0.1", r2.server.grpc_port, metadata=meta) as b,
+                ):
+                    await a.send(hello(account(), agent_id="agent-a"))
+                    assert role_account(await receive_kind(a, "welcome")).role == m.Role.PRIMARY
+                    await b.send(hello(account(), agent_id="agent-b"))
+                    standby = role_account(await receive_kind(b, "welcome"))
+                    assert standby.role == m.Role.STANDBY
+                    assert "replica r1" in standby.reason
+
+                    # another cluster under the same name: rejected on the other replica too
+                    async with wire.open_connection(
+                        "127.0.0.1", r2.server.grpc_port, metadata=meta
+                    ) as c:
+                        await c.send(hello(account(host="10.9.9.9:6443", fp="bb" * 32)))
+                        rejected = role_account(await receive_kind(c, "welcome"))
+                        assert rejected.role == m.Role.REJECTED
+                        assert "held by another cluster" in rejected.reason
+
+                    async with httpx.AsyncClient(base_url=r2.api) as client:
+
+                        async def both_listed() -> bool:
+                            drivers = (await client.get("/armory/clouddrivers")).json()
+                            by_id = {d["id"]: d for d in drivers}
+                            return (
+                                set(by_id) == {"r1", "r2"}
+                                and by_id["r1"].get("primaries") == 1
+                                and by_id["r2"].get("primaries") == 0
+                                and by_id["r2"]["local"]
+                                and by_id["r1"]["agents"] == ["agent-a"]
+                            )
+
+                        await wait_until(both_listed, timeout=10, what="both replicas listed")
+                        r1_view = (await client.get("/armory/clouddrivers/r1")).json()
+                        assert {"address", "started", "lastHeartbeat", "sessions"} <= set(r1_view)
+                        assert f":{r1.server.grpc_port}" in r1_view["address"]
+
+                        async def metrics_show_r1() -> bool:
+                            text = (await client.get("/metrics")).text
+                            return 'kubesvc_replica_primaries{replica="r1"} 1.0' in text
+
+                        await wait_until(metrics_show_r1, timeout=10, what="per-replica gauges")
+
+                    # r1 dies: its lease lapses and b is promoted within the TTL + a heartbeat
+                    pg_backend.sql(f'ALTER ROLE "{user}" NOLOGIN')
+                    pg_backend.sql(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename=%s",
+                        (user,),
+                    )
+                    with trio.fail_after((ttl + 2 * HEARTBEAT_MS) / 1000 + 2):  # + slack: load
+                        assignment = await receive_kind(b, "assignment")
+                    (promoted,) = assignment.accounts
+                    assert promoted.role == m.Role.PRIMARY
+                    assert "lapsed" in promoted.reason
+                    assert "r1" in promoted.reason
+                    assert r2.server.state.sessions.primary_session("prod") is not None
+                    r1.scope.cancel()
+    finally:
+        with psycopg.connect(pg_backend.url, autocommit=True) as pg:
+            pg.execute(f'DROP ROLE IF EXISTS "{user}"')
+
+
+@in_loop
+async def test_a_drained_replica_hands_its_accounts_over_at_once(
+    pg_backend: StoreBackend,
+) -> None:
+    ttl = 30_000  # a promotion well before it can only come from the drain's release
+    meta = bearer(token())
+    with trio.fail_after(30):
+        async with replicas() as nursery:
+            r1 = await start(nursery, config("r1", pg_backend.url, ttl))
+            r2 = await start(nursery, config("r2", pg_backend.url, ttl))
+            async with wire.open_connection("127.0.0.1", r2.server.grpc_port, metadata=meta) as b:
+                async with wire.open_connection(
+                    "127.0.0.1", r1.server.grpc_port, metadata=meta
+                ) as a:
+                    await a.send(hello(account(), agent_id="agent-a"))
+                    assert role_account(await receive_kind(a, "welcome")).role == m.Role.PRIMARY
+                    await b.send(hello(account(), agent_id="agent-b"))
+                    assert role_account(await receive_kind(b, "welcome")).role == m.Role.STANDBY
+                    r1.stop.set()
+                    with pytest.raises((wire.RemoteRefused, wire.ConnectionLost)):
+                        await read_to_the_end(a)
+                with trio.fail_after(10):
+                    (promoted,) = (await receive_kind(b, "assignment")).accounts
+                assert promoted.role == m.Role.PRIMARY
+                assert [r.replica_id for r in await r2.server.state.store.list_replicas()] == ["r2"]
