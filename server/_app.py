@@ -30,6 +30,7 @@ from ._auth import Authenticator, server_ssl_context
 from ._config import ServerConfig
 from ._feed import ChangeFeed
 from ._grpc import ConnectHandler
+from ._readiness import Readiness
 from ._sessions import SessionManager
 from ._state import OperationsHook, ServerState
 from .ops import OperationService
@@ -117,6 +118,7 @@ async def open_server_state(
                 accounts=accounts,
                 sessions=sessions,
                 operations=operations,
+                readiness=Readiness(store.ping),
             )
         finally:
             feed.close()
@@ -146,6 +148,8 @@ async def run_server(
     ):
         await nursery.start(state.store.run_upkeep)
         await nursery.start(state.accounts.run_expiry)
+        if state.readiness is not None:
+            await nursery.start(state.readiness.run)
         if isinstance(state.operations, OperationService):
             await nursery.start(state.operations.run)  # issue 6: task runners
         handler = ConnectHandler(state, authenticator)
@@ -194,6 +198,8 @@ async def _drain(
     bound = state.config.shutdown.drain_seconds
     log.info("shutdown: draining (at most %g s)", bound)
     start = trio.current_time()
+    if state.readiness is not None:
+        state.readiness.drain()  # probes on connections still open answer 503 from now on
     with trio.move_on_after(bound) as scope:
         draining.set()  # both listeners close; idle REST connections too
         state.feed.close()

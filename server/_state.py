@@ -13,6 +13,7 @@ from wire import messages
 from ._accounts import AccountService
 from ._config import ServerConfig
 from ._feed import ChangeFeed
+from ._readiness import Readiness
 from ._sessions import Session, SessionManager
 from .store import Store
 
@@ -55,6 +56,9 @@ class ServerState:
     # Fields and oneof members of agent messages this version does not know: skipped, and
     # counted here (kubesvc_protocol_unknown_fields_total).
     unknown_fields: wire.UnknownFieldCounter = field(default_factory=wire.UnknownFieldCounter)
+    # GET /health/ready: the store answers and the server is not draining (run_server runs
+    # its pings and drains it).
+    readiness: Readiness | None = None
 
     async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:
         """Send a dynamic account to a connected agent; its id, or None when none is."""
