@@ -30,6 +30,7 @@ from ._config_schema import ClouddriverConfig, Config
 from ._errors import ConfigError
 from ._health import health_app, metrics_app, serve_http
 from ._link import Link, LinkSettings
+from ._link_rotation import ServerAddress
 from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
 from ._status import AgentStatus
@@ -61,12 +62,24 @@ def agent_version() -> str:
         return "0.0.0+unknown"
 
 
-def parse_grpc_address(address: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` too) from ``clouddriver.grpc``; raises ConfigError."""
+def parse_grpc_address(address: str, path: str = "clouddriver.grpc") -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) from ``clouddriver.grpc`` (or the option at
+    ``path``); raises ConfigError."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"expected host:port, got {address!r}", path="clouddriver.grpc")
+        raise ConfigError(f"expected host:port, got {address!r}", path=path)
     return host.strip("[]"), int(port)
+
+
+def server_addresses(clouddriver: ClouddriverConfig) -> tuple[ServerAddress, ...]:
+    """The server addresses the link dials in turn: ``clouddriver.grpcAddresses``, else
+    ``clouddriver.grpc`` alone; raises ConfigError naming the bad entry."""
+    if not clouddriver.grpc_addresses:
+        return (ServerAddress(*parse_grpc_address(clouddriver.grpc)),)
+    return tuple(
+        ServerAddress(*parse_grpc_address(address, f"clouddriver.grpcAddresses[{index}]"))
+        for index, address in enumerate(clouddriver.grpc_addresses)
+    )
 
 
 def client_ssl_context(clouddriver: ClouddriverConfig) -> ssl.SSLContext | None:
@@ -92,11 +105,12 @@ def client_ssl_context(clouddriver: ClouddriverConfig) -> ssl.SSLContext | None:
 
 def link_settings(config: Config, *, environ: Mapping[str, str] = os.environ) -> LinkSettings:
     clouddriver = config.clouddriver
-    host, port = parse_grpc_address(clouddriver.grpc)
+    addresses = server_addresses(clouddriver)
     backoff = clouddriver.backoff
     return LinkSettings(
-        host=host,
-        port=port,
+        host=addresses[0].host,
+        port=addresses[0].port,
+        addresses=addresses,
         agent_id=environ.get("POD_NAME") or socket.gethostname(),
         instance_id=uuid.uuid4().hex,
         agent_version=agent_version(),

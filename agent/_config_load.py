@@ -217,8 +217,16 @@ def _clouddriver(s: Section, ignored: list[str]) -> ClouddriverConfig:
         back_off_ms=r.integer("backOffMs", 3000),
     )
     _done(r, ignored)
+    grpc_addresses = s.strings("grpcAddresses", what="server addresses (host:port)")
+    if grpc_addresses and s.has("grpc"):
+        raise s.error(
+            "grpcAddresses",
+            "give the server's address in clouddriver.grpc or its addresses in "
+            "clouddriver.grpcAddresses, not both",
+        )
     config = ClouddriverConfig(
         grpc=s.string("grpc", d.grpc),
+        grpc_addresses=grpc_addresses,
         insecure=s.boolean("insecure", d.insecure),
         tls=tls,
         auth=auth,

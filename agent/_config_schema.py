@@ -96,6 +96,8 @@ class ClouddriverConfig:
     """``clouddriver.*``: how the agent reaches the server."""
 
     grpc: str = "spin-clouddriver-grpc:9091"
+    # kubesvc's own: several addresses of the server, dialled in turn (grpc is then unset).
+    grpc_addresses: tuple[str, ...] = ()
     insecure: bool = True
     tls: TlsConfig = TlsConfig()
     auth: AuthConfig = AuthConfig()

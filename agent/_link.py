@@ -30,6 +30,9 @@ How a session ended decides when the next one opens, in one place (``_until_next
   Service or a load balancer, that reaches another replica); the same status refusing a
   Hello is a broken link like any other, so a proxy that keeps sending us to the draining
   pod costs backoff, not a tight loop;
+* with several server addresses (``clouddriver.grpcAddresses``) each failure moves to the
+  next one at once, and the backoff is waited once per round of failures over all of them;
+  a draining server's end moves to the next address (agent/_link_rotation.py);
 * during our own drain (``drain(deadline)``, on SIGTERM; agent/_link_drain.py) no session
   follows: ``drain`` returns once the session has ended, or at once when none is connected,
   and the caller then cancels ``run``.
@@ -52,6 +55,7 @@ from ._backoff import Backoff
 from ._errors import AgentError
 from ._link_drain import RESULTS_RESERVE_SECONDS, Drain, shutting_down
 from ._link_edge import message_kind, open_stream, skipped_unknown
+from ._link_rotation import AddressRotation, ServerAddress
 from ._link_session import (
     OVERSIZE_ANNOTATION,
     LinkState,
@@ -138,13 +142,15 @@ class Link:
         """Connect, serve a session, reconnect after it ends (see the module docstring);
         never returns. Owns the nursery the operations run in."""
         backoff = self._settings.backoff
+        rotation = AddressRotation(self._settings.server_addresses())
         async with trio.open_nursery() as operations_nursery:
             self._operations_nursery = operations_nursery
             task_status.started()
             while True:
                 server_draining = False
+                address = rotation.current
                 try:
-                    await self._one_session(backoff)
+                    await self._one_session(address, backoff, rotation)
                 except* (wire.WireError, trio.TooSlowError, SessionEnded, AgentError) as group:
                     # Whatever the network or the server did: one line, then the next session.
                     leaves = _leaves(group)
@@ -163,29 +169,51 @@ class Link:
                     self.status.roles.clear()
                     self.status.role_reasons.clear()
                     self._session = None
-                await self._until_next_session(backoff, server_draining=server_draining)
+                await self._until_next_session(
+                    address, backoff, rotation, server_draining=server_draining
+                )
 
-    async def _until_next_session(self, backoff: Backoff, *, server_draining: bool) -> None:
-        """The one place that decides when the next session opens, after one ended: never
-        during our own drain, at once when a draining server ended it, else after the
-        backoff."""
+    async def _until_next_session(
+        self,
+        address: ServerAddress,
+        backoff: Backoff,
+        rotation: AddressRotation,
+        *,
+        server_draining: bool,
+    ) -> None:
+        """The one place that decides when (and where) the next session opens, after the one
+        on ``address`` ended: never during our own drain; at once, on the next address, when
+        a draining server ended it; else on the next address, at once while a round of the
+        addresses lasts and after the backoff once every one has failed."""
         if self._state.drain is not None:  # shutting down: no new session
             self._state.drain.link_closed.set()
             await trio.sleep_forever()
         if server_draining:
+            rotation.drained()
             # Spread the agents the drain sets loose (all of them at the same instant) over
             # a moment, so the replica that takes them over is not hit by all at once.
             delay = random.uniform(0.0, DRAIN_RECONNECT_SPREAD_SECONDS)
-            log.info("the server is draining: reconnecting in %.2f s", delay)
+            log.info(
+                "the server is draining: reconnecting in %.2f s (to %s)", delay, rotation.current
+            )
             await trio.sleep(delay)
+            return
+        if not rotation.failed():
+            log.warning(
+                "link to %s lost: %s; trying %s at once",
+                address,
+                self.status.last_error,
+                rotation.current,
+            )
+            await trio.lowlevel.checkpoint()
             return
         delay = backoff.next_delay()
         log.warning(
-            "link to %s:%d lost: %s; reconnecting in %.2f s",
-            self._settings.host,
-            self._settings.port,
+            "link to %s lost: %s; reconnecting in %.2f s%s",
+            address,
             self.status.last_error,
             delay,
+            f" (to {rotation.current})" if len(rotation.addresses) > 1 else "",
         )
         await trio.sleep(delay)
 
@@ -299,8 +327,11 @@ class Link:
 
     # -- one session ---------------------------------------------------------------------
 
-    async def _one_session(self, backoff: Backoff) -> None:
+    async def _one_session(
+        self, address: ServerAddress, backoff: Backoff, rotation: AddressRotation
+    ) -> None:
         settings = self._settings
+        self.status.server_address = str(address)
         metadata: dict[str, str] = {}
         if self._token is not None and (token := await self._token()):
             metadata["authorization"] = f"Bearer {token}"
@@ -316,8 +347,8 @@ class Link:
             session_token=self._session_token,
         )
         async with open_stream(
-            settings.host,
-            settings.port,
+            address.host,
+            address.port,
             ssl_context=settings.ssl_context,
             server_hostname=settings.server_hostname,
             metadata=metadata,
@@ -343,7 +374,13 @@ class Link:
             self.status.sessions += 1
             self.status.server_id = welcome.server_id
             backoff.reset()
-            log.info("connected to server %s with %d account(s)", welcome.server_id, len(accounts))
+            rotation.connected()
+            log.info(
+                "connected to server %s at %s with %d account(s)",
+                welcome.server_id,
+                address,
+                len(accounts),
+            )
             send, receive = open_event_channel(self._state.budget)
             with send, receive:
                 async with trio.open_nursery() as nursery:

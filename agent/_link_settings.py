@@ -18,6 +18,7 @@ from budget import EventSender
 from wire import messages
 
 from ._backoff import Backoff
+from ._link_rotation import ServerAddress
 
 __all__ = ["AccountRunner", "LinkSettings", "LinkStatus", "OperationHandler", "ResumeKey"]
 
@@ -42,7 +43,10 @@ OperationHandler = Callable[[messages.Operation], Awaitable[messages.OperationRe
 
 @dataclass(frozen=True, slots=True)
 class LinkSettings:
-    """How to reach the server and shape the stream (from ``clouddriver.*``)."""
+    """How to reach the server and shape the stream (from ``clouddriver.*``).
+
+    ``host``/``port`` is the server's address; ``addresses``, when given, are all of them
+    (``clouddriver.grpcAddresses``), dialled in turn (agent/_link_rotation.py)."""
 
     host: str
     port: int
@@ -68,6 +72,11 @@ class LinkSettings:
     max_batches_in_flight: int = 4
     max_linger_seconds: float = 0.05
     max_message_size: int = wire.DEFAULT_MAX_MESSAGE_SIZE
+    addresses: tuple[ServerAddress, ...] = ()
+
+    def server_addresses(self) -> tuple[ServerAddress, ...]:
+        """Every address to dial, in order: ``addresses``, else ``host:port`` alone."""
+        return self.addresses or (ServerAddress(self.host, self.port),)
 
 
 @dataclass(slots=True)
@@ -79,6 +88,7 @@ class LinkStatus:
     disconnections: int = 0
     last_error: str = ""
     server_id: str = ""
+    server_address: str = ""  # the address the current (or last) session dialled
     roles: dict[str, str] = field(default_factory=dict)
     # The server's reason with an account's role (why it was REJECTED, or promoted).
     role_reasons: dict[str, str] = field(default_factory=dict)

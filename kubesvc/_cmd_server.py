@@ -30,7 +30,8 @@ def register(subparsers: Any) -> None:
         "--store",
         default=None,
         metavar="URL",
-        help="the store, overriding the config's store.url: sqlite:///path, sqlite://:memory: "
+        help="the store, overriding the config's store.url (its passwordFile and "
+        "maxConnections still apply): sqlite:///path, sqlite://:memory: "
         "or postgresql://user@host:port/db?sslmode=...&passwordFile=/path",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
@@ -38,12 +39,19 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=_main)
 
 
+def with_store_url(config: server.ServerConfig, url: str) -> server.ServerConfig:
+    """``config`` with the store at ``url`` (``--store``; a relative SQLite path is relative
+    to the current folder). Only the URL is overridden (a Deployment passes it from a
+    Secret): the file's passwordFile and maxConnections still apply. Raises ConfigError."""
+    store = server.store_config(url, pathlib.Path.cwd(), password_file=config.store.password_file)
+    store = dataclasses.replace(store, max_connections=config.store.max_connections)
+    return dataclasses.replace(config, store=store)
+
+
 def _main(args: argparse.Namespace) -> int:
     config = server.load_server_config(args.config) if args.config else server.ServerConfig()
     if args.store:
-        config = dataclasses.replace(
-            config, store=server.store_config(args.store, pathlib.Path.cwd())
-        )
+        config = with_store_url(config, args.store)
     configure_logging(level=args.log_level, format=args.log_format)
 
     async def main() -> int:

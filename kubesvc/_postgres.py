@@ -108,6 +108,7 @@ class TempPostgres:
     _bin: Path | None = None
     _user: pwd.struct_passwd | None = None
     _names: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _flags: str = ""  # postgres's -c options, for pg_ctl start (again, after pause)
 
     def __enter__(self) -> TempPostgres:
         self.start()
@@ -184,25 +185,40 @@ class TempPostgres:
                 "max_connections": "100",
                 **self.settings,
             }
-            flags = " ".join(f"-c {k}={v}" for k, v in options.items())
-            self._run(
-                "pg_ctl",
-                "-D",
-                str(data),
-                "-l",
-                str(self.folder / "log"),
-                "-o",
-                flags,
-                "-w",
-                "-t",
-                str(int(_RUN_TIMEOUT)),
-                "start",
-            )
+            self._flags = " ".join(f"-c {k}={v}" for k, v in options.items())
+            self._pg_ctl_start()
         except BaseException:
             self._remove()
             raise
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f"CREATE ROLE {PASSWORD_USER} LOGIN SUPERUSER PASSWORD '{PASSWORD}'")
+
+    def _pg_ctl_start(self) -> None:
+        assert self.folder is not None
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.folder / "data"),
+            "-l",
+            str(self.folder / "log"),
+            "-o",
+            self._flags,
+            "-w",
+            "-t",
+            str(int(_RUN_TIMEOUT)),
+            "start",
+        )
+
+    def pause(self) -> None:
+        """Stop the server (fast shutdown: every connection is ended), keeping its data; a
+        test of what the store's clients do while the database is down. ``resume`` starts it
+        again."""
+        assert self.folder is not None
+        self._run("pg_ctl", "-D", str(self.folder / "data"), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server ``pause`` stopped (waits until it accepts connections)."""
+        self._pg_ctl_start()
 
     def create_database(self) -> str:
         """A new empty database; returns its name."""

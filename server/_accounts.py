@@ -380,6 +380,9 @@ class RegistryStore:
     ) -> None:
         await self._store.run_upkeep(task_status=task_status)
 
+    async def ping(self) -> None:
+        await self._store.ping()
+
     async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._store.apply_batch(account, records)
 

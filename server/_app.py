@@ -32,6 +32,7 @@ from ._errors import ServerError
 from ._feed import ChangeFeed
 from ._grpc import ConnectHandler
 from ._replica import ReplicaService, advertised_address, take_store_alone
+from ._readiness import Readiness
 from ._sessions import SessionManager
 from ._state import OperationsHook, ServerState
 from .ops import OperationService
@@ -140,6 +141,7 @@ async def open_server_state(
                 sessions=sessions,
                 operations=operations,
                 replicas=replicas,
+                readiness=Readiness(store.ping),
             )
         finally:
             feed.close()
@@ -168,6 +170,8 @@ async def run_server(
         trio.open_nursery() as nursery,
     ):
         await nursery.start(state.store.run_upkeep)
+        if state.readiness is not None:
+            await nursery.start(state.readiness.run)
         if isinstance(state.operations, OperationService):
             await nursery.start(state.operations.run)  # issue 6: task runners
         handler = ConnectHandler(state, authenticator)
@@ -225,6 +229,8 @@ async def _drain(
     bound = state.config.shutdown.drain_seconds
     log.info("shutdown: draining (at most %g s)", bound)
     start = trio.current_time()
+    if state.readiness is not None:
+        state.readiness.drain()  # probes on connections still open answer 503 from now on
     with trio.move_on_after(bound) as scope:
         draining.set()  # both listeners close; idle REST connections too
         state.feed.close()

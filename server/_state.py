@@ -14,6 +14,7 @@ from ._accounts import AccountService
 from ._config import ServerConfig
 from ._feed import ChangeFeed
 from ._replica import ReplicaService
+from ._readiness import Readiness
 from ._sessions import Session, SessionManager
 from .store import Store
 
@@ -58,6 +59,9 @@ class ServerState:
     unknown_fields: wire.UnknownFieldCounter = field(default_factory=wire.UnknownFieldCounter)
     # This server as one replica of several sharing the store (its heartbeat, leases).
     replicas: ReplicaService | None = None
+    # GET /health/ready: the store answers and the server is not draining (run_server runs
+    # its pings and drains it).
+    readiness: Readiness | None = None
 
     async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:
         """Send a dynamic account to a connected agent; its id, or None when none is."""

@@ -289,7 +289,25 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ),
         responses={101: "switching to the WebSocket protocol"},
     ),
-    Endpoint("GET", "/health", own.health, "Liveness", _OWN),
+    Endpoint(
+        "GET",
+        "/health",
+        own.health,
+        "Liveness: the process answers (the store is not asked)",
+        _OWN,
+        responses={200: "{status: UP, serverId}"},
+    ),
+    Endpoint(
+        "GET",
+        "/health/ready",
+        own.ready,
+        "Readiness: the store answers a ping (cached 1 s) and the server is not draining",
+        _OWN,
+        responses={
+            200: "{status: UP, serverId}",
+            503: "{status: DOWN, reason, serverId}: the store is unreachable, or draining",
+        },
+    ),
     Endpoint("GET", "/metrics", own.metrics, "Prometheus metrics", _OWN),
     Endpoint("GET", "/openapi.json", own.openapi, "This document", _OWN),
 )

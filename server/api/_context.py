@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from starlette.requests import HTTPConnection
 
 from .._feed import ChangeFeed
+from .._readiness import Readiness
 from ..store import Store, StoredObject
 from ._metrics import ApiMetrics
 
@@ -36,6 +37,11 @@ class ApiState(Protocol):
     @property
     def server_id(self) -> str: ...
 
+    @property
+    def readiness(self) -> Readiness | None:
+        """GET /health/ready's answers; None: no check runs (ready while it answers)."""
+        ...
+
     async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:
         """Send a dynamic account definition to a connected agent (service mode).
 
@@ -55,6 +61,7 @@ class StandaloneState:
     store: Store
     feed: ChangeFeed
     server_id: str = "kubesvc-server"
+    readiness: Readiness | None = None
 
     async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:
         return None

@@ -7,11 +7,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .._readiness import ReadinessAnswer
 from ..store import StoredObject
 from ._context import context
 from ._errors import BadRequest
 
-__all__ = ["health", "metrics", "openapi", "query_objects"]
+__all__ = ["health", "metrics", "openapi", "query_objects", "ready"]
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
@@ -19,7 +20,19 @@ _encoder = msgspec.json.Encoder()
 
 
 async def health(request: Request) -> Response:
+    """Liveness: the process answers. It asks nothing of the store (see /health/ready)."""
     return JSONResponse({"status": "UP", "serverId": context(request).state.server_id})
+
+
+async def ready(request: Request) -> Response:
+    """200 while the store answers and the server is not draining; 503 with the reason."""
+    ctx = context(request)
+    body: dict[str, str] = {"serverId": ctx.state.server_id}
+    readiness = ctx.state.readiness
+    answer = ReadinessAnswer(True) if readiness is None else await readiness.check()
+    if answer.ready:
+        return JSONResponse({"status": "UP", **body})
+    return JSONResponse({"status": "DOWN", "reason": answer.reason, **body}, status_code=503)
 
 
 async def metrics(request: Request) -> Response:

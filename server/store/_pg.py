@@ -4,12 +4,14 @@ async API is asyncio's, and asyncio lives only in wire's bridge (DESIGN 2)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import psycopg
 import trio
 
-from .._errors import StoreError
+from .._errors import StoreClosed, StoreError
 from ._facade import ThreadedStore
 from ._pg_core import Conn, PgCore, connect, is_broken
 from ._sqlite_core import wall_clock_ms
@@ -20,11 +22,61 @@ from ._url import DEFAULT_MAX_CONNECTIONS, parse_store_url
 class PgStore(ThreadedStore[Conn]):
     """The Store on PostgreSQL: up to ``max_connections`` calls at once, each one transaction
     on its own connection. A broken connection is dropped after the call that found it
-    (which raises StoreError); the next call connects again. Obtain one with
-    ``open_postgres_store``."""
+    (which raises StoreError); the next call connects again. ``ping`` has one more connection
+    of its own (see there). Obtain one with ``open_postgres_store``."""
 
-    def __init__(self, core: PgCore, threads: WorkerThreads[Conn]) -> None:
+    def __init__(
+        self,
+        core: PgCore,
+        threads: WorkerThreads[Conn],
+        open_connection: Callable[[], Conn] | None = None,
+    ) -> None:
         super().__init__(core, threads)
+        self._open_connection = open_connection
+        # The ping's own connection, taken by the thread that pings and put back after: a
+        # ping abandoned mid-call (its caller gave up) keeps it, and the next opens another.
+        self._ping_lock = threading.Lock()
+        self._ping_conn: Conn | None = None
+        self._ping_closed = False
+
+    async def ping(self) -> None:
+        """``SELECT 1`` on a connection of its own, outside the pool: the answer says whether
+        the database answers, not whether this replica's pool is busy, and a ping never waits
+        behind ingest. Raises StoreError when it does not answer, StoreClosed once closed.
+        Cancelling it returns at once (the thread is abandoned and ends by itself: libpq's
+        connect_timeout, 10 s unless the URL says otherwise, bounds a connect)."""
+        if self._threads.closed or self._open_connection is None:
+            raise StoreClosed("the store is closed")
+        await trio.to_thread.run_sync(self._ping_in_thread, abandon_on_cancel=True)
+
+    def _ping_in_thread(self) -> None:
+        assert self._open_connection is not None
+        with self._ping_lock:
+            conn, self._ping_conn = self._ping_conn, None
+        try:
+            if conn is None or is_broken(conn):
+                if conn is not None:
+                    conn.close()
+                conn = self._open_connection()  # raises StoreError naming the server
+            conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            if conn is not None:
+                conn.close()
+            raise StoreError(f"the PostgreSQL store did not answer: {exc}") from exc
+        with self._ping_lock:
+            if self._ping_conn is None and not self._ping_closed:
+                self._ping_conn, conn = conn, None
+        if conn is not None:
+            conn.close()
+
+    async def aclose(self) -> None:
+        with self._ping_lock:
+            self._ping_closed = True
+            conn, self._ping_conn = self._ping_conn, None
+        if conn is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(conn.close)
+        await super().aclose()
 
     async def run_upkeep(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -58,14 +110,15 @@ async def open_postgres_store(
         raise StoreError(f"{location.redacted()} is not a PostgreSQL URL")
     conninfo = location.conninfo
     secret_file = password_file or location.password_file
+
+    def open_connection() -> Conn:
+        return connect(conninfo, secret_file)
+
     threads: WorkerThreads[Conn] = WorkerThreads(
-        lambda: connect(conninfo, secret_file),
-        lambda conn: conn.close(),
-        max_connections,
-        is_broken=is_broken,
+        open_connection, lambda conn: conn.close(), max_connections, is_broken=is_broken
     )
     core = PgCore(now_ms)
-    store = PgStore(core, threads)
+    store = PgStore(core, threads, open_connection)
     try:
         await threads.run(core.migrate)
         yield store

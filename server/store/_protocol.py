@@ -38,6 +38,13 @@ class Store(Protocol):
         log into the database file), until cancelled. Reports started at once."""
         ...
 
+    async def ping(self) -> None:
+        """Whether the store answers: one cheap round trip (PostgreSQL: ``SELECT 1`` on a
+        connection of its own, not the pool's; SQLite: one read of the file). Raises
+        StoreError when it does not answer; the caller bounds how long it waits (the server's
+        readiness, server/_readiness.py)."""
+        ...
+
     async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
         """Apply one account's records in one transaction (sync brackets, resume points).
 

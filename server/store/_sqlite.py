@@ -60,6 +60,11 @@ class SqliteStore(ThreadedStore[SqliteCore]):
             finally:
                 checkpointer.committed(nbytes)
 
+    async def ping(self) -> None:
+        """One read of the database file on the store's thread (after the call in progress);
+        raises StoreError when it fails, StoreClosed once closed."""
+        await self._run(SqliteCore.ping)
+
     async def run_upkeep(
         self,
         *,

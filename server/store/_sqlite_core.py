@@ -118,6 +118,13 @@ class SqliteCore(RecordTables):
                 log.warning("store %s: the checkpoint at close failed: %s", self.path, exc)
         self._conn.close()
 
+    def ping(self) -> None:
+        """Read one row of the database file: raises StoreError when it cannot be read."""
+        try:
+            self._conn.execute("SELECT value FROM meta WHERE key='epoch'").fetchall()
+        except apsw.Error as exc:
+            raise StoreError(f"the SQLite store {self.path!r} cannot be read: {exc}") from exc
+
     # -- transactions -------------------------------------------------------------------
 
     def _write(self, fn: Callable[[], Any]) -> Any:

@@ -25,6 +25,7 @@ import server
 import wire
 from agent import Backoff
 from agent._link import Link, LinkSettings
+from agent._link_rotation import ServerAddress
 from budget import ByteBudget, EventSender
 from wire import messages
 
@@ -75,11 +76,14 @@ class _Agent:
         port: int,
         ssl_context: ssl.SSLContext | None = None,
         backoff: Backoff | None = None,
+        also: tuple[int, ...] = (),
     ) -> None:
         self.connected = trio.Event()
         settings = LinkSettings(
             host="127.0.0.1",
             port=port,
+            # ``also``: more addresses (ports on loopback) after ``port``, dialled in turn.
+            addresses=tuple(ServerAddress("127.0.0.1", p) for p in (port, *also)) if also else (),
             agent_id="agent-faults",
             instance_id="i-1",
             agent_version="0.1",

@@ -136,6 +136,11 @@ def _agent_runner(config_path: Path, agent_id: str) -> Any:
     return run
 
 
+#: In ``clouddriver={"grpcAddresses": [...]}``, the server's own address (its port is known
+#: only once it listens).
+SERVER_ADDRESS = "<the server>"
+
+
 def agent_config(
     grpc_port: int,
     accounts: Sequence[dict[str, Any]],
@@ -156,6 +161,13 @@ def agent_config(
         "server": {"host": "127.0.0.1", "port": 0},
         "prometheus": {"enabled": True, "port": 0},
     }
+    addresses = config["clouddriver"].get("grpcAddresses")
+    if addresses is not None:
+        # Several addresses instead of one: SERVER_ADDRESS among them is this server's.
+        del config["clouddriver"]["grpc"]
+        config["clouddriver"]["grpcAddresses"] = [
+            f"127.0.0.1:{grpc_port}" if a == SERVER_ADDRESS else a for a in addresses
+        ]
     config.update(top)
     return config
 

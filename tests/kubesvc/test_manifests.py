@@ -13,6 +13,7 @@ import yaml
 import agent
 import server
 from kubesvc._certs import write_bundle
+from kubesvc._cmd_server import with_store_url
 from manifests import ROOT
 from server._app import SHUTDOWN_SLACK_SECONDS
 
@@ -63,7 +64,7 @@ def _all(kind: str) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def test_every_mode_has_a_folder_and_the_image_has_a_containerfile() -> None:
-    for mode in (*MODES, "server"):
+    for mode in (*MODES, "server", "server/sqlite"):
         assert list((ROOT / mode).glob("*.yaml")), mode
     assert 'ENTRYPOINT ["kubesvc"]' in (ROOT / "Containerfile").read_text()
 
@@ -134,9 +135,28 @@ def test_each_agent_config_passes_the_agents_validation() -> None:
             assert account.only_namespaced_resources == namespaced, path
 
 
-def test_the_server_config_passes_the_servers_validation(tmp_path: Path) -> None:
-    [(path, configmap)] = [(p, d) for p, d in _all("ConfigMap") if "server.yaml" in d["data"]]
-    data = yaml.safe_load(configmap["data"]["server.yaml"])
+# The server's two layouts: replicas on PostgreSQL (the default), one replica on SQLite.
+SERVER_FOLDERS = {"postgresql": ROOT / "server", "sqlite": ROOT / "server" / "sqlite"}
+# What the kubesvc-server-store Secret's url looks like (docs/postgresql.md).
+STORE_URL = (
+    "postgresql://kubesvc@db.example:5432/kubesvc?sslmode=verify-full"
+    "&sslrootcert=/etc/kubesvc-store/ca.crt&passwordFile=/etc/kubesvc-store/password"
+)
+
+
+def _server_documents(layout: str, kind: str) -> list[dict[str, Any]]:
+    """The documents of ``kind`` in the layout's own folder (not its subfolders)."""
+    folder = SERVER_FOLDERS[layout]
+    return [d for p in sorted(folder.glob("*.yaml")) for d in _documents(p) if d["kind"] == kind]
+
+
+def _server_config(layout: str, tmp_path: Path) -> tuple[dict[str, Any], server.ServerConfig]:
+    """The layout's server.yaml as the server reads it in its pod (with the Deployment's
+    --store, if any), the mounted files replaced by stand-ins of the same names."""
+    [configmap] = _server_documents(layout, "ConfigMap")
+    text = configmap["data"]["server.yaml"]
+    assert "password" not in text.lower()  # it comes from a mounted Secret
+    data = yaml.safe_load(text)
     # The files live in mounted Secrets; the server checks they exist, so point at stand-ins
     # of the same names (made by `kubesvc certs init`).
     write_bundle(tmp_path, agents=["a"])
@@ -150,30 +170,87 @@ def test_the_server_config_passes_the_servers_validation(tmp_path: Path) -> None
     }
     for section, key in ((tls, "certFile"), (tls, "keyFile"), (tls, "caFile"), (jwt, "secretFile")):
         section[key] = str(tmp_path / stand_ins[Path(section[key]).name])
-    config = server.parse_server_config(data, file=str(path))
+    config = server.parse_server_config(data, file=f"{layout}/server.yaml")
+    [deployment] = _server_documents(layout, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    if "--store" in args:
+        assert args[args.index("--store") + 1] == "$(KUBESVC_STORE_URL)"
+        config = with_store_url(config, STORE_URL)
+    return yaml.safe_load(text), config  # as written (data holds the stand-ins)
+
+
+@pytest.mark.parametrize("layout", SERVER_FOLDERS)
+def test_the_server_config_passes_the_servers_validation(layout: str, tmp_path: Path) -> None:
+    data, config = _server_config(layout, tmp_path)
     assert config.grpc.port == 9091
     assert config.api.port == 7002
     assert config.grpc.tls is not None
     assert config.grpc.tls.client_auth == server.ClientAuth.REQUIRE
-    assert config.store.path.startswith("/var/lib/kubesvc/")
     # The Deployment mounts the Secrets where the config looks for them.
-    [(_, deployment)] = [(p, d) for p, d in _all("Deployment") if "server" in p.parts]
-    mounts = {
-        m["mountPath"]
-        for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
-    }
-    for value in (
-        configmap_value
-        for configmap_value in yaml.safe_load(configmap["data"]["server.yaml"])["grpc"][
-            "tls"
-        ].values()
-        if isinstance(configmap_value, str) and configmap_value.startswith("/")
-    ):
-        assert str(Path(value).parent) in mounts, value
+    [deployment] = _server_documents(layout, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    for value in data["grpc"]["tls"].values():
+        if isinstance(value, str) and value.startswith("/"):
+            assert str(Path(value).parent) in mounts, value
     # Kubernetes kills the pod after terminationGracePeriodSeconds: the server's whole
     # shutdown (the drain, then what a drain cut short still does) must fit inside it.
-    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    grace = pod["terminationGracePeriodSeconds"]
     assert config.shutdown.drain_seconds + SHUTDOWN_SLACK_SECONDS <= grace
+    # Readiness follows the store and the drain; liveness asks nothing of the store.
+    [container] = pod["containers"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health/ready", "port": 7002}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": 7002}
+
+
+def test_the_postgresql_layout_runs_two_replicas_with_the_store_from_a_secret(
+    tmp_path: Path,
+) -> None:
+    _, config = _server_config("postgresql", tmp_path)
+    assert config.store.location.backend == "postgresql"
+    assert config.store.max_connections == 8  # the file's, under --store
+    [deployment] = _server_documents("postgresql", "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = spec["template"]["spec"]
+    [container] = pod["containers"]
+    [env] = [e for e in container["env"] if e["name"] == "KUBESVC_STORE_URL"]
+    assert env["valueFrom"]["secretKeyRef"] == {"name": "kubesvc-server-store", "key": "url"}
+    # The URL's passwordFile is a file of the same Secret, mounted where the URL says.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    [store_mount] = [m for m in container["volumeMounts"] if m["name"] == "store"]
+    assert volumes["store"]["secret"]["secretName"] == "kubesvc-server-store"
+    assert config.store.location.password_file == f"{store_mount['mountPath']}/password"
+    # A disruption (a node drain) leaves one replica serving.
+    [budget] = _server_documents("postgresql", "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    labels = spec["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert not _server_documents("postgresql", "PersistentVolumeClaim")
+
+
+@pytest.mark.parametrize("layout", SERVER_FOLDERS)
+def test_the_server_exposes_grpc_and_rest_to_its_pods(layout: str) -> None:
+    [service] = _server_documents(layout, "Service")
+    ports = {p["port"]: p for p in service["spec"]["ports"]}
+    assert set(ports) == {9091, 7002}
+    assert ports[9091]["appProtocol"] == "grpc"
+    [deployment] = _server_documents(layout, "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_the_sqlite_layout_is_one_replica_on_a_volume(tmp_path: Path) -> None:
+    _, config = _server_config("sqlite", tmp_path)
+    assert config.store.path.startswith("/var/lib/kubesvc/")
+    [deployment] = _server_documents("sqlite", "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"  # ReadWriteOnce
+    pod = deployment["spec"]["template"]["spec"]
+    claims = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert [c["persistentVolumeClaim"]["claimName"] for c in claims] == ["kubesvc-server-data"]
+    assert [d["metadata"]["name"] for d in _server_documents("sqlite", "PersistentVolumeClaim")]
 
 
 def test_agent_deployments_are_one_container_with_probes_and_a_live_config() -> None:
@@ -193,15 +270,3 @@ def test_agent_deployments_are_one_container_with_probes_and_a_live_config() -> 
         assert volumes["tls"]["secret"]["secretName"] == "kubesvc-agent-tls", path
         assert volumes["token"]["secret"]["secretName"] == "kubesvc-agent-token", path
         assert pod["serviceAccountName"] == "kubesvc-agent", path
-
-
-def test_the_server_exposes_grpc_and_rest_and_keeps_sqlite_on_a_volume() -> None:
-    [(_, service)] = [(p, d) for p, d in _all("Service")]
-    ports = {p["port"]: p for p in service["spec"]["ports"]}
-    assert set(ports) == {9091, 7002}
-    assert ports[9091]["appProtocol"] == "grpc"
-    [(_, deployment)] = [(p, d) for p, d in _all("Deployment") if "server" in p.parts]
-    pod = deployment["spec"]["template"]["spec"]
-    claims = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
-    assert [c["persistentVolumeClaim"]["claimName"] for c in claims] == ["kubesvc-server-data"]
-    assert [n for _, n in _all("PersistentVolumeClaim")]
