@@ -31,8 +31,8 @@ from ._config import ServerConfig
 from ._errors import ServerError
 from ._feed import ChangeFeed
 from ._grpc import ConnectHandler
-from ._replica import ReplicaService, advertised_address, take_store_alone
 from ._readiness import Readiness
+from ._replica import ReplicaService, advertised_address, take_store_alone
 from ._sessions import SessionManager
 from ._state import OperationsHook, ServerState
 from .ops import OperationService

@@ -13,8 +13,8 @@ from wire import messages
 from ._accounts import AccountService
 from ._config import ServerConfig
 from ._feed import ChangeFeed
-from ._replica import ReplicaService
 from ._readiness import Readiness
+from ._replica import ReplicaService
 from ._sessions import Session, SessionManager
 from .store import Store
 
