@@ -172,6 +172,17 @@ class AccountService:
             for name in names:
                 self.registry.refresh(name, await self._store.get_account(name))
 
+    async def sync(self) -> None:
+        """With leases: take in every account row of the store, so that this replica knows
+        (for /credentials, the operations' account checks, orphan expiry) the accounts that
+        agents registered on other replicas or that REST created or removed there. Runs at
+        each heartbeat; one read of the accounts table."""
+        if not self.uses_leases:
+            return
+        stored = {record.name: record for record in await self._store.list_accounts()}
+        for name in {*stored, *self.registry.names_not_served()}:
+            self.registry.refresh(name, stored.get(name))
+
     async def settle(self) -> builtins.list[RoleChange]:
         """Release the leases no local session needs, and ask for the lease of each account
         whose local head changed; returns the role changes (not yet announced)."""

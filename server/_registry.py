@@ -361,7 +361,8 @@ class Registry:
         if not self._use_leases:
             return
         if stored is None:
-            if name not in self._holders:
+            # A pending write (an account just added here) is newer than the read.
+            if name not in self._holders and name not in self._dirty:
                 self._accounts.pop(name, None)
                 self._remote.pop(name, None)
                 self._dirty.discard(name)
@@ -369,6 +370,11 @@ class Registry:
         self._remote[name] = self._others(stored)
         if name not in self._holders and name not in self._dirty:
             self._accounts[name] = stored
+
+    def names_not_served(self) -> list[str]:
+        """The accounts this replica knows and no local session serves (rows another
+        replica may change or remove)."""
+        return [name for name in self._accounts if name not in self._holders]
 
     def _others(self, record: AccountRecord) -> list[dict[str, Any]]:
         """``record``'s connections on other replicas."""

@@ -2,14 +2,15 @@
 
 Theory of operation. Every ``replicas.heartbeatMs`` the replica writes its row (address,
 sessions, primaries), which also renews every account lease it holds for
-``replicas.leaseTtlMs``. Then it reads the leases and lets the accounts service reconcile
-them (``AccountService.reconcile``): a local head whose lease lapsed on another replica is
-promoted, a local primary whose lease another replica took is demoted. Then it claims the
-"housekeeping" duty; the one replica holding it deletes expired lease rows and forgets
-replicas long dead, and only it removes orphaned accounts past their grace period. A
-graceful drain deletes the replica's row, which releases its leases at once, so its agents'
-accounts are taken over on their next connection rather than after the TTL. A crash leaves
-the leases to lapse.
+``replicas.leaseTtlMs``. Then it reads the leases and lets the accounts service reconcile them
+(``AccountService.reconcile``): a local head whose lease lapsed on another replica is promoted,
+a local primary whose lease another replica took is demoted. Then it claims the "housekeeping"
+duty; the one replica holding it deletes expired lease rows and forgets replicas long dead
+(with the agent rows they left), and only it removes orphaned accounts past their grace period.
+Each heartbeat also reads the accounts table, so an account registered, added or removed on
+another replica is known here within a heartbeat. A graceful drain deletes the replica's row,
+which releases its leases at once, so its agents' accounts are taken over on their next
+connection rather than after the TTL. A crash leaves the leases to lapse.
 
 On SQLite the store has one replica (one process owns its file): ``take_store_alone`` drops
 what earlier processes left, and every lease is granted to the one replica.
@@ -148,6 +149,7 @@ class ReplicaService:
         now = self._now_ms()
         await self._store.heartbeat_replica(self.record(now), self.lease_ttl_ms)
         await self._accounts.reconcile(await self._store.list_leases())
+        await self._accounts.sync()
         was = self.housekeeper
         self.housekeeper = await self._store.claim_duty(
             HOUSEKEEPING, self.replica_id, self.lease_ttl_ms
@@ -166,9 +168,23 @@ class ReplicaService:
         if gone:
             log.info("expired leases removed: %s", ", ".join(lease.account for lease in gone))
         records = await self._store.list_replicas()
-        for replica_id in forgotten_replicas(records, now_ms, self.lease_ttl_ms, self.replica_id):
+        forgotten = forgotten_replicas(records, now_ms, self.lease_ttl_ms, self.replica_id)
+        for replica_id in forgotten:
             log.info("replica %s has been silent long: forgotten", replica_id)
             await self._store.delete_replica(replica_id)
+        # The agent rows a crashed replica left (a drained one removed its own): its
+        # sessions ended with it, so /armory/agents must not list them. A row is old as
+        # well as without its replica: a replica that just started may accept agents before
+        # its first heartbeat writes its row.
+        known = {r.replica_id for r in records if r.replica_id not in forgotten}
+        old = now_ms - FORGET_AFTER_TTLS * self.lease_ttl_ms
+        for agent in await self._store.list_agents():
+            if (
+                agent.server_id
+                and agent.server_id not in known | {self.replica_id}
+                and agent.connected_at_ms <= old
+            ):
+                await self._store.delete_agent(agent.session_id)
 
     async def leave(self) -> None:
         """A graceful drain: stop beating and delete this replica's row, which releases its

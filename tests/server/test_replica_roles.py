@@ -6,6 +6,7 @@ either replica; /armory/clouddrivers and /metrics show both replicas."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import trio
 import wire
 from server import RunningServer, ServerConfig, run_server
 from server.api import serve_api
+from server.store import AgentRecord, ReplicaRecord
 from wire import messages as m
 
 from .._wait import wait_until
@@ -184,3 +186,58 @@ async def test_a_drained_replica_hands_its_accounts_over_at_once(
                     (promoted,) = (await receive_kind(b, "assignment")).accounts
                 assert promoted.role == m.Role.PRIMARY
                 assert [r.replica_id for r in await r2.server.state.store.list_replicas()] == ["r2"]
+
+
+@in_loop
+async def test_every_replica_knows_the_accounts_of_the_others(pg_backend: StoreBackend) -> None:
+    """An account an agent registered on r1, or that REST added or removed on one replica, is
+    known on the other within heartbeats (credentials, the operations' account checks); the
+    agent rows a crashed replica left are removed once it is forgotten."""
+    meta = bearer(token())
+    with trio.fail_after(45):
+        async with replicas() as nursery:
+            r1 = await start(nursery, config("r1", pg_backend.url, 1000))
+            r2 = await start(nursery, config("r2", pg_backend.url, 1000))
+            store = r2.server.state.store
+            # A replica that crashed long ago, with the row of an agent session it held.
+            old = int(time.time() * 1000) - 3_600_000
+            await store.heartbeat_replica(ReplicaRecord("ghost", "", old, old), 1000)
+            await store.upsert_agent(
+                AgentRecord("ghost-session", "agent-z", server_id="ghost", connected_at_ms=old)
+            )
+            async with (
+                wire.open_connection("127.0.0.1", r1.server.grpc_port, metadata=meta) as a,
+                httpx.AsyncClient(base_url=r1.api) as on_r1,
+                httpx.AsyncClient(base_url=r2.api) as on_r2,
+            ):
+                await a.send(hello(account(), agent_id="agent-a"))
+                assert role_account(await receive_kind(a, "welcome")).role == m.Role.PRIMARY
+
+                async def r2_knows_prod() -> bool:
+                    return (await on_r2.get("/credentials/prod")).status_code == 200
+
+                await wait_until(r2_knows_prod, timeout=10, what="r2 knows r1's account")
+                assert r2.server.state.accounts.get("prod") is not None
+
+                added = await on_r2.post("/armory/accounts", json=[{"name": "added"}])
+                assert added.status_code == 202, added.text
+
+                async def r1_knows_added() -> bool:
+                    return (await on_r1.get("/armory/accounts/added")).status_code == 200
+
+                await wait_until(r1_knows_added, timeout=10, what="r1 knows r2's new account")
+                assert (await on_r1.delete("/armory/accounts/added")).status_code in (200, 204)
+
+                async def r2_forgot_added() -> bool:
+                    return (await on_r2.get("/armory/accounts/added")).status_code == 404
+
+                await wait_until(r2_forgot_added, timeout=10, what="r2 forgets the removed one")
+
+                async def ghost_rows_gone() -> bool:
+                    agents = await store.list_agents()
+                    return not any(agent.server_id == "ghost" for agent in agents)
+
+                await wait_until(ghost_rows_gone, timeout=10, what="the dead replica's rows gone")
+                assert "ghost" not in {r.replica_id for r in await store.list_replicas()}
+                # The live replica's agent row stays.
+                assert "agent-a" in {agent.agent_id for agent in await store.list_agents()}
