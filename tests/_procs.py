@@ -291,11 +291,13 @@ class Role:
         log_path: Path,
         *,
         ready: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.command = list(command)
         self.log_path = log_path
         self.ready = ready
+        self.env = dict(env or {})
         self.starts = 0
         self.current: LoggedProcess | None = None
         self._nursery = nursery
@@ -307,7 +309,9 @@ class Role:
             await self.current.aclose()  # reaped already: reads its output's end, closes
         with self.log_path.open("ab") as log:
             log.write(f"--- start {self.starts + 1} of {self.name}\n".encode())
-        self.current = await spawn_logged(self._nursery, self.name, self.command, self.log_path)
+        self.current = await spawn_logged(
+            self._nursery, self.name, self.command, self.log_path, env=self.env
+        )
         self.starts += 1
 
     def exited(self) -> int | None:

@@ -1,4 +1,5 @@
-"""Shared pytest configuration. Fixtures that open real servers live beside their tests.
+"""Shared pytest configuration. Fixtures that open real servers live beside their tests, but
+for the throwaway PostgreSQL server, which the store suite and the e2e replica tests share.
 
 Hypothesis profiles (chosen by the environment variable ``HYPOTHESIS_PROFILE``):
 
@@ -30,13 +31,15 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 from hypothesis import HealthCheck, settings
+
+from kubesvc._postgres import NoPostgres, TempPostgres, temp_postgres
 
 settings.register_profile(
     "deterministic",
@@ -94,3 +97,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         timeout = float(marker.args[0]) if marker and marker.args else default
         run = functools.partial(_run_within, 0.8 * timeout if timeout > 0 else VIRTUAL_DEADLINE)
         item.add_marker(pytest.mark.trio(run=run), append=False)
+
+
+_postgres_skipped_because: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[TempPostgres]:
+    """The session's throwaway PostgreSQL server (kubesvc/_postgres.py: initdb into a
+    temporary folder, a unix socket in it, stopped and removed at the end), for the store
+    suite and the replica tests; skips, saying why, where none can be started. The reason
+    is repeated in the summary at the end of the run: never a silent skip."""
+    try:
+        with temp_postgres() as server:
+            yield server
+    except NoPostgres as exc:
+        _postgres_skipped_because.append(str(exc))
+        pytest.skip(f"PostgreSQL tests skipped: {exc}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for reason in dict.fromkeys(_postgres_skipped_because):
+        terminalreporter.write_line(f"PostgreSQL tests SKIPPED: {reason}", yellow=True, bold=True)
