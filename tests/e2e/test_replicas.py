@@ -32,7 +32,11 @@ from .drain_stack import KINDS, NAMESPACE, new_sim, server_state, sim_state, wai
 from .ops_client import OrcaClient
 from .replica_stack import DRAIN_SECONDS, ReplicaStack, open_replica_stack
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    # Until operations reach a stream on another replica (branch r13-ops): step 2 fails.
+    pytest.mark.xfail(reason="operations across replicas are not merged yet", strict=True),
+]
 
 RECOVERY_BOUND_S = 15.0
 
