@@ -68,7 +68,7 @@ class ReplicaMonitor:
         self._account = account
         self._client = client
         self._agent_server = agent_server
-        self._probe = probe
+        self._probe_path = probe
         self._ttl_ms = lease_ttl_ms
         self._clock = clock
         self._started = clock()
@@ -91,14 +91,15 @@ class ReplicaMonitor:
                     f"replica {replica.index} ({replica.server_id}, pid {replica.pid}) ended: "
                     f"{replica.exit_text()}"
                 )
-                await self._probe_survivors()
         self._view = await self._read()
         agent_on = self._agent_server()
         if agent_on and agent_on != self._reported_agent:
+            on = self._by_id(agent_on)
             if self._reported_agent:
-                on = self._by_id(agent_on)
                 where = f" ({on.grpc})" if on else ""
                 self._event(f"the agent's stream is on {agent_on}{where} now")
+                if on is not None:
+                    await self._probe(on)
             self._reported_agent = agent_on
         primary = self._view.primary
         if primary and primary != self._reported_primary:
@@ -131,16 +132,14 @@ class ReplicaMonitor:
         reply.raise_for_status()
         return reply.json()
 
-    async def _probe_survivors(self) -> None:
-        for replica in self._replicas:
-            if not replica.running:
-                continue
-            try:
-                reply = await self._client.get(replica.api + self._probe, timeout=_REQUEST_SECONDS)
-                answer = f"{reply.status_code}"
-            except httpx.HTTPError as exc:
-                answer = f"no answer ({type(exc).__name__})"
-            self._event(f"replica {replica.index} answers GET {self._probe}: {answer}")
+    async def _probe(self, replica: Replica) -> None:
+        """Show that ``replica``, which the agent moved to, answers from the cache."""
+        try:
+            reply = await self._client.get(replica.api + self._probe_path, timeout=_REQUEST_SECONDS)
+            answer = f"{reply.status_code}"
+        except httpx.HTTPError as exc:
+            answer = f"no answer ({type(exc).__name__})"
+        self._event(f"replica {replica.index} answers GET {self._probe_path}: {answer}")
 
     def _since(self) -> str:
         if not self._ended:

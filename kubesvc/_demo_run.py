@@ -32,6 +32,7 @@ HOST = "127.0.0.1"
 _POLL = 0.25  # seconds between progress/status samples
 _SYNC_PATIENCE = 120.0  # give up waiting for the initial sync after this long
 _DEPLOY_PATIENCE = 30.0
+_PRIMARY_PATIENCE = 15.0  # several replicas: wait this long for the PRIMARY to show
 # The agent's own answer when it was built without an operations executor (agent/_link.py).
 _NO_EXECUTOR = "UNSUPPORTED"
 
@@ -111,7 +112,12 @@ async def show(display: Display, run: Run, stop: trio.CancelScope) -> Summary:
     with stop:
         sync_seconds = await _initial_sync(display, run)
         if run.replicas is not None:
-            await run.replicas.refresh()
+            with trio.move_on_after(_PRIMARY_PATIENCE):
+                while True:  # the account's row shows its PRIMARY once the claim is stored
+                    await run.replicas.refresh()
+                    if run.replicas.primary is not None:
+                        break
+                    await trio.sleep(_POLL)
             display.lines(run.replicas.events())  # a replica that ended meanwhile
             display.lines(run.replicas.overview())
         if sync_seconds is not None:
