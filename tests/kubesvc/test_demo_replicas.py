@@ -1,6 +1,7 @@
 """kubesvc demo --replicas 2: two server processes on a PostgreSQL the demo starts, one
 cluster; kill -9 of the replica holding the PRIMARY leaves the other serving, the agent on
 it and, after the lease TTL, the PRIMARY with it; SIGTERM ends everything, PostgreSQL too.
+With --store, a PostgreSQL of the user's is used and left running.
 
 Skipped, with the reason, where no PostgreSQL server binaries can be had (as the store tests
 are); the error the demo gives then is tested here with no binaries on purpose.
@@ -20,7 +21,8 @@ import httpx
 import pytest
 import trio
 
-from kubesvc._postgres import NoPostgres, find_binaries
+from kubesvc._postgres import TEST_SETTINGS, NoPostgres, TempPostgres, find_binaries
+from server.store import AccountRecord, AccountState, StoreConfig, open_store
 
 from .._procs import LoggedProcess, kubesvc_command, open_logged, run
 from .._wait import wait_until
@@ -209,3 +211,64 @@ def test_demo_replicas_refuse_a_sqlite_store(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "need a store they share: --store postgresql://" in done.stderr
+
+
+@pytest.mark.timeout(330)
+async def test_demo_replicas_on_a_given_store_forget_an_earlier_demo_and_leave_it_running(
+    tmp_path: Path, postgres_binaries: Path
+) -> None:
+    # An existing PostgreSQL (--store) where an earlier demo left account demo, bound to
+    # that run's kubesim: this run's agent would be refused unless the demo drops it first.
+    server = TempPostgres(dict(TEST_SETTINGS))
+    await trio.to_thread.run_sync(server.start)
+    try:
+        url = server.url(await trio.to_thread.run_sync(server.create_database, "mine"))
+        async with open_store(StoreConfig(url)) as store:
+            stale = AccountRecord("demo", "10.9.9.9:6443", "ab" * 32, status=AccountState.ACTIVE)
+            await store.upsert_account(stale)
+        command = kubesvc_command(
+            "demo",
+            "--replicas",
+            "2",
+            "--store",
+            url,
+            "--duration",
+            "10",
+            "--api-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--pods",
+            "50",
+            "--churn",
+            "2",
+            "--data-dir",
+            str(tmp_path / "demo"),
+        )
+        with trio.fail_after(300):
+            async with (
+                trio.open_nursery() as nursery,
+                open_logged(
+                    nursery,
+                    "demo",
+                    command,
+                    tmp_path / "demo.log",
+                    stop_signal=signal.SIGTERM,
+                    grace=60.0,
+                ) as demo,
+            ):
+                await demo.process.wait()
+        out = demo.output()
+        assert demo.returncode == 0, out
+        assert "(--store; left as it is)" in out
+        assert "forgot account 'demo' left by an earlier demo" in out
+        assert "initial sync in" in out
+        assert "PostgreSQL stopped" not in out
+        # The user's server still runs, with what the demo wrote in its database.
+        async with open_store(StoreConfig(url)) as store:
+            account = await store.get_account("demo")
+            assert account is not None
+            assert account.kube_host != stale.kube_host
+            assert await store.count_objects(account="demo") > 0
+    finally:
+        await trio.to_thread.run_sync(server.stop)
