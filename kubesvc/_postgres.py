@@ -146,6 +146,9 @@ class TempPostgres:
             check=False,
             env={**os.environ, "LC_ALL": "C"},
             cwd="/",
+            # Not in the terminal's process group: a Ctrl-C meant for the demo must not cut
+            # an initdb or a pg_ctl stop short (the demo stops the server itself).
+            start_new_session=True,
         )
         if done.returncode:
             raise RuntimeError(
