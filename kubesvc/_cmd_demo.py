@@ -2,6 +2,7 @@
 
 kubesvc demo                      # until Ctrl-C
 kubesvc demo --duration 20        # unattended: ends with a summary, exit code 0
+kubesvc demo --replicas 2         # two server processes on a PostgreSQL started for it
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ from typing import Any
 
 import trio
 
+from server.store import parse_store_url
+
 from ._demo import DemoOptions, run_demo
 from ._demo_view import Display, summary_lines
 from ._logging import configure_logging
+
+_MAX_REPLICAS = 9
 
 
 def register(subparsers: Any) -> None:
@@ -27,7 +32,10 @@ def register(subparsers: Any) -> None:
             "Start a simulated cluster with a realistic workload and churn, the server on a "
             "SQLite file and an agent connected over mTLS with a JWT (all generated on the fly), "
             "show the initial sync and a live status line, and run a sample deploy through "
-            "POST /kubernetes/ops. Ctrl-C stops it."
+            "POST /kubernetes/ops. With --replicas 2 the server runs as two processes on "
+            "PostgreSQL (started for the demo from its binaries, or --store), the agent knows "
+            "both, and killing one shows the agent and the PRIMARY moving to the other. "
+            "Ctrl-C (or SIGTERM) stops everything it started."
         ),
     )
     parser.add_argument(
@@ -57,6 +65,24 @@ def register(subparsers: Any) -> None:
         help="gRPC port (default: %(default)s; a free one if taken)",
     )
     parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="server replicas (default: %(default)s, in this process on SQLite); 2 or more run "
+        "as separate processes on PostgreSQL, REST and gRPC ports counting up from "
+        "--api-port and --grpc-port",
+    )
+    parser.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="the server's store: with --replicas 2 or more an existing PostgreSQL "
+        "(postgresql://user@host:port/db; default: one started for the demo from the "
+        "PostgreSQL binaries found here, stopped at the end); with one replica any store URL "
+        "(default: SQLite in the data folder)",
+    )
+    parser.add_argument(
         "--pods", type=int, default=1000, help="bulk pods to load (default: %(default)s)"
     )
     parser.add_argument(
@@ -78,6 +104,18 @@ def _main(args: argparse.Namespace) -> int:
         raise ValueError(f"--duration must be positive, got {args.duration}")
     if args.pods < 0 or args.churn < 0:
         raise ValueError("--pods and --churn must not be negative")
+    if not 1 <= args.replicas <= _MAX_REPLICAS:
+        raise ValueError(f"--replicas must be 1..{_MAX_REPLICAS}, got {args.replicas}")
+    if args.store is not None:
+        try:
+            backend = parse_store_url(args.store).backend
+        except ValueError as exc:
+            raise ValueError(f"--store: {exc}") from exc
+        if args.replicas > 1 and backend != "postgresql":
+            raise ValueError(
+                "--replicas 2 or more need a store they share: --store postgresql://... "
+                "(or leave --store out to start a PostgreSQL for the demo)"
+            )
     level = args.log_level.upper()
     configure_logging(level=level)
     # Hypercorn (kubesim's and the REST API's HTTP server) gives its logger its own handler
@@ -92,6 +130,8 @@ def _main(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port,
         pods=args.pods,
         churn_rate=args.churn,
+        replicas=args.replicas,
+        store_url=args.store or "",
     )
     display = Display(sys.stdout, tty=sys.stdout.isatty())
     summary = trio.run(run_demo, options, display)

@@ -15,10 +15,12 @@ from typing import TextIO
 __all__ = [
     "DeployOutcome",
     "Display",
+    "ReplicaState",
     "Snapshot",
     "Summary",
     "format_bytes",
     "progress_line",
+    "replicas_segment",
     "status_line",
     "summary_lines",
 ]
@@ -40,6 +42,16 @@ class Snapshot:
     budget_in_use: int
     budget_capacity: int
     reconnects: int
+    replicas: str = ""  # with several server replicas: replicas_segment's text
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """One server replica in the status line."""
+
+    index: int
+    running: bool
+    primary: bool  # it holds the demo account's PRIMARY
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +78,7 @@ class Summary:
     churn_operations: int
     deploy: DeployOutcome | None = None
     objects_by_kind: Mapping[str, int] = field(default_factory=dict)
+    replica_events: Sequence[str] = ()  # with several replicas: what happened to them
 
 
 def format_bytes(n: int) -> str:
@@ -105,11 +118,24 @@ def status_line(s: Snapshot) -> str:
         if s.budget_capacity
         else "n/a"
     )
-    return (
+    line = (
         f"[{s.elapsed:5.0f}s] accounts: {accounts or 'none'} | objects {s.stored:,} "
         f"({_top_kinds(s.objects_by_kind)}) | {s.events_per_second:,.0f} events/s | "
         f"budget {budget} | reconnects {s.reconnects}"
     )
+    return f"{line} | {s.replicas}" if s.replicas else line
+
+
+def replicas_segment(states: Sequence[ReplicaState], agent_on: int | None) -> str:
+    """``replicas 1 DOWN, 2 PRIMARY+agent``: each replica's process and role, and where
+    the agent's stream is."""
+    parts = []
+    for state in states:
+        word = ("PRIMARY" if state.primary else "up") if state.running else "DOWN"
+        if state.index == agent_on:
+            word += "+agent"
+        parts.append(f"{state.index} {word}")
+    return "replicas " + ", ".join(parts)
 
 
 def summary_lines(s: Summary) -> list[str]:
@@ -130,6 +156,8 @@ def summary_lines(s: Summary) -> list[str]:
     else:
         task = f" (task {s.deploy.task_id})" if s.deploy.task_id else ""
         lines.append(f"  sample deploy:    {s.deploy.status}{task}: {s.deploy.message}")
+    for i, event in enumerate(s.replica_events):
+        lines.append(f"  {'replicas:' if i == 0 else '':<18}{event}")
     return lines
 
 

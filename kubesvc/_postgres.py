@@ -146,6 +146,9 @@ class TempPostgres:
             check=False,
             env={**os.environ, "LC_ALL": "C"},
             cwd="/",
+            # Not in the terminal's process group: a Ctrl-C meant for the demo must not cut
+            # an initdb or a pg_ctl stop short (the demo stops the server itself).
+            start_new_session=True,
         )
         if done.returncode:
             raise RuntimeError(
@@ -220,9 +223,9 @@ class TempPostgres:
         """Start the server ``pause`` stopped (waits until it accepts connections)."""
         self._pg_ctl_start()
 
-    def create_database(self) -> str:
-        """A new empty database; returns its name."""
-        name = f"t{next(self._names)}"
+    def create_database(self, name: str = "") -> str:
+        """A new empty database (``name``, else the next free test name); returns its name."""
+        name = name or f"t{next(self._names)}"
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name} TEMPLATE template0")
         return name
@@ -230,6 +233,17 @@ class TempPostgres:
     def drop_database(self, name: str) -> None:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's process id (its postmaster.pid file), None when not running."""
+        if self.folder is None:
+            return None
+        try:
+            first = (self.folder / "data" / "postmaster.pid").read_text().split("\n", 1)[0]
+        except OSError:
+            return None
+        return int(first) if first.strip().isdigit() else None
 
     def stop(self) -> None:
         """Stop the server (fast shutdown, waited for) and remove its folder."""

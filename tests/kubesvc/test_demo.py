@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from pathlib import Path
@@ -11,9 +12,11 @@ import pytest
 from kubesvc._demo_view import (
     DeployOutcome,
     Display,
+    ReplicaState,
     Snapshot,
     Summary,
     progress_line,
+    replicas_segment,
     status_line,
     summary_lines,
 )
@@ -90,6 +93,50 @@ def test_status_line_shows_the_top_kinds_and_the_rest() -> None:
         "reconnects 1",
     ):
         assert part in line
+
+
+def test_replicas_segment_shows_each_replica_its_role_and_the_agent() -> None:
+    states = [ReplicaState(1, running=False, primary=False), ReplicaState(2, True, True)]
+    assert replicas_segment(states, agent_on=2) == "replicas 1 DOWN, 2 PRIMARY+agent"
+    states = [ReplicaState(1, True, True), ReplicaState(2, True, False)]
+    assert replicas_segment(states, agent_on=None) == "replicas 1 PRIMARY, 2 up"
+
+
+def test_status_line_ends_with_the_replicas_when_there_are_several() -> None:
+    snapshot = Snapshot(
+        elapsed=1,
+        accounts={"demo": "ACTIVE"},
+        objects_by_kind={},
+        stored=0,
+        in_cluster=0,
+        events_per_second=0,
+        budget_in_use=0,
+        budget_capacity=0,
+        reconnects=0,
+    )
+    assert status_line(snapshot).endswith("reconnects 0")
+    with_replicas = dataclasses.replace(snapshot, replicas="replicas 1 PRIMARY+agent, 2 up")
+    assert status_line(with_replicas).endswith("| replicas 1 PRIMARY+agent, 2 up")
+
+
+def test_summary_lists_what_happened_to_the_replicas() -> None:
+    summary = Summary(
+        synced=True,
+        sync_seconds=1.0,
+        stored=1,
+        in_cluster=1,
+        events_streamed=1,
+        bytes_streamed=1,
+        run_seconds=1,
+        reconnects=1,
+        churn_operations=0,
+        replica_events=("2 live at the start", "[   9s] replica 1 ended: killed by SIGKILL"),
+    )
+    lines = summary_lines(summary)
+    assert lines[-2:] == [
+        "  replicas:         2 live at the start",
+        "                    [   9s] replica 1 ended: killed by SIGKILL",
+    ]
 
 
 def test_summary_says_how_the_deploy_ended() -> None:
