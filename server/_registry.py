@@ -120,6 +120,9 @@ class Registry:
         self._releases: list[tuple[str, str]] = []
         self._new_heads: dict[str, str] = {}
         self._remote: dict[str, list[dict[str, Any]]] = {}
+        # The replicas alive at the last heartbeat (None: not known, nothing filtered): the
+        # connections a dead replica left in an account's row are not taken in.
+        self.live_replicas: frozenset[str] | None = None
         for record in records:
             self._accounts[record.name] = record
             if record.name in served_elsewhere:
@@ -369,7 +372,7 @@ class Registry:
             return
         self._remote[name] = self._others(stored)
         if name not in self._holders and name not in self._dirty:
-            self._accounts[name] = stored
+            self._accounts[name] = replace(stored, connections=self._remote[name])
 
     def names_not_served(self) -> list[str]:
         """The accounts this replica knows and no local session serves (rows another
@@ -377,11 +380,13 @@ class Registry:
         return [name for name in self._accounts if name not in self._holders]
 
     def _others(self, record: AccountRecord) -> list[dict[str, Any]]:
-        """``record``'s connections on other replicas."""
+        """``record``'s connections on other replicas (live ones, when known)."""
         return [
             c
             for c in record.connections
-            if c.get("clouddriverId") and c.get("clouddriverId") != self.replica_id
+            if c.get("clouddriverId")
+            and c.get("clouddriverId") != self.replica_id
+            and (self.live_replicas is None or c.get("clouddriverId") in self.live_replicas)
         ]
 
     def _orphan(self, name: str, now_ms: int) -> None:

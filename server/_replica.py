@@ -148,6 +148,11 @@ class ReplicaService:
             return
         now = self._now_ms()
         await self._store.heartbeat_replica(self.record(now), self.lease_ttl_ms)
+        self.replicas = await self._store.list_replicas()
+        live = live_replicas(self.replicas, now, self.lease_ttl_ms)
+        self._accounts.registry.live_replicas = frozenset(
+            [self.replica_id, *(r.replica_id for r in live)]
+        )
         await self._accounts.reconcile(await self._store.list_leases())
         await self._accounts.sync()
         was = self.housekeeper
@@ -159,7 +164,6 @@ class ReplicaService:
                 log.info("replica %s: housekeeping is this replica's", self.replica_id)
                 self._accounts.wake()
             await self._housekeeping(now)
-        self.replicas = await self._store.list_replicas()
         self.beats.set()
         self.beats = trio.Event()
 

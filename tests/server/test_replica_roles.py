@@ -19,7 +19,7 @@ import trio
 import wire
 from server import RunningServer, ServerConfig, run_server
 from server.api import serve_api
-from server.store import AgentRecord, ReplicaRecord
+from server.store import AccountRecord, AccountState, AgentRecord, ReplicaRecord
 from wire import messages as m
 
 from .._wait import wait_until
@@ -238,6 +238,21 @@ async def test_every_replica_knows_the_accounts_of_the_others(pg_backend: StoreB
                     return not any(agent.server_id == "ghost" for agent in agents)
 
                 await wait_until(ghost_rows_gone, timeout=10, what="the dead replica's rows gone")
+
+                # An account row still naming the dead replica's connection (it crashed while
+                # serving it): no replica takes that connection in.
+                ghost_connection = {"clouddriverId": "ghost", "agentId": "agent-z"}
+                await store.upsert_account(
+                    AccountRecord(
+                        "haunted", status=AccountState.ACTIVE, connections=[ghost_connection]
+                    )
+                )
+
+                async def haunted_seen_clean() -> bool:
+                    seen = r1.server.state.accounts.get("haunted")
+                    return seen is not None and seen.connections == []
+
+                await wait_until(haunted_seen_clean, timeout=10, what="no dead connection taken")
                 assert "ghost" not in {r.replica_id for r in await store.list_replicas()}
                 # The live replica's agent row stays.
                 assert "agent-a" in {agent.agent_id for agent in await store.list_agents()}
