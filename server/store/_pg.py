@@ -1,22 +1,35 @@
 """The PostgreSQL store: PgCore driven from trio through worker threads (``_threads``), each
 call on a pooled connection of its own. psycopg's synchronous API is used on purpose: its
-async API is asyncio's, and asyncio lives only in wire's bridge (DESIGN 2)."""
+async API is asyncio's, and asyncio lives only in wire's bridge (DESIGN 2).
+
+Its upkeep tells the other replicas about the changes it committed (a NOTIFY on
+CHANGES_CHANNEL, see ``run_upkeep``); ``listener()`` is how a replica hears theirs.
+"""
 
 from __future__ import annotations
 
+import logging
+import secrets
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import psycopg
 import trio
 
+from wire import EventRecord
+
 from .._errors import StoreClosed, StoreError
+from ._changes import CHANGES_CHANNEL
 from ._facade import ThreadedStore
 from ._pg_core import Conn, PgCore, connect, is_broken
+from ._pg_notify import PgListener, notify
+from ._records import BatchOutcome, OperationRecord
 from ._sqlite_core import wall_clock_ms
 from ._threads import WorkerThreads
 from ._url import DEFAULT_MAX_CONNECTIONS, parse_store_url
+
+log = logging.getLogger("server.store")
 
 
 class PgStore(ThreadedStore[Conn]):
@@ -30,9 +43,15 @@ class PgStore(ThreadedStore[Conn]):
         core: PgCore,
         threads: WorkerThreads[Conn],
         open_connection: Callable[[], Conn] | None = None,
+        open_listen_connection: Callable[[], Conn] | None = None,
     ) -> None:
         super().__init__(core, threads)
+        self._core = core
         self._open_connection = open_connection
+        self._open_listen_connection = open_listen_connection or open_connection
+        # What run_upkeep's NOTIFY says: the newest change-log seq this store wrote.
+        self._newest_seq = 0
+        self._changes_committed = trio.Event()
         # The ping's own connection, taken by the thread that pings and put back after: a
         # ping abandoned mid-call (its caller gave up) keeps it, and the next opens another.
         self._ping_lock = threading.Lock()
@@ -69,6 +88,52 @@ class PgStore(ThreadedStore[Conn]):
         if conn is not None:
             conn.close()
 
+    @property
+    def writer(self) -> str:
+        """This store's name in the change log (its own rows are not read back)."""
+        return self._core.writer
+
+    def listener(self) -> PgListener:
+        """A LISTEN connection of its own (not the pool's) for this store's database: add
+        channels (``CHANGES_CHANNEL``...), then run it in a nursery."""
+        if self._open_listen_connection is None:
+            raise StoreClosed("this store cannot open connections")
+        return PgListener(self._open_listen_connection)
+
+    # -- writes that append to the change log: they wake the upkeep's NOTIFY -------------
+
+    def _logged(self, seq: int) -> None:
+        self._newest_seq = max(self._newest_seq, seq)
+        self._changes_committed.set()
+
+    async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
+        outcome = await super().apply_batch(account, records)
+        if outcome.change_seq:
+            self._logged(outcome.change_seq)
+        return outcome
+
+    async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        outcome = await super().apply_events(records)
+        if outcome.change_seq:
+            self._logged(outcome.change_seq)
+        return outcome
+
+    async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
+        outcome = await super().apply_operation_objects(records)
+        if outcome.change_seq:
+            self._logged(outcome.change_seq)
+        return outcome
+
+    async def record_operations_and_objects(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        objects: Sequence[Sequence[EventRecord]],
+    ) -> list[StoreError | None]:
+        errors = await super().record_operations_and_objects(items, objects)
+        if any(group and error is None for group, error in zip(objects, errors, strict=True)):
+            self._logged(0)  # its seq is not returned; the payload is a hint only
+        return errors
+
     async def aclose(self) -> None:
         with self._ping_lock:
             self._ping_closed = True
@@ -81,10 +146,30 @@ class PgStore(ThreadedStore[Conn]):
     async def run_upkeep(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Nothing to do yet (PostgreSQL checkpoints by itself): reports started, then waits
-        until cancelled, as the Protocol promises."""
+        """Until cancelled: after writes appended to the change log, one NOTIFY on
+        CHANGES_CHANNEL with the newest seq, on a pooled connection, outside the writes'
+        transactions. At most one is in flight; writes that commit meanwhile share the next.
+
+        Not inside the write's transaction, on purpose: PostgreSQL serializes the commits of
+        transactions that NOTIFY (a global lock held through the commit's WAL flush), which
+        would cap the commits of every replica's ingest at one flush at a time. A NOTIFY that
+        fails or never comes (a crash right after the commit) costs the other replicas only
+        their poll interval. (PostgreSQL checkpoints by itself: nothing else to keep.)"""
         task_status.started()
-        await trio.sleep_forever()
+        failing = False
+        while True:
+            await self._changes_committed.wait()
+            self._changes_committed = trio.Event()
+            try:
+                await self._run(notify, CHANGES_CHANNEL, str(self._newest_seq))
+            except StoreClosed:
+                return
+            except StoreError as exc:
+                if not failing:  # once per outage, not once per batch
+                    log.warning("change notifications are failing (the others poll): %s", exc)
+                failing = True
+            else:
+                failing = False
 
 
 @asynccontextmanager
@@ -94,13 +179,16 @@ async def open_postgres_store(
     password_file: str = "",
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     now_ms: Callable[[], int] = wall_clock_ms,
+    replica_id: str = "",
 ) -> AsyncIterator[PgStore]:
     """Connect to the PostgreSQL store at ``url`` (a ``postgresql://`` URL, see ``_url``) and
     apply its migrations under the migration lock.
 
     ``password_file`` (or the URL's ``passwordFile``) holds the password, read at each
-    connect. Raises StoreError when the server cannot be reached or refuses us, SchemaError
-    when the schema is newer or a migration fails. Every connection is closed on exit.
+    connect. ``replica_id`` names the server replica using it in the change log (with a
+    suffix of this store's own: two stores never take each other's rows for their own).
+    Raises StoreError when the server cannot be reached or refuses us, SchemaError when the
+    schema is newer or a migration fails. Every connection is closed on exit.
     """
     try:
         location = parse_store_url(url)
@@ -114,11 +202,14 @@ async def open_postgres_store(
     def open_connection() -> Conn:
         return connect(conninfo, secret_file)
 
+    def open_listen_connection() -> Conn:
+        return connect(conninfo, secret_file, ingest=False)
+
     threads: WorkerThreads[Conn] = WorkerThreads(
         open_connection, lambda conn: conn.close(), max_connections, is_broken=is_broken
     )
-    core = PgCore(now_ms)
-    store = PgStore(core, threads, open_connection)
+    core = PgCore(now_ms, f"{replica_id or 'store'}/{secrets.token_hex(4)}")
+    store = PgStore(core, threads, open_connection, open_listen_connection)
     try:
         await threads.run(core.migrate)
         yield store
