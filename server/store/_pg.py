@@ -2,34 +2,27 @@
 call on a pooled connection of its own. psycopg's synchronous API is used on purpose: its
 async API is asyncio's, and asyncio lives only in wire's bridge (DESIGN 2).
 
-Its upkeep tells the other replicas about the changes it committed (a NOTIFY on
-CHANGES_CHANNEL, see ``run_upkeep``); ``listener()`` is how a replica hears theirs.
+Each object write tells the other replicas about its change-log row (a NOTIFY on
+CHANGES_CHANNEL, ``PgCore._announce``); ``listener()`` is how a replica hears theirs.
 """
 
 from __future__ import annotations
 
-import logging
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import psycopg
 import trio
 
-from wire import EventRecord
-
 from .._errors import StoreClosed, StoreError
-from ._changes import CHANGES_CHANNEL
 from ._facade import ThreadedStore
 from ._pg_core import Conn, PgCore, connect, is_broken
-from ._pg_notify import PgListener, notify
-from ._records import BatchOutcome, OperationRecord
+from ._pg_notify import PgListener
 from ._sqlite_core import wall_clock_ms
 from ._threads import WorkerThreads
 from ._url import DEFAULT_MAX_CONNECTIONS, parse_store_url
-
-log = logging.getLogger("server.store")
 
 
 class PgStore(ThreadedStore[Conn]):
@@ -49,9 +42,6 @@ class PgStore(ThreadedStore[Conn]):
         self._core = core
         self._open_connection = open_connection
         self._open_listen_connection = open_listen_connection or open_connection
-        # What run_upkeep's NOTIFY says: the newest change-log seq this store wrote.
-        self._newest_seq = 0
-        self._changes_committed = trio.Event()
         # The ping's own connection, taken by the thread that pings and put back after: a
         # ping abandoned mid-call (its caller gave up) keeps it, and the next opens another.
         self._ping_lock = threading.Lock()
@@ -100,40 +90,6 @@ class PgStore(ThreadedStore[Conn]):
             raise StoreClosed("this store cannot open connections")
         return PgListener(self._open_listen_connection)
 
-    # -- writes that append to the change log: they wake the upkeep's NOTIFY -------------
-
-    def _logged(self, seq: int) -> None:
-        self._newest_seq = max(self._newest_seq, seq)
-        self._changes_committed.set()
-
-    async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
-        outcome = await super().apply_batch(account, records)
-        if outcome.change_seq:
-            self._logged(outcome.change_seq)
-        return outcome
-
-    async def apply_events(self, records: Sequence[EventRecord]) -> BatchOutcome:
-        outcome = await super().apply_events(records)
-        if outcome.change_seq:
-            self._logged(outcome.change_seq)
-        return outcome
-
-    async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
-        outcome = await super().apply_operation_objects(records)
-        if outcome.change_seq:
-            self._logged(outcome.change_seq)
-        return outcome
-
-    async def record_operations_and_objects(
-        self,
-        items: Sequence[tuple[OperationRecord, str]],
-        objects: Sequence[Sequence[EventRecord]],
-    ) -> list[StoreError | None]:
-        errors = await super().record_operations_and_objects(items, objects)
-        if any(group and error is None for group, error in zip(objects, errors, strict=True)):
-            self._logged(0)  # its seq is not returned; the payload is a hint only
-        return errors
-
     async def aclose(self) -> None:
         with self._ping_lock:
             self._ping_closed = True
@@ -146,30 +102,11 @@ class PgStore(ThreadedStore[Conn]):
     async def run_upkeep(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Until cancelled: after writes appended to the change log, one NOTIFY on
-        CHANGES_CHANNEL with the newest seq, on a pooled connection, outside the writes'
-        transactions. At most one is in flight; writes that commit meanwhile share the next.
-
-        Not inside the write's transaction, on purpose: PostgreSQL serializes the commits of
-        transactions that NOTIFY (a global lock held through the commit's WAL flush), which
-        would cap the commits of every replica's ingest at one flush at a time. A NOTIFY that
-        fails or never comes (a crash right after the commit) costs the other replicas only
-        their poll interval. (PostgreSQL checkpoints by itself: nothing else to keep.)"""
+        """Nothing to do (PostgreSQL checkpoints by itself; change notifications go out with
+        each write, ``PgCore._announce``): reports started, then waits until cancelled, as
+        the Protocol promises."""
         task_status.started()
-        failing = False
-        while True:
-            await self._changes_committed.wait()
-            self._changes_committed = trio.Event()
-            try:
-                await self._run(notify, CHANGES_CHANNEL, str(self._newest_seq))
-            except StoreClosed:
-                return
-            except StoreError as exc:
-                if not failing:  # once per outage, not once per batch
-                    log.warning("change notifications are failing (the others poll): %s", exc)
-                failing = True
-            else:
-                failing = False
+        await trio.sleep_forever()
 
 
 @asynccontextmanager

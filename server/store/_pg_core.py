@@ -37,7 +37,9 @@ from wire import EventRecord
 
 from .._errors import StoreError
 from . import _pg_changes as changes
+from ._changes import CHANGES_CHANNEL
 from ._ingest import DeletedKey, SyncKey, apply_prepared
+from ._pg_notify import notify
 from ._pg_records import PgRecordTables
 from ._pg_schema import migrate_pg
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
@@ -236,7 +238,9 @@ class PgCore(PgRecordTables):
         """Check every record (InvalidRecord names the first bad one, before anything is
         written), then write them in one transaction."""
         prepared = prepare_events(records, account)
-        return self._tx(conn, lambda cur: self._apply(cur, prepared))
+        outcome = self._tx(conn, lambda cur: self._apply(cur, prepared))
+        self._announce(conn, outcome.change_seq)
+        return outcome
 
     def _apply(self, cur: Cursor, prepared: PreparedEvents) -> BatchOutcome:
         accounts = sorted({r.account for r in prepared.records})
@@ -263,7 +267,25 @@ class PgCore(PgRecordTables):
             seq = changes.append_change(cur, self.writer, records, ())
             return BatchOutcome(upserted=len(rows), deleted=len(gone), change_seq=seq)
 
-        return self._tx(conn, write)
+        outcome = self._tx(conn, write)
+        self._announce(conn, outcome.change_seq)
+        return outcome
+
+    def _announce(self, conn: Conn, seq: int) -> None:
+        """NOTIFY the other replicas of the change row ``seq`` just committed (0: none), on
+        the same connection right after the commit: no thread hop, no wait for the pool.
+
+        Not inside the write's transaction, on purpose: PostgreSQL serializes the commits of
+        transactions that NOTIFY (a global lock held through the commit's WAL flush), which
+        would allow every replica's writers one flush at a time. This statement has no
+        transaction id and no flush to wait for. A failure is logged, never raised (the write
+        is committed; the other replicas' polls cover a missing notification)."""
+        if not seq:
+            return
+        try:
+            notify(conn, CHANGES_CHANNEL, str(seq))
+        except StoreError as exc:
+            log.warning("after change %d (the others poll): %s", seq, exc)
 
     # -- reads (the SQL is _queries', shared with SQLite) -------------------------------
 
