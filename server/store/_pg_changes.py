@@ -13,11 +13,15 @@ own id is looked up, through the index). Within a window rows come in seq order,
 (``after_seq``); for any one object seq order is commit order (``_changes``).
 
 Trimming. Housekeeping deletes the rows older than ``keep_ms`` or beyond the newest
-``max_rows`` and keeps, in ``change_trims``, the newest ``at_ms`` it deleted (the database's
-clock). A reader whose window began at ``since_ms`` needs only rows committed after it, which
-were inserted after ``since_ms - COMMIT_GRACE_MS`` (a row is inserted just before its
-transaction commits); if a trim reached past that, it may have lost some and says so
-(``ChangePage.lagged``), so its subscribers resync instead of silently missing changes.
+``max_rows`` and keeps, in ``change_trims``, the newest ``at_ms`` (the database's clock) and
+the newest ``xid`` it deleted. A reader may have lost rows to a trim only if both hold: the
+trim deleted a transaction its ``since`` snapshot did not see finished (xid >= its xmin),
+and a row inserted after ``since_ms - COMMIT_GRACE_MS`` (a row is inserted just before its
+transaction commits, and the reader needs only rows committed after ``since``). Then it is
+told (``ChangePage.lagged``) and its subscribers resync instead of silently missing changes.
+Either test alone would cry wolf: the xid test while a long transaction anywhere in the
+cluster holds every snapshot's xmin back, the time test after a trim of recent rows the
+reader had already read.
 """
 
 from __future__ import annotations
@@ -48,13 +52,19 @@ _APPEND = "INSERT INTO changes(writer, records, message) VALUES (%s, %s, %b) RET
 
 _START = f"SELECT txid_current_snapshot()::text, {_DB_NOW_MS}"
 
-# One statement per page: the window's end (a new snapshot unless paging through one), the
-# trim mark, and the window's rows of other writers after ``after``, one more than asked.
+# One statement per page: the window's end (a new snapshot unless paging through one),
+# whether a trim went past the reader, and the window's rows of other writers after
+# ``after``, one more than asked. (Written so the planner estimates a handful of rows: a
+# join with change_trims, never analyzed, made it guess thousands and JIT-compile the
+# query, 30+ ms a read.)
 _READ = f"""
-SELECT w.snap::text, w.ms, t.newest_trimmed_ms, c.seq, c.writer, c.message
+SELECT w.snap::text, w.ms,
+       (SELECT t.newest_trimmed_xid >= txid_snapshot_xmin(%(since)s::txid_snapshot)
+               AND t.newest_trimmed_ms >= %(since_ms)s::bigint - %(grace_ms)s::bigint
+        FROM change_trims t WHERE t.id = 1),
+       c.seq, c.writer, c.message
 FROM (SELECT coalesce(%(until)s::txid_snapshot, txid_current_snapshot()) AS snap,
              coalesce(%(until_ms)s::bigint, {_DB_NOW_MS}) AS ms) w
-CROSS JOIN change_trims t
 LEFT JOIN LATERAL (
     SELECT seq, writer, message FROM changes
     WHERE (xid = ANY(ARRAY(SELECT txid_snapshot_xip(%(since)s::txid_snapshot)))
@@ -74,10 +84,12 @@ young AS (SELECT seq FROM changes WHERE at_ms >= {_DB_NOW_MS} - %(keep_ms)s
           ORDER BY seq LIMIT 1),
 cut AS (SELECT greatest(top.seq - %(max_rows)s,
                         coalesce((SELECT seq - 1 FROM young), top.seq)) AS seq FROM top),
-gone AS (DELETE FROM changes WHERE seq <= (SELECT seq FROM cut) RETURNING at_ms),
-mark AS (UPDATE change_trims SET newest_trimmed_ms = greatest(newest_trimmed_ms,
-             (SELECT max(at_ms) FROM gone)), trimmed_ms = {_DB_NOW_MS}
-         WHERE (SELECT count(*) FROM gone) > 0)
+gone AS (DELETE FROM changes WHERE seq <= (SELECT seq FROM cut) RETURNING at_ms, xid),
+mark AS (UPDATE change_trims
+         SET newest_trimmed_ms = greatest(newest_trimmed_ms, (SELECT max(at_ms) FROM gone)),
+             newest_trimmed_xid = greatest(newest_trimmed_xid, (SELECT max(xid) FROM gone)),
+             trimmed_ms = {_DB_NOW_MS}
+         WHERE id = 1 AND (SELECT count(*) FROM gone) > 0)
 SELECT count(*) FROM gone
 """
 
@@ -125,6 +137,8 @@ def read_changes(conn: Conn, cursor: ChangeCursor, writer: str, limit: int) -> C
         "until": cursor.until or None,
         "until_ms": cursor.until_ms if cursor.until else None,
         "since": cursor.since,
+        "since_ms": cursor.since_ms,
+        "grace_ms": COMMIT_GRACE_MS,
         "writer": writer,
         "after": cursor.after_seq,
         "limit": limit + 1,
@@ -132,11 +146,10 @@ def read_changes(conn: Conn, cursor: ChangeCursor, writer: str, limit: int) -> C
     with conn.cursor() as cur:
         cur.execute(_READ, params)
         rows = cur.fetchall()
-    snap, snap_ms, trimmed_ms = str(rows[0][0]), int(rows[0][1]), int(rows[0][2])
+    snap, snap_ms, lagged = str(rows[0][0]), int(rows[0][1]), bool(rows[0][2])
     found = [row for row in rows if row[3] is not None]
     more = len(found) > limit
     changes = []
-    lagged = trimmed_ms > 0 and trimmed_ms >= cursor.since_ms - COMMIT_GRACE_MS
     for _, _, _, seq, row_writer, message in found[:limit]:
         try:
             records, swept = read_change_message(bytes(message))

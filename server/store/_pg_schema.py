@@ -120,11 +120,11 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
                     DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
                 records INTEGER NOT NULL, message BYTEA NOT NULL)""",
             "CREATE INDEX changes_xid ON changes(xid)",
-            # One row: the newest at_ms a trim deleted (a reader behind it resyncs).
+            # One row: the newest at_ms and xid trims deleted (a reader behind them resyncs).
             """CREATE TABLE change_trims(
                 id INTEGER PRIMARY KEY CHECK (id = 1), newest_trimmed_ms BIGINT NOT NULL,
-                trimmed_ms BIGINT NOT NULL)""",
-            "INSERT INTO change_trims VALUES (1, 0, 0)",
+                newest_trimmed_xid BIGINT NOT NULL, trimmed_ms BIGINT NOT NULL)""",
+            "INSERT INTO change_trims VALUES (1, 0, 0, 0)",
         ),
     ),
 )

@@ -108,8 +108,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                 message BLOB NOT NULL)""",
             """CREATE TABLE change_trims(
                 id INTEGER PRIMARY KEY CHECK (id = 1), newest_trimmed_ms INTEGER NOT NULL,
-                trimmed_ms INTEGER NOT NULL)""",
-            "INSERT INTO change_trims VALUES (1, 0, 0)",
+                newest_trimmed_xid INTEGER NOT NULL, trimmed_ms INTEGER NOT NULL)""",
+            "INSERT INTO change_trims VALUES (1, 0, 0, 0)",
         ),
     ),
 )
