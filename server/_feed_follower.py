@@ -104,7 +104,9 @@ class ChangeFollower:
         self._poll_seconds = poll_seconds
         self._page_rows = page_rows
         self._changes = self._records = self._superseded = self._resyncs = self._errors = 0
-        #: set after each round of reading that caught up (then replaced): for waiters
+        #: rounds of reading (each until caught up) begun and finished; ``caught_up`` is set
+        #: at the end of each (then replaced): for waiters
+        self.rounds_begun = self.rounds_done = 0
         self.caught_up = trio.Event()
 
     def statistics(self) -> FollowerStatistics:
@@ -122,7 +124,9 @@ class ChangeFollower:
         cursor = page.cursor
         task_status.started()
         while True:
+            self.rounds_begun += 1
             cursor = await self._catch_up(cursor)
+            self.rounds_done = self.rounds_begun
             self.caught_up.set()
             self.caught_up = trio.Event()
             await self._wait()
