@@ -19,6 +19,10 @@ The objects the store deleted at a SYNC_END because the listing no longer had th
 DELETED messages (uid and resourceVersion "", object null) just before that SYNC_END, when the
 ingest side passes them (`publish(records, swept=outcome.swept)`).
 Bookmarks and SYNC_BEGIN markers carry nothing a subscriber can use and are not forwarded.
+
+Several replicas (PostgreSQL): each publishes what it ingests itself, as above, and its
+follower (server/_feed_follower.py) publishes what the others ingested, read from the store's
+change log; a change it knows it cannot deliver makes every subscriber resync (``resync``).
 """
 
 from __future__ import annotations

@@ -110,6 +110,9 @@ async def test_what_one_replica_ingests_reaches_a_subscriber_on_the_other(
             async with httpx.AsyncClient(base_url=r2.api) as client:
                 items = (await client.get("/v1/objects", params={"account": "prod"})).json()
                 assert [(i["name"], i["resourceVersion"]) for i in items["items"]] == [("p1", "3")]
+                metrics = (await client.get("/metrics")).text
+                assert "kubesvc_server_feed_follower_changes_total 2.0" in metrics
+                assert "kubesvc_server_feed_follower_resyncs_total 0.0" in metrics
 
 
 @in_loop
