@@ -496,7 +496,7 @@ class RegistryStore:
     ) -> builtins.list[StoredObject]:
         return await self._store.get_objects(keys)
 
-    async def read_changes(self, cursor: ChangeCursor | None, limit: int = 32) -> ChangePage:
+    async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
         return await self._store.read_changes(cursor, limit)
 
     async def trim_changes(self, keep_ms: int, max_rows: int) -> int:

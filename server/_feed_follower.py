@@ -58,7 +58,10 @@ log = logging.getLogger("server.feed")
 T = TypeVar("T")
 
 DEFAULT_POLL_SECONDS = 0.5
-DEFAULT_PAGE_ROWS = 32
+# A row is one write: up to an agent's batch (sessions.maxBatchEvents records, within the
+# gRPC message's bytes). A page of 8 holds at most ~80k identities; bodies are read one
+# write at a time, as much as the writer's own ingest held.
+DEFAULT_PAGE_ROWS = 8
 BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 10.0
 _UPSERTS = frozenset((int(EventType.ADDED), int(EventType.MODIFIED)))
@@ -173,7 +176,15 @@ class ChangeFollower:
 
     async def _publish(self, change: Change) -> None:
         feed = self._feed
-        wanted = [r.type in _UPSERTS and feed.wants(r.account, r.kind) for r in change.records]
+        wants: dict[tuple[str, str], bool] = {}  # per account and kind: a batch repeats them
+
+        def wanted_by_someone(r: EventRecord) -> bool:
+            scope = (r.account, r.kind)
+            if scope not in wants:
+                wants[scope] = feed.wants(r.account, r.kind)
+            return wants[scope]
+
+        wanted = [r.type in _UPSERTS and wanted_by_someone(r) for r in change.records]
         stored: dict[_Key, StoredObject] = {}
         if any(wanted):
             keys = [

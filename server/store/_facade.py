@@ -305,7 +305,7 @@ class ThreadedStore(Generic[H]):
     ) -> list[StoredObject]:
         return await self._run(self._ops.get_objects, keys)
 
-    async def read_changes(self, cursor: ChangeCursor | None, limit: int = 32) -> ChangePage:
+    async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
         return await self._run(self._ops.read_changes, cursor, limit)
 
     async def trim_changes(self, keep_ms: int, max_rows: int) -> int:

@@ -197,7 +197,7 @@ class Store(Protocol):
         name; the kind compares case-insensitively): the ones that exist, in no order."""
         ...
 
-    async def read_changes(self, cursor: ChangeCursor | None, limit: int = 32) -> ChangePage:
+    async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
         """The next page (at most ``limit`` rows, each one committed write) of the changes
         OTHER store instances committed after ``cursor``; ``None``: an empty page whose
         cursor is "now". For any one object in commit order. SQLite: always empty (one
