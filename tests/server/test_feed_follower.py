@@ -227,3 +227,29 @@ async def test_a_store_fault_is_retried_and_nothing_is_lost(pg_backend: StoreBac
                 await r.a.apply_batch(ACCOUNT, [pod("p2", "2")])  # a new connection
                 assert [brief(m) for m in await messages(sub, 1)] == [("ADDED", "p2", "2")]
             assert r.follower.statistics().errors >= 1
+
+
+async def test_the_listener_connects_again_and_says_it_may_have_missed_some(
+    pg_backend: StoreBackend,
+) -> None:
+    with trio.fail_after(30):
+        async with pg_backend.open() as a, pg_backend.open() as b, trio.open_nursery() as n:
+            assert isinstance(b, PgStore)
+            listener = b.listener()
+            channel = listener.channel(CHANGES_CHANNEL)
+            await n.start(listener.run)
+            await wait_until(lambda: listener.connections == 1, what="LISTEN connected")
+            outcome = await a.apply_batch(ACCOUNT, [pod("p1", "1")])
+            heard = await channel.receive()
+            assert (heard.payload, heard.missed) == (str(outcome.change_seq), False)
+            # its connection is cut (a database restart, a network fault)
+            pg_backend.sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+            )
+            again = await channel.receive()  # once it is back: read, something may be missed
+            assert again.missed
+            assert listener.connections == 2
+            await a.apply_batch(ACCOUNT, [pod("p2", "2")])
+            assert not (await channel.receive()).missed
+            n.cancel_scope.cancel()
