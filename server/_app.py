@@ -189,7 +189,7 @@ async def run_server(
         if state.listener is not None:
             await nursery.start(state.listener.run)
         if state.follower is not None:
-            # Before any listener opens: a feed subscriber must find the follower's cursor
+            # Before the REST API listens: a feed subscriber must find the follower's cursor
             # already taken, or another replica's change could slip between the two.
             await nursery.start(state.follower.run)
         if state.readiness is not None:
