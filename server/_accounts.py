@@ -26,6 +26,8 @@ from .store import (
     AccountState,
     AgentRecord,
     BatchOutcome,
+    ChangeCursor,
+    ChangePage,
     LeaseOutcome,
     LeaseRecord,
     ObjectPage,
@@ -499,3 +501,14 @@ class RegistryStore:
 
     async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
         return await self._store.claim_duty(name, replica_id, ttl_ms)
+
+    async def get_objects(
+        self, keys: Sequence[tuple[str, str, str, str, str]]
+    ) -> builtins.list[StoredObject]:
+        return await self._store.get_objects(keys)
+
+    async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
+        return await self._store.read_changes(cursor, limit)
+
+    async def trim_changes(self, keep_ms: int, max_rows: int) -> int:
+        return await self._store.trim_changes(keep_ms, max_rows)

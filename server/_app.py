@@ -30,13 +30,14 @@ from ._auth import Authenticator, server_ssl_context
 from ._config import ServerConfig
 from ._errors import ServerError
 from ._feed import ChangeFeed
+from ._feed_follower import ChangeFollower
 from ._grpc import ConnectHandler
 from ._readiness import Readiness
 from ._replica import ReplicaService, advertised_address, take_store_alone
 from ._sessions import SessionManager
 from ._state import OperationsHook, ServerState
 from .ops import OperationService
-from .store import open_store
+from .store import CHANGES_CHANNEL, PgListener, PgStore, open_store
 from .store._sqlite_core import wall_clock_ms
 
 log = logging.getLogger("server")
@@ -83,8 +84,8 @@ async def open_server_state(
 
     Raises StoreError/SchemaError when the store cannot be opened.
     """
-    async with open_store(config.store, now_ms=now_ms) as store:
-        server_id = config.server_id or f"kubesvc-server-{secrets.token_hex(4)}"
+    server_id = config.server_id or f"kubesvc-server-{secrets.token_hex(4)}"
+    async with open_store(config.store, now_ms=now_ms, replica_id=server_id) as store:
         if config.store.location.backend == "sqlite":
             # One process owns a SQLite file: what earlier ones left holds no lease.
             await take_store_alone(store, server_id)
@@ -104,6 +105,17 @@ async def open_server_state(
             outbound_queue=config.sessions.outbound_queue,
         )
         feed = ChangeFeed()
+        listener: PgListener | None = None
+        follower: ChangeFollower | None = None
+        if isinstance(store, PgStore):
+            # Several replicas may share it: their changes reach this replica's feed too.
+            listener = store.listener()
+            follower = ChangeFollower(
+                store,
+                feed,
+                notifications=listener.channel(CHANGES_CHANNEL),
+                poll_seconds=config.replicas.feed_poll_ms / 1000,
+            )
         if operations is None:
             # Issue 6: the real operations service (server/ops) replaces LogOperations.
             operations = OperationService(
@@ -129,6 +141,8 @@ async def open_server_state(
             lease_ttl_ms=config.replicas.lease_ttl_ms,
             now_ms=now_ms,
             address=config.replicas.address,
+            change_log_keep_ms=config.replicas.change_log_keep_ms,
+            change_log_max_rows=config.replicas.change_log_max_rows,
         )
         try:
             yield ServerState(
@@ -142,6 +156,8 @@ async def open_server_state(
                 operations=operations,
                 replicas=replicas,
                 readiness=Readiness(store.ping),
+                listener=listener,
+                follower=follower,
             )
         finally:
             feed.close()
@@ -170,6 +186,12 @@ async def run_server(
         trio.open_nursery() as nursery,
     ):
         await nursery.start(state.store.run_upkeep)
+        if state.listener is not None:
+            await nursery.start(state.listener.run)
+        if state.follower is not None:
+            # Before the REST API listens: a feed subscriber must find the follower's cursor
+            # already taken, or another replica's change could slip between the two.
+            await nursery.start(state.follower.run)
         if state.readiness is not None:
             await nursery.start(state.readiness.run)
         if isinstance(state.operations, OperationService):

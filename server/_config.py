@@ -23,7 +23,9 @@ File paths inside the config are resolved relative to the config file's folder.
     operations: {waitMs: 30000}
     shutdown: {drainSeconds: 15}
     replicas: {heartbeatMs: 2000, leaseTtlMs: 10000,   # leaseTtlMs > 2 x heartbeatMs
-               address: "pod-ip:9091 api=pod-ip:7002"} # default: from the bound ports
+               address: "pod-ip:9091 api=pod-ip:7002", # default: from the bound ports
+               feedPollMs: 500,                        # PostgreSQL: the change log's poll
+               changeLogKeepMs: 300000, changeLogMaxRows: 100000}  # and its trimming
 """
 
 from __future__ import annotations
@@ -103,6 +105,14 @@ class ReplicasConfig:
     lease_ttl_ms: int = 10_000
     # What /armory/clouddrivers shows for this replica ("" : built from the bound ports).
     address: str = ""
+    # PostgreSQL: the feed follower reads the other replicas' changes on a notification, or
+    # after this long without one (a missed notification costs at most this).
+    feed_poll_ms: int = 500
+    # Housekeeping trims the change log to the changes of the last change_log_keep_ms and
+    # at most change_log_max_rows rows (a row: one committed write, up to an agent's batch).
+    # A follower further behind than that tells its subscribers to resync.
+    change_log_keep_ms: int = 300_000
+    change_log_max_rows: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +352,14 @@ def _replicas(s: _Section) -> ReplicasConfig:
             s._where("leaseTtlMs"),
             f"expected more than twice heartbeatMs ({heartbeat}), got {ttl}",
         )
-    config = ReplicasConfig(heartbeat, ttl, s.text("address"))
+    config = ReplicasConfig(
+        heartbeat,
+        ttl,
+        s.text("address"),
+        feed_poll_ms=s.integer("feedPollMs", 500, low=10, high=60_000),
+        change_log_keep_ms=s.integer("changeLogKeepMs", 300_000, low=1000),
+        change_log_max_rows=s.integer("changeLogMaxRows", 100_000, low=100),
+    )
     s.done()
     return config
 

@@ -19,6 +19,10 @@ The objects the store deleted at a SYNC_END because the listing no longer had th
 DELETED messages (uid and resourceVersion "", object null) just before that SYNC_END, when the
 ingest side passes them (`publish(records, swept=outcome.swept)`).
 Bookmarks and SYNC_BEGIN markers carry nothing a subscriber can use and are not forwarded.
+
+Several replicas (PostgreSQL): each publishes what it ingests itself, as above, and its
+follower (server/_feed_follower.py) publishes what the others ingested, read from the store's
+change log; a change it knows it cannot deliver makes every subscriber resync (``resync``).
 """
 
 from __future__ import annotations
@@ -138,16 +142,21 @@ class Subscription:
             return True
         size = len(message)
         if len(self._queue) >= self._max_messages or self._queued_bytes + size > self._max_bytes:
-            self._lagged = True
-            self._lagged_event.set()
-            self._queue.clear()
-            self._queued_bytes = 0
-            self._lot.unpark_all()
+            self.lag()
             return False
         self._queue.append(message)
         self._queued_bytes += size
         self._lot.unpark_all()
         return True
+
+    def lag(self) -> None:
+        """Mark the subscriber lagged: its queue is dropped, its next ``receive()`` raises
+        SubscriberLagged (an overflow, or changes the server knows it cannot deliver)."""
+        self._lagged = True
+        self._lagged_event.set()
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._lot.unpark_all()
 
     async def wait_lagged(self) -> None:
         """Return once the subscriber has fallen behind (for a sender blocked on a slow peer)."""
@@ -260,6 +269,25 @@ class ChangeFeed:
                 self._offer(
                     subscribers, ref.account, ref.kind, functools.partial(encode_swept, ref)
                 )
+
+    def wants(self, account: str, kind: str) -> bool:
+        """Whether a subscriber would take a change of ``kind`` in ``account`` now (the
+        follower reads an object's body only then)."""
+        kind_lower = kind.lower()
+        return any(not s.lagged and s.accepts(account, kind_lower) for s in self._subscribers)
+
+    def resync(self) -> int:
+        """Tell every subscriber it missed changes (each is marked lagged: it gets
+        ``{"type": "resync"}`` and is disconnected); how many. For changes the server knows
+        it could not deliver (another replica's, trimmed from the log before this one read
+        them)."""
+        told = 0
+        for subscriber in list(self._subscribers):
+            if not subscriber.lagged:
+                subscriber.lag()
+                told += 1
+        self._lagged += told
+        return told
 
     def _offer(
         self,

@@ -5,8 +5,9 @@ sessions, primaries), which also renews every account lease it holds for
 ``replicas.leaseTtlMs``. Then it reads the leases and lets the accounts service reconcile them
 (``AccountService.reconcile``): a local head whose lease lapsed on another replica is promoted,
 a local primary whose lease another replica took is demoted. Then it claims the "housekeeping"
-duty; the one replica holding it deletes expired lease rows and forgets replicas long dead
-(with the agent rows they left), and only it removes orphaned accounts past their grace period.
+duty; the one replica holding it deletes expired lease rows, forgets replicas long dead (with
+the agent rows they left) and trims the change log (PostgreSQL: what the other replicas' feeds
+read, server/_feed_follower.py), and only it removes orphaned accounts past their grace period.
 Each heartbeat also reads the accounts table, so an account registered, added or removed on
 another replica is known here within a heartbeat. A graceful drain deletes the replica's row,
 which releases its leases at once, so its agents' accounts are taken over on their next
@@ -93,6 +94,8 @@ class ReplicaService:
         lease_ttl_ms: int,
         now_ms: Callable[[], int],
         address: str = "",
+        change_log_keep_ms: int = 300_000,
+        change_log_max_rows: int = 100_000,
     ) -> None:
         self._store = store
         self._accounts = accounts
@@ -103,6 +106,8 @@ class ReplicaService:
         self.lease_ttl_ms = lease_ttl_ms
         self._now_ms = now_ms
         self.address = address
+        self.change_log_keep_ms = change_log_keep_ms
+        self.change_log_max_rows = change_log_max_rows
         self.housekeeper = False
         self.left = False
         # The replicas as the last heartbeat read them (metrics read this at scrape time).
@@ -189,6 +194,9 @@ class ReplicaService:
                 and agent.connected_at_ms <= old
             ):
                 await self._store.delete_agent(agent.session_id)
+        trimmed = await self._store.trim_changes(self.change_log_keep_ms, self.change_log_max_rows)
+        if trimmed:
+            log.debug("change log: %d old rows trimmed", trimmed)
 
     async def leave(self) -> None:
         """A graceful drain: stop beating and delete this replica's row, which releases its

@@ -13,10 +13,11 @@ from wire import messages
 from ._accounts import AccountService
 from ._config import ServerConfig
 from ._feed import ChangeFeed
+from ._feed_follower import ChangeFollower
 from ._readiness import Readiness
 from ._replica import ReplicaService
 from ._sessions import Session, SessionManager
-from .store import Store
+from .store import PgListener, Store
 
 log = logging.getLogger("server.operations")
 
@@ -62,6 +63,11 @@ class ServerState:
     # GET /health/ready: the store answers and the server is not draining (run_server runs
     # its pings and drains it).
     readiness: Readiness | None = None
+    # PostgreSQL: the LISTEN connection (notifications from the other replicas; a generic
+    # seam, channels are added before run_server starts it) and the follower that publishes
+    # the other replicas' changes to ``feed``.
+    listener: PgListener | None = None
+    follower: ChangeFollower | None = None
 
     async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:
         """Send a dynamic account to a connected agent; its id, or None when none is."""

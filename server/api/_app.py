@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 import wire
 
+from .._feed_follower import ChangeFollower
 from ..ops import OperationService
 from . import _armory as armory
 from . import _clouddriver as clouddriver
@@ -334,11 +335,13 @@ def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> 
         registry = CollectorRegistry(auto_describe=True)
     unknown = getattr(state, "unknown_fields", None)  # ServerState has it, StandaloneState not
     replicas = getattr(state, "replicas", None)  # ServerState's ReplicaService, if any
+    follower = getattr(state, "follower", None)  # ServerState's, on PostgreSQL
     metrics = ApiMetrics(
         registry,
         state.feed,
         unknown if isinstance(unknown, wire.UnknownFieldCounter) else None,
         replicas if isinstance(replicas, ReplicaView) else None,
+        follower if isinstance(follower, ChangeFollower) else None,
     )
 
     def operations() -> OperationService | None:

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import wire
 
 from .._feed import ChangeFeed
+from .._feed_follower import ChangeFollower
 from ..store import ReplicaRecord
 
 __all__ = ["ApiMetrics", "MetricsMiddleware"]
@@ -46,6 +47,27 @@ class _FeedCollector(Collector):
             "Subscribers disconnected because they fell behind",
             stats.lagged_subscribers,
         )
+
+
+class _FollowerCollector(Collector):
+    """The change-feed follower's counters (PostgreSQL: the other replicas' changes)."""
+
+    def __init__(self, follower: ChangeFollower) -> None:
+        self._follower = follower
+
+    def collect(self) -> Any:
+        stats = self._follower.statistics()
+        for name, text, value in (
+            ("changes", "Other replicas' writes published to this replica's feed", stats.changes),
+            (
+                "superseded",
+                "Their records left out: a later write of the object was already stored",
+                stats.superseded,
+            ),
+            ("resyncs", "Times the change log was trimmed past unread changes", stats.resyncs),
+            ("errors", "Store errors while reading the change log (each retried)", stats.errors),
+        ):
+            yield CounterMetricFamily(f"kubesvc_server_feed_follower_{name}", text, value)
 
 
 class _ProtocolCollector(Collector):
@@ -106,6 +128,7 @@ class ApiMetrics:
         feed: ChangeFeed,
         unknown_fields: wire.UnknownFieldCounter | None = None,
         replicas: ReplicaView | None = None,
+        follower: ChangeFollower | None = None,
     ) -> None:
         self.registry = registry
         self.requests = Counter(
@@ -128,6 +151,8 @@ class ApiMetrics:
             registry.register(_ProtocolCollector(unknown_fields))
         if replicas is not None:
             registry.register(_ReplicaCollector(replicas))
+        if follower is not None:
+            registry.register(_FollowerCollector(follower))
         # labels() takes a lock and builds a key each call; a request notes through these
         # (as many entries as the metrics have label sets: the registry holds them anyway).
         self._counters: dict[tuple[str, str, str], Any] = {}

@@ -1,9 +1,11 @@
 """The server's cache store: one interface (``Store``), SQLite behind it by default and
 PostgreSQL (``store.url: postgresql://...``) for several server replicas."""
 
+from ._changes import CHANGES_CHANNEL
 from ._leases import cluster_refusal
 from ._open import open_store
 from ._pg import PgStore, open_postgres_store
+from ._pg_notify import Notification, PgListener
 from ._pg_schema import PG_MIGRATIONS
 from ._protocol import Store
 from ._records import (
@@ -11,6 +13,9 @@ from ._records import (
     AccountState,
     AgentRecord,
     BatchOutcome,
+    Change,
+    ChangeCursor,
+    ChangePage,
     LeaseOutcome,
     LeaseRecord,
     ObjectPage,
@@ -28,19 +33,25 @@ from ._sqlite import SqliteStore, open_sqlite_store
 from ._url import StoreConfig, StoreUrl, parse_store_url, sqlite_url
 
 __all__ = [
+    "CHANGES_CHANNEL",
     "MIGRATIONS",
     "PG_MIGRATIONS",
     "AccountRecord",
     "AccountState",
     "AgentRecord",
     "BatchOutcome",
+    "Change",
+    "ChangeCursor",
+    "ChangePage",
     "LeaseOutcome",
     "LeaseRecord",
     "Migration",
+    "Notification",
     "ObjectPage",
     "ObjectRef",
     "OperationEvent",
     "OperationRecord",
+    "PgListener",
     "PgStore",
     "ReplicaRecord",
     "ResumePoint",

@@ -21,6 +21,8 @@ from ._records import (
     AccountRecord,
     AgentRecord,
     BatchOutcome,
+    ChangeCursor,
+    ChangePage,
     LeaseOutcome,
     LeaseRecord,
     ObjectPage,
@@ -133,6 +135,16 @@ class CoreOps(Protocol[H_contra]):
     def expire_leases(self, h: H_contra, /) -> list[LeaseRecord]: ...
 
     def claim_duty(self, h: H_contra, name: str, replica_id: str, ttl_ms: int, /) -> bool: ...
+
+    def get_objects(
+        self, h: H_contra, keys: Sequence[tuple[str, str, str, str, str]], /
+    ) -> list[StoredObject]: ...
+
+    def read_changes(
+        self, h: H_contra, cursor: ChangeCursor | None, limit: int, /
+    ) -> ChangePage: ...
+
+    def trim_changes(self, h: H_contra, keep_ms: int, max_rows: int, /) -> int: ...
 
 
 class ThreadedStore(Generic[H]):
@@ -287,6 +299,17 @@ class ThreadedStore(Generic[H]):
 
     async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
         return await self._write(SMALL_WRITE, self._ops.claim_duty, name, replica_id, ttl_ms)
+
+    async def get_objects(
+        self, keys: Sequence[tuple[str, str, str, str, str]]
+    ) -> list[StoredObject]:
+        return await self._run(self._ops.get_objects, keys)
+
+    async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
+        return await self._run(self._ops.read_changes, cursor, limit)
+
+    async def trim_changes(self, keep_ms: int, max_rows: int) -> int:
+        return await self._write(SMALL_WRITE, self._ops.trim_changes, keep_ms, max_rows)
 
     async def aclose(self) -> None:
         """Close the connections (after the calls in progress); later calls raise

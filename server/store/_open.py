@@ -18,9 +18,10 @@ log = logging.getLogger("server.store")
 
 @asynccontextmanager
 async def open_store(
-    config: StoreConfig, *, now_ms: Callable[[], int] = wall_clock_ms
+    config: StoreConfig, *, now_ms: Callable[[], int] = wall_clock_ms, replica_id: str = ""
 ) -> AsyncIterator[Store]:
     """Open (creating and migrating as needed) the store at ``config.url``; closed on exit.
+    ``replica_id`` names the server using it in PostgreSQL's change log.
 
     Raises StoreError when the URL is not a store URL or the store cannot be opened,
     SchemaError when its schema is newer than this code or a migration fails.
@@ -39,5 +40,6 @@ async def open_store(
             password_file=config.password_file,
             max_connections=config.max_connections,
             now_ms=now_ms,
+            replica_id=replica_id,
         ) as pg:
             yield pg

@@ -1,9 +1,14 @@
 """The PostgreSQL store: PgCore driven from trio through worker threads (``_threads``), each
 call on a pooled connection of its own. psycopg's synchronous API is used on purpose: its
-async API is asyncio's, and asyncio lives only in wire's bridge (DESIGN 2)."""
+async API is asyncio's, and asyncio lives only in wire's bridge (DESIGN 2).
+
+Each object write tells the other replicas about its change-log row (a NOTIFY on
+CHANGES_CHANNEL, ``PgCore._announce``); ``listener()`` is how a replica hears theirs.
+"""
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -14,6 +19,7 @@ import trio
 from .._errors import StoreClosed, StoreError
 from ._facade import ThreadedStore
 from ._pg_core import Conn, PgCore, connect, is_broken
+from ._pg_notify import PgListener
 from ._sqlite_core import wall_clock_ms
 from ._threads import WorkerThreads
 from ._url import DEFAULT_MAX_CONNECTIONS, parse_store_url
@@ -30,9 +36,12 @@ class PgStore(ThreadedStore[Conn]):
         core: PgCore,
         threads: WorkerThreads[Conn],
         open_connection: Callable[[], Conn] | None = None,
+        open_listen_connection: Callable[[], Conn] | None = None,
     ) -> None:
         super().__init__(core, threads)
+        self._core = core
         self._open_connection = open_connection
+        self._open_listen_connection = open_listen_connection or open_connection
         # The ping's own connection, taken by the thread that pings and put back after: a
         # ping abandoned mid-call (its caller gave up) keeps it, and the next opens another.
         self._ping_lock = threading.Lock()
@@ -69,6 +78,18 @@ class PgStore(ThreadedStore[Conn]):
         if conn is not None:
             conn.close()
 
+    @property
+    def writer(self) -> str:
+        """This store's name in the change log (its own rows are not read back)."""
+        return self._core.writer
+
+    def listener(self) -> PgListener:
+        """A LISTEN connection of its own (not the pool's) for this store's database: add
+        channels (``CHANGES_CHANNEL``...), then run it in a nursery."""
+        if self._open_listen_connection is None:
+            raise StoreClosed("this store cannot open connections")
+        return PgListener(self._open_listen_connection)
+
     async def aclose(self) -> None:
         with self._ping_lock:
             self._ping_closed = True
@@ -81,8 +102,9 @@ class PgStore(ThreadedStore[Conn]):
     async def run_upkeep(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Nothing to do yet (PostgreSQL checkpoints by itself): reports started, then waits
-        until cancelled, as the Protocol promises."""
+        """Nothing to do (PostgreSQL checkpoints by itself; change notifications go out with
+        each write, ``PgCore._announce``): reports started, then waits until cancelled, as
+        the Protocol promises."""
         task_status.started()
         await trio.sleep_forever()
 
@@ -94,13 +116,16 @@ async def open_postgres_store(
     password_file: str = "",
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     now_ms: Callable[[], int] = wall_clock_ms,
+    replica_id: str = "",
 ) -> AsyncIterator[PgStore]:
     """Connect to the PostgreSQL store at ``url`` (a ``postgresql://`` URL, see ``_url``) and
     apply its migrations under the migration lock.
 
     ``password_file`` (or the URL's ``passwordFile``) holds the password, read at each
-    connect. Raises StoreError when the server cannot be reached or refuses us, SchemaError
-    when the schema is newer or a migration fails. Every connection is closed on exit.
+    connect. ``replica_id`` names the server replica using it in the change log (with a
+    suffix of this store's own: two stores never take each other's rows for their own).
+    Raises StoreError when the server cannot be reached or refuses us, SchemaError when the
+    schema is newer or a migration fails. Every connection is closed on exit.
     """
     try:
         location = parse_store_url(url)
@@ -114,11 +139,14 @@ async def open_postgres_store(
     def open_connection() -> Conn:
         return connect(conninfo, secret_file)
 
+    def open_listen_connection() -> Conn:
+        return connect(conninfo, secret_file, ingest=False)
+
     threads: WorkerThreads[Conn] = WorkerThreads(
         open_connection, lambda conn: conn.close(), max_connections, is_broken=is_broken
     )
-    core = PgCore(now_ms)
-    store = PgStore(core, threads, open_connection)
+    core = PgCore(now_ms, f"{replica_id or 'store'}/{secrets.token_hex(4)}")
+    store = PgStore(core, threads, open_connection, open_listen_connection)
     try:
         await threads.run(core.migrate)
         yield store

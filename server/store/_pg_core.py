@@ -16,12 +16,17 @@ upsert in pipeline mode (bench_server's 500 x 4.4 KB batches, alternating rounds
 server parses one statement, not 500 Bind/Execute pairs, and the rows travel in binary.
 (``unnest`` of 12 array parameters instead of the temporary table: 5-6k.) Large values are
 compressed with lz4 (``_prefer_lz4``).
+
+Every transaction that writes objects ends by appending one row to the change log (the other
+replicas' feeds read it: ``_changes``, ``_pg_changes``); it is small (no bodies), one more
+statement per batch.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +36,10 @@ from psycopg import errors, pq
 from wire import EventRecord
 
 from .._errors import StoreError
+from . import _pg_changes as changes
+from ._changes import CHANGES_CHANNEL
 from ._ingest import DeletedKey, SyncKey, apply_prepared
+from ._pg_notify import notify
 from ._pg_records import PgRecordTables
 from ._pg_schema import migrate_pg
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
@@ -48,6 +56,8 @@ from ._queries import (
 )
 from ._records import (
     BatchOutcome,
+    ChangeCursor,
+    ChangePage,
     ObjectPage,
     ObjectRef,
     ResumePoint,
@@ -123,8 +133,10 @@ _DELETE = (
 _DELETE_UID = _DELETE + " AND (%s = '' OR uid = '' OR uid = %s)"
 
 
-def connect(conninfo: str, password_file: str) -> Conn:
-    """A new autocommit connection; raises StoreError naming the server (never a password)."""
+def connect(conninfo: str, password_file: str, *, ingest: bool = True) -> Conn:
+    """A new autocommit connection; raises StoreError naming the server (never a password).
+    ``ingest``: ready for batch ingest (lz4, the COPY's temporary table); a connection that
+    only listens or pings needs neither."""
     params: dict[str, Any] = {}
     if password_file:
         try:
@@ -142,8 +154,9 @@ def connect(conninfo: str, password_file: str) -> Conn:
             params["application_name"] = "kubesvc-server"
         conn: Conn = psycopg.connect(conninfo, autocommit=True, **params)
         try:
-            _prefer_lz4(conn)
-            conn.execute(_CREATE_IN)  # this connection's own, for batch ingest
+            if ingest:
+                _prefer_lz4(conn)
+                conn.execute(_CREATE_IN)  # this connection's own, for batch ingest
         except psycopg.Error:
             conn.close()
             raise
@@ -176,10 +189,12 @@ def is_broken(conn: Conn) -> bool:
 
 class PgCore(PgRecordTables):
     """The store's operations on a given connection; holds no connection and no state of
-    its own, so any number of threads may use it at once (each with its own connection)."""
+    its own, so any number of threads may use it at once (each with its own connection).
+    ``writer`` names this store in the change log (its own rows are not read back)."""
 
-    def __init__(self, now_ms: Callable[[], int]) -> None:
+    def __init__(self, now_ms: Callable[[], int], writer: str = "") -> None:
         self._now_ms = now_ms
+        self.writer = writer
 
     def migrate(self, conn: Conn) -> int:
         return migrate_pg(conn, self._now_ms())
@@ -223,7 +238,9 @@ class PgCore(PgRecordTables):
         """Check every record (InvalidRecord names the first bad one, before anything is
         written), then write them in one transaction."""
         prepared = prepare_events(records, account)
-        return self._tx(conn, lambda cur: self._apply(cur, prepared))
+        outcome = self._tx(conn, lambda cur: self._apply(cur, prepared))
+        self._announce(conn, outcome.change_seq)
+        return outcome
 
     def _apply(self, cur: Cursor, prepared: PreparedEvents) -> BatchOutcome:
         accounts = sorted({r.account for r in prepared.records})
@@ -233,7 +250,9 @@ class PgCore(PgRecordTables):
         )
         open_syncs: dict[SyncKey, int] = {(a, g, k, s): e for a, g, k, s, e in cur.fetchall()}
         outcome, _ = apply_prepared(prepared, _Writer(cur), open_syncs, _epoch(cur), self._now_ms())
-        return outcome
+        # Last, after every object row is locked (``_changes`` says why).
+        seq = changes.append_change(cur, self.writer, prepared.records, outcome.swept)
+        return replace(outcome, change_seq=seq)
 
     def apply_operation_objects(self, conn: Conn, records: Sequence[EventRecord]) -> BatchOutcome:
         """Objects an operation returned (issue 6): upsert unless the stored version is newer,
@@ -245,9 +264,28 @@ class PgCore(PgRecordTables):
                 cur.executemany(_UPSERT_NEWER, rows)
             if gone:
                 cur.executemany(_DELETE, gone)
-            return BatchOutcome(upserted=len(rows), deleted=len(gone))
+            seq = changes.append_change(cur, self.writer, records, ())
+            return BatchOutcome(upserted=len(rows), deleted=len(gone), change_seq=seq)
 
-        return self._tx(conn, write)
+        outcome = self._tx(conn, write)
+        self._announce(conn, outcome.change_seq)
+        return outcome
+
+    def _announce(self, conn: Conn, seq: int) -> None:
+        """NOTIFY the other replicas of the change row ``seq`` just committed (0: none), on
+        the same connection right after the commit: no thread hop, no wait for the pool.
+
+        Not inside the write's transaction, on purpose: PostgreSQL serializes the commits of
+        transactions that NOTIFY (a global lock held through the commit's WAL flush), which
+        would allow every replica's writers one flush at a time. This statement has no
+        transaction id and no flush to wait for. A failure is logged, never raised (the write
+        is committed; the other replicas' polls cover a missing notification)."""
+        if not seq:
+            return
+        try:
+            notify(conn, CHANGES_CHANNEL, str(seq))
+        except StoreError as exc:
+            log.warning("after change %d (the others poll): %s", seq, exc)
 
     # -- reads (the SQL is _queries', shared with SQLite) -------------------------------
 
@@ -277,6 +315,27 @@ class PgCore(PgRecordTables):
     def resume_points(self, conn: Conn, account: str) -> list[ResumePoint]:
         rows = self._read(conn, resume_points_sql(POSTGRESQL), (account,))
         return [ResumePoint(*row) for row in rows]
+
+    def get_objects(
+        self, conn: Conn, keys: Sequence[tuple[str, str, str, str, str]]
+    ) -> list[StoredObject]:
+        try:
+            return changes.get_objects(conn, keys)
+        except psycopg.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from exc
+
+    # -- the change log (``_pg_changes``) -----------------------------------------------
+
+    def read_changes(self, conn: Conn, cursor: ChangeCursor | None, limit: int) -> ChangePage:
+        try:
+            if cursor is None:
+                return ChangePage([], changes.start_cursor(conn))
+            return changes.read_changes(conn, cursor, self.writer, limit)
+        except psycopg.Error as exc:
+            raise StoreError(f"change log read failed: {exc}") from exc
+
+    def trim_changes(self, conn: Conn, keep_ms: int, max_rows: int) -> int:
+        return self._tx(conn, lambda cur: changes.trim_changes(cur, keep_ms, max_rows))
 
 
 def _epoch(cur: Cursor) -> int:

@@ -104,6 +104,29 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
                 expires_ms BIGINT NOT NULL)""",
         ),
     ),
+    # Step 3 is reserved (operations across replicas).
+    Migration(
+        4,
+        "the change log: what each write changed, for the other replicas' feeds",
+        (
+            # One row per committed object write (``_changes``): its transaction's id, for
+            # reading in commit order (``_pg_changes``), who wrote it (a replica's store), the
+            # database's clock at the insert (for trimming), and the feed records.
+            """CREATE TABLE changes(
+                seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                xid BIGINT NOT NULL DEFAULT txid_current(),
+                writer TEXT COLLATE "C" NOT NULL,
+                at_ms BIGINT NOT NULL
+                    DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+                records INTEGER NOT NULL, message BYTEA NOT NULL)""",
+            "CREATE INDEX changes_xid ON changes(xid)",
+            # One row: the newest at_ms and xid trims deleted (a reader behind them resyncs).
+            """CREATE TABLE change_trims(
+                id INTEGER PRIMARY KEY CHECK (id = 1), newest_trimmed_ms BIGINT NOT NULL,
+                newest_trimmed_xid BIGINT NOT NULL, trimmed_ms BIGINT NOT NULL)""",
+            "INSERT INTO change_trims VALUES (1, 0, 0, 0)",
+        ),
+    ),
 )
 
 

@@ -19,6 +19,8 @@ from ._records import (
     AccountRecord,
     AgentRecord,
     BatchOutcome,
+    ChangeCursor,
+    ChangePage,
     LeaseOutcome,
     LeaseRecord,
     ObjectPage,
@@ -184,4 +186,25 @@ class Store(Protocol):
     async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
         """Hold the named duty (e.g. "housekeeping") until now + ``ttl_ms``: granted when
         nobody holds it, its holder's claim lapsed, or ``replica_id`` holds it already."""
+        ...
+
+    # -- the change feed across replicas (``_changes``, ``_pg_changes`` say how) ---------
+
+    async def get_objects(
+        self, keys: Sequence[tuple[str, str, str, str, str]]
+    ) -> list[StoredObject]:
+        """The stored objects of ``keys`` (account, apiVersion or group, kind, namespace,
+        name; the kind compares case-insensitively): the ones that exist, in no order."""
+        ...
+
+    async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
+        """The next page (at most ``limit`` rows, each one committed write) of the changes
+        OTHER store instances committed after ``cursor``; ``None``: an empty page whose
+        cursor is "now". For any one object in commit order. SQLite: always empty (one
+        process owns the file; its feed is its own ingest)."""
+        ...
+
+    async def trim_changes(self, keep_ms: int, max_rows: int) -> int:
+        """Delete the change-log rows older than ``keep_ms`` or beyond the newest
+        ``max_rows`` (housekeeping); how many. SQLite: 0."""
         ...

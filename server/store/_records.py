@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from wire import EventRecord
+
 
 class AccountState(enum.StrEnum):
     """Account states, named as the Armory plugin names them."""
@@ -102,6 +104,48 @@ class BatchOutcome:
     upserted: int = 0
     deleted: int = 0
     swept: tuple[ObjectRef, ...] = ()
+    #: the change-log row the write appended (PostgreSQL; 0: none, or SQLite)
+    change_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeCursor:
+    """Where a reader of the change log is (``Store.read_changes``; ``_pg_changes`` says how).
+
+    ``since`` is a database snapshot (PostgreSQL's ``txid_snapshot`` as text): the changes
+    it shows are behind the reader; ``since_ms`` the database's clock when it was taken.
+    While a window of changes is paged through, ``until``/``until_ms`` is the window's end
+    and ``after_seq`` the last change read from it ("" / 0: no window open).
+    """
+
+    since: str
+    since_ms: int
+    until: str = ""
+    until_ms: int = 0
+    after_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One committed write of another replica: its feed records in order (bodies empty: read
+    them from ``objects``) and the objects its sync brackets swept."""
+
+    seq: int
+    writer: str
+    records: tuple[EventRecord, ...]
+    swept: tuple[ObjectRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePage:
+    """What one ``read_changes`` found: changes in commit order per object, the cursor to
+    read on from, whether more are already waiting (read again at once), and whether the
+    log was trimmed past changes this reader had not read (its subscribers must resync)."""
+
+    changes: list[Change]
+    cursor: ChangeCursor
+    more: bool = False
+    lagged: bool = False
 
 
 @dataclass(frozen=True, slots=True)

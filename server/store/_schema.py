@@ -95,6 +95,23 @@ MIGRATIONS: tuple[Migration, ...] = (
                 name TEXT PRIMARY KEY, replica_id TEXT NOT NULL, expires_ms INTEGER NOT NULL)""",
         ),
     ),
+    # Step 3 is reserved (operations across replicas).
+    Migration(
+        4,
+        "the change log: what each write changed, for the other replicas' feeds",
+        (
+            # PostgreSQL's shape, and never written here: one process owns a SQLite file, so
+            # its change feed is its own ingest (the step keeps the two versions in step).
+            """CREATE TABLE changes(
+                seq INTEGER PRIMARY KEY, xid INTEGER NOT NULL DEFAULT 0, writer TEXT NOT NULL,
+                at_ms INTEGER NOT NULL DEFAULT 0, records INTEGER NOT NULL,
+                message BLOB NOT NULL)""",
+            """CREATE TABLE change_trims(
+                id INTEGER PRIMARY KEY CHECK (id = 1), newest_trimmed_ms INTEGER NOT NULL,
+                newest_trimmed_xid INTEGER NOT NULL, trimmed_ms INTEGER NOT NULL)""",
+            "INSERT INTO change_trims VALUES (1, 0, 0, 0)",
+        ),
+    ),
 )
 
 

@@ -31,6 +31,8 @@ from ._queries import (
 )
 from ._records import (
     BatchOutcome,
+    ChangeCursor,
+    ChangePage,
     ObjectPage,
     ObjectRef,
     ResumePoint,
@@ -194,6 +196,19 @@ class SqliteCore(RecordTables):
 
     def resume_points(self, account: str) -> list[ResumePoint]:
         return [ResumePoint(*row) for row in self._read(resume_points_sql(SQLITE), (account,))]
+
+    def get_objects(self, keys: Sequence[tuple[str, str, str, str, str]]) -> list[StoredObject]:
+        found = (self.get_object(*key) for key in keys)
+        return [o for o in found if o is not None]
+
+    # -- the change log: PostgreSQL's. One process owns a SQLite file, so its change feed is
+    # -- its own ingest and nothing is logged: every read is empty, every trim a no-op.
+
+    def read_changes(self, cursor: ChangeCursor | None, limit: int) -> ChangePage:
+        return ChangePage([], cursor or ChangeCursor("", 0))
+
+    def trim_changes(self, keep_ms: int, max_rows: int) -> int:
+        return 0
 
 
 class _Writer:
