@@ -2,6 +2,7 @@
 PostgreSQL (``store.url: postgresql://...``) for several server replicas."""
 
 from ._leases import cluster_refusal
+from ._notify import MAX_PAYLOAD_BYTES, Notice, channel_for
 from ._open import open_store
 from ._pg import PgStore, open_postgres_store
 from ._pg_schema import PG_MIGRATIONS
@@ -11,8 +12,10 @@ from ._records import (
     AccountState,
     AgentRecord,
     BatchOutcome,
+    DispatchRecord,
     LeaseOutcome,
     LeaseRecord,
+    Notification,
     ObjectPage,
     ObjectRef,
     OperationEvent,
@@ -28,15 +31,19 @@ from ._sqlite import SqliteStore, open_sqlite_store
 from ._url import StoreConfig, StoreUrl, parse_store_url, sqlite_url
 
 __all__ = [
+    "MAX_PAYLOAD_BYTES",
     "MIGRATIONS",
     "PG_MIGRATIONS",
     "AccountRecord",
     "AccountState",
     "AgentRecord",
     "BatchOutcome",
+    "DispatchRecord",
     "LeaseOutcome",
     "LeaseRecord",
     "Migration",
+    "Notice",
+    "Notification",
     "ObjectPage",
     "ObjectRef",
     "OperationEvent",
@@ -49,6 +56,7 @@ __all__ = [
     "StoreConfig",
     "StoreUrl",
     "StoredObject",
+    "channel_for",
     "cluster_refusal",
     "group_of",
     "is_secret",

@@ -5,15 +5,18 @@ async API is asyncio's, and asyncio lives only in wire's bridge (DESIGN 2)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import psycopg
 import trio
 
 from .._errors import StoreClosed, StoreError
-from ._facade import ThreadedStore
+from . import _pg_listen
+from ._facade import SMALL_WRITE, ThreadedStore
+from ._notify import check_notices
 from ._pg_core import Conn, PgCore, connect, is_broken
+from ._records import Notification
 from ._sqlite_core import wall_clock_ms
 from ._threads import WorkerThreads
 from ._url import DEFAULT_MAX_CONNECTIONS, parse_store_url
@@ -32,6 +35,7 @@ class PgStore(ThreadedStore[Conn]):
         open_connection: Callable[[], Conn] | None = None,
     ) -> None:
         super().__init__(core, threads)
+        self._core = core
         self._open_connection = open_connection
         # The ping's own connection, taken by the thread that pings and put back after: a
         # ping abandoned mid-call (its caller gave up) keeps it, and the next opens another.
@@ -68,6 +72,23 @@ class PgStore(ThreadedStore[Conn]):
                 self._ping_conn, conn = conn, None
         if conn is not None:
             conn.close()
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """``pg_notify`` on a pooled connection (delivered to every listening replica)."""
+        check_notices([(channel, payload)])
+        await self._write(SMALL_WRITE, self._core.notify, [(channel, payload)])
+
+    async def listen(
+        self,
+        channels: Sequence[str],
+        send: trio.MemorySendChannel[Notification],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """LISTEN on a connection of its own until cancelled (``_pg_listen``)."""
+        if self._open_connection is None:
+            raise StoreClosed("this store cannot open a connection to listen on")
+        await _pg_listen.listen(self._open_connection, channels, send, task_status=task_status)
 
     async def aclose(self) -> None:
         with self._ping_lock:

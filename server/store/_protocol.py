@@ -15,12 +15,15 @@ import trio
 from wire import EventRecord
 
 from .._errors import StoreError
+from ._notify import Notice
 from ._records import (
     AccountRecord,
     AgentRecord,
     BatchOutcome,
+    DispatchRecord,
     LeaseOutcome,
     LeaseRecord,
+    Notification,
     ObjectPage,
     OperationEvent,
     OperationRecord,
@@ -110,20 +113,27 @@ class Store(Protocol):
         """Insert or update an operation and append its state to the history, atomically."""
         ...
 
-    async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
-        """Several ``(record, message)`` writes of record_operation in ONE transaction."""
+    async def record_operations(
+        self, items: Sequence[tuple[OperationRecord, str]], *, notices: Sequence[Notice] = ()
+    ) -> None:
+        """Several ``(record, message)`` writes of record_operation in ONE transaction;
+        ``notices`` ((channel, payload) pairs, see ``notify``) are delivered once it committed
+        (never after a rollback)."""
         ...
 
     async def record_operations_and_objects(
         self,
         items: Sequence[tuple[OperationRecord, str]],
         objects: Sequence[Sequence[EventRecord]],
+        *,
+        notices: Sequence[Notice] = (),
     ) -> list[StoreError | None]:
         """``apply_operation_objects`` for each group of ``objects``, then
-        ``record_operations(items)``, in one call (for SQLite: one worker-thread hop instead
-        of one per call). The groups share one transaction unless it fails, then each is tried
-        alone, so one operation's bad objects cost no other its cache update. Returns each
-        group's error (None when applied); raises StoreError when the records failed."""
+        ``record_operations(items, notices=notices)``, in one call (for SQLite: one
+        worker-thread hop instead of one per call). The groups share one transaction unless it
+        fails, then each is tried alone, so one operation's bad objects cost no other its
+        cache update. Returns each group's error (None when applied); raises StoreError when
+        the records failed."""
         ...
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None: ...
@@ -184,4 +194,62 @@ class Store(Protocol):
     async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
         """Hold the named duty (e.g. "housekeeping") until now + ``ttl_ms``: granted when
         nobody holds it, its holder's claim lapsed, or ``replica_id`` holds it already."""
+        ...
+
+    # -- notifications and operations across replicas (``_notify``, ``_dispatch``) -------
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """Wake the listeners of ``channel`` (every replica's, on PostgreSQL: ``pg_notify``;
+        this process's on SQLite). A notification is a wake-up, not a message: it may be
+        missed, so receivers also poll what it announces. ``payload`` carries ids only:
+        ValueError past ``MAX_PAYLOAD_BYTES`` or for a channel PostgreSQL would refuse."""
+        ...
+
+    async def listen(
+        self,
+        channels: Sequence[str],
+        send: trio.MemorySendChannel[Notification],
+        *,
+        task_status: trio.TaskStatus[None] = ...,
+    ) -> None:
+        """Put the notifications sent on ``channels`` into ``send`` until cancelled, plus a
+        resync marker (``Notification("")``) each time listening (re)starts. A full ``send``
+        drops notifications. PostgreSQL: a connection of its own, reconnected after a fault
+        (never raises for one). Reports started at once."""
+        ...
+
+    async def create_operations(
+        self, groups: Sequence[Sequence[tuple[OperationRecord, str]]]
+    ) -> list[bool]:
+        """Each group's ``(record, message)`` writes, only when the group's first record's id
+        is new (insert-if-absent on the unique id: of two replicas creating one id at once,
+        exactly one writes), all groups in one transaction. Returns which groups were
+        written; a group not written left nothing behind."""
+        ...
+
+    async def dispatch_operation(
+        self,
+        dispatch: DispatchRecord,
+        items: Sequence[tuple[OperationRecord, str]] = (),
+        *,
+        notices: Sequence[Notice] = (),
+    ) -> None:
+        """In one transaction: ``items`` recorded (as record_operations), ``dispatch``
+        inserted into the mailbox of its target replica, ``notices`` sent at commit."""
+        ...
+
+    async def claim_dispatched(self, replica_id: str, limit: int) -> list[DispatchRecord]:
+        """Take (delete and return) up to ``limit`` dispatched operations waiting for
+        ``replica_id``, oldest first: each is returned to one claimer, once, and its payload
+        is gone from the store when this returns."""
+        ...
+
+    async def withdraw_dispatched(self, op_id: str) -> bool:
+        """Delete ``op_id``'s dispatch if nobody claimed it yet; whether it did (True: the
+        target never saw it)."""
+        ...
+
+    async def expire_dispatched(self, before_ms: int) -> list[str]:
+        """Delete the dispatches whose deadline is before ``before_ms`` (housekeeping);
+        returns their operation ids."""
         ...
