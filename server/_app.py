@@ -85,7 +85,8 @@ async def open_server_state(
     """
     async with open_store(config.store, now_ms=now_ms) as store:
         server_id = config.server_id or f"kubesvc-server-{secrets.token_hex(4)}"
-        if config.store.location.backend == "sqlite":
+        alone = config.store.location.backend == "sqlite"
+        if alone:
             # One process owns a SQLite file: what earlier ones left holds no lease.
             await take_store_alone(store, server_id)
         accounts = await AccountService.load(
@@ -117,6 +118,8 @@ async def open_server_state(
                 # The session's outbound queue is bounded and a full one ends the session:
                 # keep unanswered operations well under it.
                 max_in_flight=max(1, config.sessions.outbound_queue // 2),
+                # Replicas sharing the store: operations reach the stream on any of them.
+                lease_ttl_ms=0 if alone else config.replicas.lease_ttl_ms,
             )
         started_ms = now_ms()
         replicas = ReplicaService(
