@@ -7,6 +7,7 @@ posted to both at once runs once."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import trio
 import wire
 from server import RunningServer, ServerConfig, parse_server_config, run_server
 from server.api import serve_api
+from server.store import DispatchRecord, OperationRecord
 from wire import messages as m
 
 from .._wait import Changes, wait_until
@@ -305,19 +307,20 @@ async def test_a_dispatch_to_a_replica_that_dies_fails_with_the_reason(
 async def test_a_dispatch_the_dead_replica_never_took_says_nothing_was_sent(
     pg_backend: StoreBackend,
 ) -> None:
-    ttl = 3000  # the dead replica's lease is still good when the operation is posted
+    ttl = 4000  # the dead replica's lease is still good when the operation is posted
     with mortal(pg_backend, "r1") as dying, trio.fail_after(60):
         async with cluster() as c:
             r1 = await start(c, config("r1", dying.url, lease_ttl_ms=ttl, wait_ms=30_000))
             r2 = await start(c, config("r2", pg_backend.url, lease_ttl_ms=ttl, wait_ms=30_000))
             agent = await connect(c, r1, deployed)
+            await r2.ended(await r2.post([{"deployManifest": DEPLOY}]))  # r2 knows k1 now
             dying.kill()
             task_id = await r2.post([{"deployManifest": DEPLOY}])
             task = await r2.ended(task_id)
             exc = task["resultObjects"][-1]
             assert exc["cause"] == "ReplicaStopped", exc
             assert exc["message"].endswith("it never claimed the operation: nothing was sent")
-            assert agent.received == []
+            assert len(agent.received) == 1  # the first deploy's, not this one's
             assert pg_backend.sql("SELECT count(*) FROM operation_dispatch") == [(0,)]
             r1.scope.cancel()
 
@@ -326,7 +329,7 @@ async def test_a_dispatch_the_dead_replica_never_took_says_nothing_was_sent(
 async def test_a_task_whose_replica_died_reads_back_failed_on_the_other(
     pg_backend: StoreBackend,
 ) -> None:
-    ttl = 1000
+    ttl = 2000  # r2 must stay live (under load) until it is killed
     with mortal(pg_backend, "r2") as dying, trio.fail_after(60):
         async with cluster() as c:
             r1 = await start(c, config("r1", pg_backend.url, lease_ttl_ms=ttl, wait_ms=30_000))
@@ -369,3 +372,32 @@ async def test_one_client_request_id_posted_to_both_replicas_at_once_runs_once(
                 for replica in (r1, r2):
                     assert (await replica.ended(ids[0]))["status"]["failed"] is False
                 assert len(agent.received) - before == 1, "ran once"
+
+
+@in_loop
+async def test_a_replica_that_lost_the_stream_fails_what_was_dispatched_to_it_unsent(
+    pg_backend: StoreBackend,
+) -> None:
+    with trio.fail_after(60):
+        async with cluster() as c:
+            r1 = await start(
+                c, config("r1", pg_backend.url, lease_ttl_ms=3000, wait_ms=20_000)
+            )  # no agent: it holds no stream
+            store = r1.server.state.store
+            now = int(time.time() * 1000)
+            record = OperationRecord("t-0", "k1", "deployManifest", "{}", "DISPATCHED", now, now)
+            row = DispatchRecord("t-0", "k1", "r1", "r2", "deployManifest", "{}", now + 20_000, now)
+            await store.dispatch_operation(row, [(record, "dispatched to replica r1")])
+
+            async def failed() -> bool:
+                stored = await store.get_operation("t-0")
+                return stored is not None and stored.state == "FAILED"
+
+            await wait_until(failed, what="r1 failed the operation")
+            op = (await r1.http.get("/armory/agent/operations/t-0")).json()
+            assert op["errorCode"] == "NoAgent"
+            assert op["errorMessage"] == (
+                "dispatched by replica r2; on replica r1: this replica no longer holds the "
+                "account's primary agent stream (it moved, or its agent disconnected); nothing "
+                "was sent"
+            )
