@@ -434,9 +434,13 @@ class RegistryStore:
         await self._store.record_operation(record, message)
 
     async def record_operations(
-        self, items: Sequence[tuple[OperationRecord, str]], *, notices: Sequence[Notice] = ()
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> None:
-        await self._store.record_operations(items, notices=notices)
+        await self._store.record_operations(items, notices=notices, dispatches=dispatches)
 
     async def record_operations_and_objects(
         self,
@@ -444,11 +448,17 @@ class RegistryStore:
         objects: Sequence[Sequence[EventRecord]],
         *,
         notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> list[StoreError | None]:
-        return await self._store.record_operations_and_objects(items, objects, notices=notices)
+        return await self._store.record_operations_and_objects(
+            items, objects, notices=notices, dispatches=dispatches
+        )
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
         return await self._store.get_operation(operation_id)
+
+    async def get_operations(self, ids: Sequence[str]) -> builtins.list[OperationRecord]:
+        return await self._store.get_operations(ids)
 
     async def list_operations(
         self, account: str | None = None, limit: int = 100
@@ -512,15 +522,6 @@ class RegistryStore:
         self, groups: Sequence[Sequence[tuple[OperationRecord, str]]]
     ) -> builtins.list[bool]:
         return await self._store.create_operations(groups)
-
-    async def dispatch_operation(
-        self,
-        dispatch: DispatchRecord,
-        items: Sequence[tuple[OperationRecord, str]] = (),
-        *,
-        notices: Sequence[Notice] = (),
-    ) -> None:
-        await self._store.dispatch_operation(dispatch, items, notices=notices)
 
     async def claim_dispatched(self, replica_id: str, limit: int) -> builtins.list[DispatchRecord]:
         return await self._store.claim_dispatched(replica_id, limit)

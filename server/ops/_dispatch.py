@@ -4,17 +4,21 @@ Theory of operation. The replica running a task (the origin) sends an operation 
 PRIMARY session when it has one. Else it reads the account's lease: when another replica
 holds it live (the target), the origin writes the operation into the store's dispatch mailbox
 for that replica (payload whole, the deadline as absolute wall-clock milliseconds) and, in the
-same transaction, notifies it (``kubesvc_ops_<target>``, payload ``d:<op id>``). The target's
-``Dispatcher.run`` claims the rows for it (on that notification, and every ``poll_seconds``
+same transaction, notifies it (``kubesvc_ops_<target>``, payload ``d:<op id>``); that
+transaction is the journal's, shared with the other operation writes queued meanwhile. The
+lease is read again at most every half poll interval: it moves rarely, and an operation sent
+to a replica that just lost it fails there, unsent (the next one reads the lease again). The
+target's ``Dispatcher.run`` claims the rows for it (on that notification, and every ``poll_seconds``
 in case one was missed), which deletes them, payload and all; sends each to its own PRIMARY
 session with what is left of the deadline (the same at-most-once path as a local operation:
 never resent); writes the operation's end (its record, and the objects it returned to the
 cache) and, in that transaction, notifies the origin (``r:<op id>``). The origin waits for
-the operation's record to end: woken by that notification, reading the record every
-``poll_seconds`` anyway. While it waits it watches the target's heartbeat; a target that
-stops (its replica row gone or silent for the lease TTL) fails the operation at once, saying
-so; at its deadline it fails it as a timeout. In both cases it first withdraws the row: if
-the withdrawal wins (the target never claimed it) nothing was sent, and the reason says so.
+the operation's record to end: woken by that notification (the ends announced meanwhile are
+read together, in one read), reading the record every ``poll_seconds`` anyway. While it
+waits it watches the target's heartbeat; a target that stops (its replica row gone or silent
+for the lease TTL) fails the operation at once, saying so; at its deadline it fails it as a
+timeout. In both cases it first withdraws the row: if the withdrawal wins (the target never
+claimed it) nothing was sent, and the reason says so.
 
 The target's claim of a row ends a little before the origin's deadline (``MARGIN_MS``), so
 that the target's own account of a timeout is what the origin finds. A replica that no longer
@@ -36,19 +40,22 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import trio
 
 from .._errors import ServerError
 from ..store import (
     DispatchRecord,
+    LeaseRecord,
     Notice,
     Notification,
+    OperationRecord,
     ReplicaRecord,
     Store,
     channel_for,
 )
+from ._journal import OperationJournal
 from ._outcome import ENDED_STATES, Ending, OperationOutcome, outcome_of
 
 __all__ = ["Dispatcher", "ops_channel"]
@@ -74,6 +81,15 @@ def result_notice(origin: str, op_id: str) -> Notice:
 Serve = Callable[[DispatchRecord, float], Awaitable[None]]
 
 
+@dataclass(slots=True)
+class _Waiter:
+    """An operation this replica dispatched, until its end is known: ``woken`` when it may
+    be stored (or must be looked at: a resync), ``record`` once read ended."""
+
+    woken: trio.Event = field(default_factory=trio.Event)
+    record: OperationRecord | None = None
+
+
 class Dispatcher:
     """Both sides of dispatching for one replica (see the module docstring). ``serve(row,
     deadline)`` is the service's: send a claimed row to the local primary until ``deadline``
@@ -82,6 +98,7 @@ class Dispatcher:
     def __init__(
         self,
         store: Store,
+        journal: OperationJournal,
         *,
         replica_id: str,
         lease_ttl_ms: int,
@@ -91,6 +108,7 @@ class Dispatcher:
         poll_seconds: float = 0.5,
     ) -> None:
         self._store = store
+        self._journal = journal
         self.replica_id = replica_id
         self.lease_ttl_ms = lease_ttl_ms
         self._now_ms = now_ms
@@ -98,7 +116,10 @@ class Dispatcher:
         self._max_claimed = max(1, max_claimed)
         self.poll_seconds = poll_seconds
         self._channel = ops_channel(replica_id)
-        self._waiting: dict[str, trio.Event] = {}  # op id -> woken when its end may be stored
+        self._waiting: dict[str, _Waiter] = {}  # the operations dispatched from here
+        self._to_read: set[str] = set()  # of those, the ones announced ended
+        self._read = trio.Event()
+        self._leases: dict[str, tuple[LeaseRecord, float]] = {}  # account -> (lease, read at)
         self._claim = trio.Event()
         self._claimed = 0
         self._freed = trio.Event()
@@ -115,20 +136,22 @@ class Dispatcher:
             await nursery.start(self._store.listen, [self._channel], send)
             nursery.start_soon(self._route, receive)
             nursery.start_soon(self._claim_loop, nursery)
+            nursery.start_soon(self._read_ends)
             task_status.started()
 
     async def _route(self, receive: trio.MemoryReceiveChannel[Notification]) -> None:
         async for notification in receive:
             if notification.resync:  # listening (re)started: anything may have been missed
                 self._claim.set()
-                for event in self._waiting.values():
-                    event.set()
+                for waiter in self._waiting.values():
+                    waiter.woken.set()
                 continue
             kind, _, op_id = notification.payload.partition(":")
             if kind == _DISPATCH:
                 self._claim.set()
             elif kind == _RESULT and op_id in self._waiting:
-                self._waiting[op_id].set()
+                self._to_read.add(op_id)
+                self._read.set()
 
     async def _claim_loop(self, nursery: trio.Nursery) -> None:
         while True:
@@ -174,11 +197,10 @@ class Dispatcher:
         holds the lease (nothing was dispatched). StoreError when the dispatch cannot be
         written (then nothing was dispatched either)."""
         record = ended.record
-        lease = await self._store.get_lease(record.account)
-        now = self._now_ms()
-        if lease is None or lease.replica_id == self.replica_id or lease.expires_ms <= now:
+        lease = await self._holder(record.account)
+        if lease is None:
             return None
-        target = lease.replica_id
+        target, now = lease.replica_id, self._now_ms()
         left_ms = max(0, int((deadline - trio.current_time()) * 1000))
         row = DispatchRecord(
             op_id=record.id,
@@ -190,44 +212,90 @@ class Dispatcher:
             deadline_ms=now + left_ms - min(MARGIN_MS, left_ms // 2),
             created_ms=now,
         )
-        wake = self._waiting[record.id] = trio.Event()  # before the dispatch: miss nothing
+        waiter = self._waiting[record.id] = _Waiter()  # before the dispatch: miss nothing
         try:
             note = f"dispatched to replica {target}, which holds the agent's stream"
-            await self._store.dispatch_operation(
-                row,
+            await self._journal.write_all(
                 [(replace(record, state="DISPATCHED", updated_ms=now), note)],
+                dispatches=[row],
                 notices=[(ops_channel(target), f"{_DISPATCH}:{record.id}")],
             )
             stopped = ""
             with trio.move_on_at(deadline):
-                stopped = await self._await_end(record.id, target, wake)
-            return await self._ended(ended, target, stopped)
+                stopped = await self._await_end(waiter, record.id, target)
+            outcome = await self._ended(ended, target, stopped, waiter.record)
         finally:
             self._waiting.pop(record.id, None)
+        if not outcome.ok:
+            self._leases.pop(record.account, None)  # it may have moved: read it next time
+        return outcome
 
-    async def _await_end(self, op_id: str, target: str, wake: trio.Event) -> str:
-        """Wait until the operation's record ends ("") or the target stops (why)."""
+    async def _holder(self, account: str) -> LeaseRecord | None:
+        """The live lease of ``account`` when another replica holds it, read at most every
+        half poll interval (a lease moves rarely; an operation sent to a replica it just left
+        fails there unsent, and the next one reads the lease again)."""
+        cached = self._leases.get(account)
+        if cached is None or trio.current_time() - cached[1] >= self.poll_seconds / 2:
+            lease = await self._store.get_lease(account)
+            if lease is None:
+                self._leases.pop(account, None)
+                return None
+            cached = self._leases[account] = (lease, trio.current_time())
+        lease = cached[0]
+        if lease.replica_id == self.replica_id or lease.expires_ms <= self._now_ms():
+            return None
+        return lease
+
+    async def _read_ends(self) -> None:
+        """Read the records the targets announced ended, all waiting at once in one read,
+        and hand each to its waiter (a waiter not served here polls by itself)."""
+        while True:
+            await self._read.wait()
+            self._read = trio.Event()
+            ids = [op_id for op_id in self._to_read if op_id in self._waiting]
+            self._to_read.clear()
+            if not ids:
+                continue
+            try:
+                records = await self._store.get_operations(ids)
+            except ServerError as exc:
+                log.warning("reading %d ended operations failed: %s", len(ids), exc)
+                continue
+            for stored in records:
+                waiter = self._waiting.get(stored.id)
+                if waiter is not None and stored.state in ENDED_STATES:
+                    waiter.record = stored
+                    waiter.woken.set()
+
+    async def _await_end(self, waiter: _Waiter, op_id: str, target: str) -> str:
+        """Wait until the operation's record ends (``waiter.record``; returns "") or the
+        target stops (returns why)."""
         while True:
             with trio.move_on_after(self.poll_seconds):
-                await wake.wait()
-            notified = wake.is_set()
-            wake = self._waiting[op_id] = trio.Event()
+                await waiter.woken.wait()
+            if waiter.record is not None:
+                return ""
+            woken, waiter.woken = waiter.woken.is_set(), trio.Event()
             try:
                 stored = await self._store.get_operation(op_id)
                 if stored is not None and stored.state in ENDED_STATES:
+                    waiter.record = stored
                     return ""
-                if not notified:
+                if not woken:
                     stopped = await self.replica_stopped(target)
                     if stopped:
                         return stopped
             except ServerError as exc:  # a store fault: the next poll, or the deadline
                 log.warning("operation %s: waiting for replica %s: %s", op_id, target, exc)
 
-    async def _ended(self, ended: Ending, target: str, stopped: str) -> OperationOutcome:
+    async def _ended(
+        self, ended: Ending, target: str, stopped: str, stored: OperationRecord | None
+    ) -> OperationOutcome:
         """The outcome once the wait is over: the stored end when there is one, else a
         failure of the origin's own (the row withdrawn first, to know whether it was sent)."""
         op_id = ended.record.id
-        stored = await self._store.get_operation(op_id)
+        if stored is None:
+            stored = await self._store.get_operation(op_id)
         if stored is not None and stored.state in ENDED_STATES:
             return outcome_of(stored)
         withdrawn = await self._store.withdraw_dispatched(op_id)

@@ -12,7 +12,8 @@ A write may carry the objects an operation returned (``write_all``): the flusher
 every queued write's objects and records in the same hop
 (``store.record_operations_and_objects``), so an operation's end costs its task no hop of its
 own for the cache either. It may carry notifications too (``notices``: another replica waiting
-for this operation's end), sent in the same transaction, so they arrive after the commit.
+for this operation's end), sent in the same transaction, so they arrive after the commit, and
+operations dispatched to another replica (``dispatches``), which go in with their records.
 
 ``create`` is a write that happens only if its first record's id is new (a task's first
 operation, keyed by the clientRequestId: of two replicas given one id at once, one creates the
@@ -31,7 +32,7 @@ import trio
 from wire import EventRecord
 
 from .._errors import ServerError, StoreError
-from ..store import Notice, OperationRecord, Store
+from ..store import DispatchRecord, Notice, OperationRecord, Store
 
 __all__ = ["OperationJournal"]
 
@@ -43,6 +44,7 @@ class _Write:
     items: Sequence[tuple[OperationRecord, str]]
     groups: Sequence[Sequence[EventRecord]]
     notices: Sequence[Notice] = ()
+    dispatches: Sequence[DispatchRecord] = ()
     create: bool = False  # write only if items[0]'s id is new; ``created`` says if it was
     created: bool = True
     done: trio.Event = field(default_factory=trio.Event)
@@ -74,17 +76,21 @@ class OperationJournal:
         groups: Sequence[Sequence[EventRecord]] = (),
         *,
         notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> list[StoreError | None]:
         """``write`` for several records, after applying each group of objects to the cache
-        (as ``store.apply_operation_objects`` does; a group is one operation's objects), and
-        ``notices`` sent once they are committed. Returns each group's error (None: applied;
-        the records are written either way); raises when the records failed."""
+        (as ``store.apply_operation_objects`` does; a group is one operation's objects), with
+        ``dispatches`` inserted and ``notices`` sent once they are committed. Returns each
+        group's error (None: applied; the records are written either way); raises when the
+        records failed."""
         if self._stopped:
             if not any(groups):
-                await self._store.record_operations(items, notices=notices)
+                await self._store.record_operations(items, notices=notices, dispatches=dispatches)
                 return [None] * len(groups)
-            return await self._store.record_operations_and_objects(items, groups, notices=notices)
-        write = await self._queue(_Write(items, groups, notices))
+            return await self._store.record_operations_and_objects(
+                items, groups, notices=notices, dispatches=dispatches
+            )
+        write = await self._queue(_Write(items, groups, notices, dispatches))
         return write.group_errors
 
     async def create(self, items: Sequence[tuple[OperationRecord, str]]) -> bool:
@@ -171,14 +177,15 @@ class OperationJournal:
         items = [item for w in writes for item in w.items]
         groups = [g for w in writes for g in w.groups]
         notices = [n for w in writes for n in w.notices]
+        dispatches = [d for w in writes for d in w.dispatches]
         errors: list[StoreError | None] = [None] * len(groups)
         try:
             if any(groups):
                 errors = await self._store.record_operations_and_objects(
-                    items, groups, notices=notices
+                    items, groups, notices=notices, dispatches=dispatches
                 )
             else:
-                await self._store.record_operations(items, notices=notices)
+                await self._store.record_operations(items, notices=notices, dispatches=dispatches)
         except ServerError as exc:
             log.error("could not record %d operation writes: %s", len(items), exc)
             error = exc

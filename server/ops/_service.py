@@ -114,6 +114,7 @@ class OperationService:
         self.dispatcher = (
             Dispatcher(
                 store,
+                self._journal,
                 replica_id=owner_id,
                 lease_ttl_ms=lease_ttl_ms,
                 now_ms=now_ms,

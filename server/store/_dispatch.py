@@ -2,13 +2,14 @@
 for both backends (``?`` marks; ``Exec`` as in ``_leases``).
 
 Theory of operation. The replica running a task (the origin) inserts a row for the replica
-holding the account's stream (the target), in the transaction that records the operation
-as dispatched, and notifies the target in it too (PostgreSQL delivers the notification at
-commit, so the row is always there when the target wakes). The target claims its rows by
-deleting them (``DELETE ... RETURNING``): a row is claimed once, and its payload, which holds
-Secret data whole for the agent, leaves the database at the claim. The origin withdraws a
-row it no longer wants (its deadline passed, the target died) the same way, so exactly one
-of claim and withdrawal wins, and the origin knows which: withdrawn, nothing was sent.
+holding the account's stream (the target) in the transaction that records the operation as
+dispatched (``record_operations(..., dispatches=...)``), and notifies the target in it too
+(PostgreSQL delivers the notification at commit, so the row is always there when the target
+wakes). The target claims its rows by deleting them (``DELETE ... RETURNING``): a row is
+claimed once, and its payload, which holds Secret data whole for the agent, leaves the
+database at the claim. The origin withdraws a row it no longer wants (its deadline passed,
+the target died) the same way, so exactly one of claim and withdrawal wins, and the origin
+knows which: withdrawn, nothing was sent.
 Housekeeping deletes rows long past their deadline (origin and target both gone).
 """
 
@@ -22,19 +23,20 @@ _COLUMNS = (
 )
 
 
-def insert_dispatch(x: Exec, d: DispatchRecord) -> None:
-    x(
-        f"INSERT INTO operation_dispatch({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
-        (
-            d.op_id,
-            d.account,
-            d.target_replica,
-            d.origin_replica,
-            d.type,
-            d.payload_json,
-            d.deadline_ms,
-            d.created_ms,
-        ),
+INSERT_DISPATCH = f"INSERT INTO operation_dispatch({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)"
+
+
+def dispatch_row(d: DispatchRecord) -> tuple[str | int, ...]:
+    """``d`` as INSERT_DISPATCH's parameters."""
+    return (
+        d.op_id,
+        d.account,
+        d.target_replica,
+        d.origin_replica,
+        d.type,
+        d.payload_json,
+        d.deadline_ms,
+        d.created_ms,
     )
 
 

@@ -100,21 +100,13 @@ class CoreOps(Protocol[H_contra]):
         h: H_contra,
         items: Sequence[tuple[OperationRecord, str]],
         notices: Sequence[Notice],
+        dispatches: Sequence[DispatchRecord],
         /,
     ) -> None: ...
 
     def create_operations(
         self, h: H_contra, groups: Sequence[Sequence[tuple[OperationRecord, str]]], /
     ) -> list[bool]: ...
-
-    def dispatch_operation(
-        self,
-        h: H_contra,
-        d: DispatchRecord,
-        items: Sequence[tuple[OperationRecord, str]],
-        notices: Sequence[Notice],
-        /,
-    ) -> None: ...
 
     def claim_dispatched(
         self, h: H_contra, replica_id: str, limit: int, /
@@ -125,6 +117,8 @@ class CoreOps(Protocol[H_contra]):
     def expire_dispatched(self, h: H_contra, before_ms: int, /) -> list[str]: ...
 
     def get_operation(self, h: H_contra, operation_id: str, /) -> OperationRecord | None: ...
+
+    def get_operations(self, h: H_contra, ids: Sequence[str], /) -> list[OperationRecord]: ...
 
     def list_operations(
         self, h: H_contra, account: str | None, limit: int, /
@@ -246,10 +240,15 @@ class ThreadedStore(Generic[H]):
         await self._write(SMALL_WRITE, self._ops.record_operation, record, message)
 
     async def record_operations(
-        self, items: Sequence[tuple[OperationRecord, str]], *, notices: Sequence[Notice] = ()
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> None:
         check_notices(notices)
-        await self._write(SMALL_WRITE, self._ops.record_operations, items, notices)
+        nbytes = SMALL_WRITE + sum(len(d.payload_json) for d in dispatches)
+        await self._write(nbytes, self._ops.record_operations, items, notices, dispatches)
         self._committed(notices)
 
     async def record_operations_and_objects(
@@ -258,13 +257,14 @@ class ThreadedStore(Generic[H]):
         objects: Sequence[Sequence[EventRecord]],
         *,
         notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> list[StoreError | None]:
         check_notices(notices)
         ops = self._ops
 
         def both(h: H) -> list[StoreError | None]:
             errors = apply_groups(lambda g: ops.apply_operation_objects(h, g), objects)
-            ops.record_operations(h, items, notices)
+            ops.record_operations(h, items, notices, dispatches)
             return errors
 
         errors = await self._write(sum(map(batch_size, objects)), both)
@@ -278,18 +278,6 @@ class ThreadedStore(Generic[H]):
             raise ValueError("create_operations: every group needs a first record")
         return await self._write(SMALL_WRITE, self._ops.create_operations, groups)
 
-    async def dispatch_operation(
-        self,
-        dispatch: DispatchRecord,
-        items: Sequence[tuple[OperationRecord, str]] = (),
-        *,
-        notices: Sequence[Notice] = (),
-    ) -> None:
-        check_notices(notices)
-        nbytes = SMALL_WRITE + len(dispatch.payload_json)
-        await self._write(nbytes, self._ops.dispatch_operation, dispatch, items, notices)
-        self._committed(notices)
-
     async def claim_dispatched(self, replica_id: str, limit: int) -> list[DispatchRecord]:
         return await self._write(SMALL_WRITE, self._ops.claim_dispatched, replica_id, limit)
 
@@ -301,6 +289,9 @@ class ThreadedStore(Generic[H]):
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
         return await self._run(self._ops.get_operation, operation_id)
+
+    async def get_operations(self, ids: Sequence[str]) -> list[OperationRecord]:
+        return await self._run(self._ops.get_operations, ids) if ids else []
 
     async def list_operations(
         self, account: str | None = None, limit: int = 100

@@ -170,15 +170,21 @@ class PgRecordTables:
         conn: Conn,
         items: Sequence[tuple[OperationRecord, str]],
         notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> None:
-        """Several record_operation calls in ONE transaction (a group commit, issue 6), and
-        ``notices`` sent in it (delivered when it commits)."""
+        """Several record_operation calls in ONE transaction (a group commit, issue 6), the
+        ``dispatches`` inserted and ``notices`` sent in it (delivered when it commits)."""
 
         def write(cur: Cursor) -> None:
             self._write_operations(cur, items)
+            if dispatches:
+                cur.executemany(
+                    dispatch.INSERT_DISPATCH.replace("?", "%s"),
+                    [dispatch.dispatch_row(d) for d in dispatches],
+                )
             _notify(cur, notices)
 
-        if items or notices:
+        if items or notices or dispatches:
             self._tx(conn, write)
 
     def _write_operations(self, cur: Cursor, items: Sequence[tuple[OperationRecord, str]]) -> None:
@@ -221,20 +227,6 @@ class PgRecordTables:
 
     # -- operations across replicas (the SQL is _dispatch's, shared with SQLite) --------
 
-    def dispatch_operation(
-        self,
-        conn: Conn,
-        d: DispatchRecord,
-        items: Sequence[tuple[OperationRecord, str]],
-        notices: Sequence[Notice],
-    ) -> None:
-        def write(cur: Cursor) -> None:
-            self._write_operations(cur, items)
-            dispatch.insert_dispatch(_exec(cur), d)
-            _notify(cur, notices)
-
-        self._tx(conn, write)
-
     def claim_dispatched(self, conn: Conn, replica_id: str, limit: int) -> list[DispatchRecord]:
         return self._in(conn, lambda x: dispatch.claim_dispatched(x, replica_id, limit))
 
@@ -250,6 +242,10 @@ class PgRecordTables:
     def get_operation(self, conn: Conn, operation_id: str) -> OperationRecord | None:
         rows = self._read(conn, "SELECT * FROM operations WHERE id=%s", (operation_id,))
         return OperationRecord(*rows[0]) if rows else None
+
+    def get_operations(self, conn: Conn, ids: Sequence[str]) -> list[OperationRecord]:
+        rows = self._read(conn, "SELECT * FROM operations WHERE id = ANY(%s)", (list(ids),))
+        return [OperationRecord(*r) for r in rows]
 
     def list_operations(self, conn: Conn, account: str | None, limit: int) -> list[OperationRecord]:
         if account is None:

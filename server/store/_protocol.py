@@ -114,11 +114,16 @@ class Store(Protocol):
         ...
 
     async def record_operations(
-        self, items: Sequence[tuple[OperationRecord, str]], *, notices: Sequence[Notice] = ()
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> None:
-        """Several ``(record, message)`` writes of record_operation in ONE transaction;
-        ``notices`` ((channel, payload) pairs, see ``notify``) are delivered once it committed
-        (never after a rollback)."""
+        """Several ``(record, message)`` writes of record_operation in ONE transaction,
+        which also puts ``dispatches`` in their target replicas' mailboxes (see
+        ``claim_dispatched``); ``notices`` ((channel, payload) pairs, see ``notify``) are
+        delivered once it committed (never after a rollback)."""
         ...
 
     async def record_operations_and_objects(
@@ -127,9 +132,10 @@ class Store(Protocol):
         objects: Sequence[Sequence[EventRecord]],
         *,
         notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> list[StoreError | None]:
         """``apply_operation_objects`` for each group of ``objects``, then
-        ``record_operations(items, notices=notices)``, in one call (for SQLite: one
+        ``record_operations(items, notices=..., dispatches=...)``, in one call (for SQLite: one
         worker-thread hop instead of one per call). The groups share one transaction unless it
         fails, then each is tried alone, so one operation's bad objects cost no other its
         cache update. Returns each group's error (None when applied); raises StoreError when
@@ -137,6 +143,10 @@ class Store(Protocol):
         ...
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None: ...
+
+    async def get_operations(self, ids: Sequence[str]) -> list[OperationRecord]:
+        """The operations of ``ids`` that exist, in no particular order (one read)."""
+        ...
 
     async def list_operations(
         self, account: str | None = None, limit: int = 100
@@ -225,17 +235,6 @@ class Store(Protocol):
         is new (insert-if-absent on the unique id: of two replicas creating one id at once,
         exactly one writes), all groups in one transaction. Returns which groups were
         written; a group not written left nothing behind."""
-        ...
-
-    async def dispatch_operation(
-        self,
-        dispatch: DispatchRecord,
-        items: Sequence[tuple[OperationRecord, str]] = (),
-        *,
-        notices: Sequence[Notice] = (),
-    ) -> None:
-        """In one transaction: ``items`` recorded (as record_operations), ``dispatch``
-        inserted into the mailbox of its target replica, ``notices`` sent at commit."""
         ...
 
     async def claim_dispatched(self, replica_id: str, limit: int) -> list[DispatchRecord]:

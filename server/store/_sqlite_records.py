@@ -176,14 +176,22 @@ class RecordTables:
     # -- operations ---------------------------------------------------------------------
 
     def record_operations(
-        self, items: Sequence[tuple[OperationRecord, str]], notices: Sequence[Notice] = ()
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> None:
-        """Several record_operation calls in ONE transaction (a group commit, issue 6).
-        ``notices`` are the store's to deliver after the commit (one process: ``LocalHub``)."""
+        """Several record_operation calls in ONE transaction (a group commit, issue 6), and
+        the ``dispatches`` inserted in it. ``notices`` are the store's to deliver after the
+        commit (one process: ``LocalHub``)."""
 
         def write() -> None:
             for op, message in items:
                 self._record_operation(op, message)
+            if dispatches:
+                self._conn.executemany(
+                    dispatch.INSERT_DISPATCH, [dispatch.dispatch_row(d) for d in dispatches]
+                )
 
         self._write(write)
 
@@ -230,6 +238,13 @@ class RecordTables:
     def get_operation(self, operation_id: str) -> OperationRecord | None:
         rows = self._read("SELECT * FROM operations WHERE id=?", (operation_id,))
         return OperationRecord(*rows[0]) if rows else None
+
+    def get_operations(self, ids: Sequence[str]) -> list[OperationRecord]:
+        rows = self._read(
+            "SELECT * FROM operations WHERE id IN (SELECT value FROM json_each(?))",
+            (encode(list(ids)).decode(),),
+        )
+        return [OperationRecord(*r) for r in rows]
 
     def list_operations(self, account: str | None, limit: int) -> list[OperationRecord]:
         if account is None:
@@ -314,19 +329,6 @@ class RecordTables:
         return held
 
     # -- operations across replicas (the SQL is _dispatch's, shared with PostgreSQL) -----
-
-    def dispatch_operation(
-        self,
-        d: DispatchRecord,
-        items: Sequence[tuple[OperationRecord, str]],
-        notices: Sequence[Notice] = (),
-    ) -> None:
-        def write() -> None:
-            for op, message in items:
-                self._record_operation(op, message)
-            dispatch.insert_dispatch(self._exec, d)
-
-        self._write(write)
 
     def claim_dispatched(self, replica_id: str, limit: int) -> list[DispatchRecord]:
         claimed: list[DispatchRecord] = self._write(

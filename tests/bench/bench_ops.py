@@ -41,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -250,7 +251,7 @@ def _postgres(url: str | None) -> Iterator[tuple[str, int | None]]:
         name = f"bench_ops_{os.getpid()}_{int(time.time())}"
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
-        yield psycopg.conninfo.make_conninfo(url, dbname=name), None
+        yield urllib.parse.urlsplit(url)._replace(path=f"/{name}").geturl(), None
         return
     with TempPostgres({}) as server:
         assert server.folder is not None
@@ -266,6 +267,7 @@ async def _replicated(
     replicas: int,
     pg_url: str | None,
     poll_anywhere: bool,
+    max_connections: int,
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
     """``_processes`` with ``replicas`` servers on one PostgreSQL, the agent on the first."""
     python = sys.executable
@@ -279,7 +281,7 @@ async def _replicated(
                         "serverId": f"r{i + 1}",
                         "grpc": {"host": "127.0.0.1", "port": grpc_port},
                         "api": {"host": "127.0.0.1", "port": api_port},
-                        "store": {"url": url},
+                        "store": {"url": url, "maxConnections": max_connections},
                     }
                 )
             )
@@ -428,10 +430,11 @@ async def run(
     replicas: int = 1,
     pg_url: str | None = None,
     poll_anywhere: bool = False,
+    max_connections: int = 8,
 ) -> dict[str, Any]:
     if replicas > 1:
         solo, together, elapsed = await _replicated(
-            alone, concurrency, seconds, kind, replicas, pg_url, poll_anywhere
+            alone, concurrency, seconds, kind, replicas, pg_url, poll_anywhere, max_connections
         )
     else:
         measure = _in_process if in_process else _processes
@@ -452,7 +455,8 @@ async def run(
             by_replica[f"r{index + 1}"] = round(statistics.median(mine), 2) if mine else math.nan
         setup = (
             f"{replicas} kubesvc server processes on one PostgreSQL"
-            f" ({'--pg-url' if pg_url else 'a throwaway server, durable defaults'}), the agent"
+            f" ({'--pg-url' if pg_url else 'a throwaway server, durable defaults'},"
+            f" maxConnections {max_connections}), the agent"
             " on r1, deploys posted round robin"
             + (", polled on the next replica" if poll_anywhere else ", polled where posted")
         )
@@ -501,6 +505,12 @@ def main() -> None:
     parser.add_argument(
         "--poll-anywhere", action="store_true", help="--replicas: poll on another replica"
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=8,
+        help="--replicas: store.maxConnections per replica (8, as manifests/server sets)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
@@ -515,6 +525,7 @@ def main() -> None:
             replicas=args.replicas,
             pg_url=args.pg_url,
             poll_anywhere=args.poll_anywhere,
+            max_connections=args.max_connections,
         )
     )
     print(

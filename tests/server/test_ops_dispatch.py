@@ -43,12 +43,18 @@ class Target:
         self.changed.set()
 
 
-def dispatcher(store: Store, replica: str, target: Target | None = None) -> Dispatcher:
+def dispatcher(
+    store: Store,
+    replica: str,
+    target: Target | None = None,
+    journal: OperationJournal | None = None,
+) -> Dispatcher:
     async def refuse(row: DispatchRecord, deadline: float) -> None:
         raise AssertionError(f"{replica} was not to serve {row.op_id}")
 
     return Dispatcher(
         store,
+        journal or OperationJournal(store),
         replica_id=replica,
         lease_ttl_ms=TTL,
         now_ms=wall_clock_ms,
@@ -73,7 +79,7 @@ async def test_a_dispatch_whose_notification_was_missed_is_claimed_by_the_poll(
             b = dispatcher(store, "b", target)
             await nursery.start(b.run)
             row = DispatchRecord("op-1", "prod", "b", "a", "deployManifest", "{}", 10**13, 1)
-            await store.dispatch_operation(row)  # no notification: only the poll finds it
+            await store.record_operations([], dispatches=[row])  # no notification: a poll
             await target.changed.wait()
             assert target.served == ["op-1"]
             record = await store.get_operation("op-1")
@@ -92,7 +98,7 @@ async def test_an_origin_that_hears_nothing_finds_the_end_by_polling(
             target = Target(store)
             await nursery.start(dispatcher(store, "b", target).run)
             await hold_the_stream(store, "b")
-            a = dispatcher(store, "a")  # not run: it receives no notification at all
+            a = dispatcher(store, "a", journal=journal)  # not run: it hears nothing at all
             record = received("op-2")
             await store.record_operations([(record, "received")])
             ending = Ending(record, journal=journal, now_ms=wall_clock_ms, update_cache=_no_cache)
@@ -113,7 +119,7 @@ async def test_a_target_that_stops_before_claiming_fails_the_operation_unsent(
             journal = OperationJournal(store)
             await nursery.start(journal.run)
             await hold_the_stream(store, "b")  # b beats once, then is silent: it died
-            a = dispatcher(store, "a")
+            a = dispatcher(store, "a", journal=journal)
             await nursery.start(a.run)
             record = received("op-3")
             await store.record_operations([(record, "received")])
@@ -139,7 +145,7 @@ async def test_no_live_holder_means_nothing_is_dispatched(store_backend: StoreBa
         async with store_backend.open() as store, trio.open_nursery() as nursery:
             journal = OperationJournal(store)
             await nursery.start(journal.run)
-            a = dispatcher(store, "a")
+            a = dispatcher(store, "a", journal=journal)
             record = received("op-4")
             ending = Ending(record, journal=journal, now_ms=wall_clock_ms, update_cache=_no_cache)
             assert await a.remote(ending, "{}", trio.current_time() + 10) is None  # no lease

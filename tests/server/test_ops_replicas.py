@@ -387,7 +387,7 @@ async def test_a_replica_that_lost_the_stream_fails_what_was_dispatched_to_it_un
             now = int(time.time() * 1000)
             record = OperationRecord("t-0", "k1", "deployManifest", "{}", "DISPATCHED", now, now)
             row = DispatchRecord("t-0", "k1", "r1", "r2", "deployManifest", "{}", now + 20_000, now)
-            await store.dispatch_operation(row, [(record, "dispatched to replica r1")])
+            await store.record_operations([(record, "dispatched to replica r1")], dispatches=[row])
 
             async def failed() -> bool:
                 stored = await store.get_operation("t-0")

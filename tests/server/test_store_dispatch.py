@@ -45,7 +45,9 @@ async def test_notifications_reach_listeners_after_the_commit(store_backend: Sto
             await store.record_operations([(op("op-2"), "x")], notices=[(channel, "r:op-2")])
             assert await next_real(receive) == Notification(channel, "r:op-2")
             await store.notify(channel_for("ops", "elsewhere"), "not for us")
-            await store.dispatch_operation(dispatch("op-3"), notices=[(channel, "d:op-3")])
+            await store.record_operations(
+                [], dispatches=[dispatch("op-3")], notices=[(channel, "d:op-3")]
+            )
             assert await next_real(receive) == Notification(channel, "d:op-3")
             with pytest.raises(ValueError, match="an id, not the data"):
                 await store.notify(channel, "x" * (MAX_PAYLOAD_BYTES + 1))
@@ -64,16 +66,18 @@ async def test_a_dispatch_is_claimed_once_and_its_payload_leaves_the_store(
 ) -> None:
     with trio.fail_after(20):
         async with store_backend.open() as store:
-            await store.dispatch_operation(
-                dispatch("op-1"), [(op("op-1", "DISPATCHED"), "dispatched to r2")]
+            await store.record_operations(
+                [(op("op-1", "DISPATCHED"), "dispatched to r2")], dispatches=[dispatch("op-1")]
             )
-            await store.dispatch_operation(dispatch("op-2", target="r3"))
+            await store.record_operations([], dispatches=[dispatch("op-2", target="r3")])
             record = await store.get_operation("op-1")
             assert record is not None
             assert record.state == "DISPATCHED"
             assert [e.message for e in await store.operation_history("op-1")] == [
                 "dispatched to r2"
             ]
+            (read,) = await store.get_operations(["op-1", "op-unknown"])
+            assert read == record
             assert await store.claim_dispatched("r2", 10) == [dispatch("op-1")]
             assert await store.claim_dispatched("r2", 10) == []  # at most once
             assert not await store.withdraw_dispatched("op-1")  # claimed: too late
@@ -90,9 +94,9 @@ async def test_claims_take_the_oldest_first_and_expired_rows_are_removed(
         async with store_backend.open() as store:
             for i in (3, 1, 2):
                 row = DispatchRecord(f"op-{i}", "prod", "r2", "r1", "t", "{}", 1000 * i, i)
-                await store.dispatch_operation(row)
+                await store.record_operations([], dispatches=[row])
             assert [d.op_id for d in await store.claim_dispatched("r2", 2)] == ["op-1", "op-2"]
-            await store.dispatch_operation(dispatch("op-4", deadline_ms=500))
+            await store.record_operations([], dispatches=[dispatch("op-4", deadline_ms=500)])
             assert await store.expire_dispatched(2000) == ["op-4"]
             assert [d.op_id for d in await store.claim_dispatched("r2", 5)] == ["op-3"]
 
