@@ -182,6 +182,9 @@ class Dispatcher:
         except ServerError as exc:
             # The origin's poll and deadline end the operation there: it is not lost.
             log.error("operation %s from replica %s: %s", row.op_id, row.origin_replica, exc)
+        except Exception:
+            # A bug must fail this operation (at the origin's deadline), not the dispatcher.
+            log.exception("operation %s from replica %s failed here", row.op_id, row.origin_replica)
         finally:
             self._claimed -= 1
             self._freed.set()

@@ -7,6 +7,7 @@ posted to both at once runs once."""
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
@@ -401,3 +402,39 @@ async def test_a_replica_that_lost_the_stream_fails_what_was_dispatched_to_it_un
                 "account's primary agent stream (it moved, or its agent disconnected); nothing "
                 "was sent"
             )
+
+
+@in_loop
+async def test_a_dispatched_secret_reaches_the_agent_whole_and_the_store_only_redacted(
+    pg_backend: StoreBackend,
+) -> None:
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": "prod"},
+        "stringData": {"token": "hunter2"},
+    }
+    with trio.fail_after(60):
+        async with cluster() as c:
+            r1 = await start(c, config("r1", pg_backend.url, lease_ttl_ms=3000, wait_ms=5000))
+            r2 = await start(c, config("r2", pg_backend.url, lease_ttl_ms=3000, wait_ms=5000))
+            agent = await connect(c, r1, deployed)
+            body = [{"deployManifest": {**DEPLOY, "manifests": [secret]}}]
+            task_id = await r2.post(body)
+            assert (await r2.ended(task_id))["status"]["failed"] is False
+            (sent,) = agent.received
+            assert json.loads(sent.payload_json)["manifests"][0]["stringData"] == {
+                "token": "hunter2"
+            }
+            assert 0 < sent.deadline_ms <= 5000  # what is left of r2's wait, not a new one
+            shown = (await r1.http.get(f"/armory/agent/operations/{task_id}-0")).text
+            assert '"creds"' in shown
+            assert "hunter2" not in shown
+            # nowhere in the database any more: the mailbox row left with the claim
+            dumped = pg_backend.sql(
+                "SELECT count(*) FROM operations o, operation_history h"
+                " WHERE o.payload_json LIKE '%%hunter2%%' OR o.result_json LIKE '%%hunter2%%'"
+                " OR h.message LIKE '%%hunter2%%'"
+            )
+            assert dumped == [(0,)]
+            assert pg_backend.sql("SELECT count(*) FROM operation_dispatch") == [(0,)]
