@@ -28,8 +28,11 @@ from .store import (
     BatchOutcome,
     ChangeCursor,
     ChangePage,
+    DispatchRecord,
     LeaseOutcome,
     LeaseRecord,
+    Notice,
+    Notification,
     ObjectPage,
     OperationEvent,
     OperationRecord,
@@ -443,18 +446,32 @@ class RegistryStore:
     async def record_operation(self, record: OperationRecord, message: str = "") -> None:
         await self._store.record_operation(record, message)
 
-    async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
-        await self._store.record_operations(items)
+    async def record_operations(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
+    ) -> None:
+        await self._store.record_operations(items, notices=notices, dispatches=dispatches)
 
     async def record_operations_and_objects(
         self,
         items: Sequence[tuple[OperationRecord, str]],
         objects: Sequence[Sequence[EventRecord]],
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> list[StoreError | None]:
-        return await self._store.record_operations_and_objects(items, objects)
+        return await self._store.record_operations_and_objects(
+            items, objects, notices=notices, dispatches=dispatches
+        )
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
         return await self._store.get_operation(operation_id)
+
+    async def get_operations(self, ids: Sequence[str]) -> builtins.list[OperationRecord]:
+        return await self._store.get_operations(ids)
 
     async def list_operations(
         self, account: str | None = None, limit: int = 100
@@ -512,3 +529,29 @@ class RegistryStore:
 
     async def trim_changes(self, keep_ms: int, max_rows: int) -> int:
         return await self._store.trim_changes(keep_ms, max_rows)
+
+    async def notify(self, channel: str, payload: str) -> None:
+        await self._store.notify(channel, payload)
+
+    async def listen(
+        self,
+        channels: Sequence[str],
+        send: trio.MemorySendChannel[Notification],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await self._store.listen(channels, send, task_status=task_status)
+
+    async def create_operations(
+        self, groups: Sequence[Sequence[tuple[OperationRecord, str]]]
+    ) -> builtins.list[bool]:
+        return await self._store.create_operations(groups)
+
+    async def claim_dispatched(self, replica_id: str, limit: int) -> builtins.list[DispatchRecord]:
+        return await self._store.claim_dispatched(replica_id, limit)
+
+    async def withdraw_dispatched(self, op_id: str) -> bool:
+        return await self._store.withdraw_dispatched(op_id)
+
+    async def expire_dispatched(self, before_ms: int) -> builtins.list[str]:
+        return await self._store.expire_dispatched(before_ms)

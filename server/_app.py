@@ -37,7 +37,7 @@ from ._replica import ReplicaService, advertised_address, take_store_alone
 from ._sessions import SessionManager
 from ._state import OperationsHook, ServerState
 from .ops import OperationService
-from .store import CHANGES_CHANNEL, PgListener, PgStore, open_store
+from .store import open_store
 from .store._sqlite_core import wall_clock_ms
 
 log = logging.getLogger("server")
@@ -86,7 +86,8 @@ async def open_server_state(
     """
     server_id = config.server_id or f"kubesvc-server-{secrets.token_hex(4)}"
     async with open_store(config.store, now_ms=now_ms, replica_id=server_id) as store:
-        if config.store.location.backend == "sqlite":
+        alone = config.store.location.backend == "sqlite"
+        if alone:
             # One process owns a SQLite file: what earlier ones left holds no lease.
             await take_store_alone(store, server_id)
         accounts = await AccountService.load(
@@ -105,16 +106,11 @@ async def open_server_state(
             outbound_queue=config.sessions.outbound_queue,
         )
         feed = ChangeFeed()
-        listener: PgListener | None = None
         follower: ChangeFollower | None = None
-        if isinstance(store, PgStore):
+        if not alone:
             # Several replicas may share it: their changes reach this replica's feed too.
-            listener = store.listener()
             follower = ChangeFollower(
-                store,
-                feed,
-                notifications=listener.channel(CHANGES_CHANNEL),
-                poll_seconds=config.replicas.feed_poll_ms / 1000,
+                store, feed, listen=True, poll_seconds=config.replicas.feed_poll_ms / 1000
             )
         if operations is None:
             # Issue 6: the real operations service (server/ops) replaces LogOperations.
@@ -129,6 +125,8 @@ async def open_server_state(
                 # The session's outbound queue is bounded and a full one ends the session:
                 # keep unanswered operations well under it.
                 max_in_flight=max(1, config.sessions.outbound_queue // 2),
+                # Replicas sharing the store: operations reach the stream on any of them.
+                lease_ttl_ms=0 if alone else config.replicas.lease_ttl_ms,
             )
         started_ms = now_ms()
         replicas = ReplicaService(
@@ -156,7 +154,6 @@ async def open_server_state(
                 operations=operations,
                 replicas=replicas,
                 readiness=Readiness(store.ping),
-                listener=listener,
                 follower=follower,
             )
         finally:
@@ -186,8 +183,6 @@ async def run_server(
         trio.open_nursery() as nursery,
     ):
         await nursery.start(state.store.run_upkeep)
-        if state.listener is not None:
-            await nursery.start(state.listener.run)
         if state.follower is not None:
             # Before the REST API listens: a feed subscriber must find the follower's cursor
             # already taken, or another replica's change could slip between the two.

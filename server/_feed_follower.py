@@ -49,8 +49,16 @@ from wire import EventRecord, EventType
 
 from ._errors import StoreError
 from ._feed import ChangeFeed
-from .store import Change, ChangeCursor, ChangePage, Store, StoredObject, group_of
-from .store._pg_notify import Notification
+from .store import (
+    CHANGES_CHANNEL,
+    Change,
+    ChangeCursor,
+    ChangePage,
+    Notification,
+    Store,
+    StoredObject,
+    group_of,
+)
 
 __all__ = ["ChangeFollower", "FollowerStatistics"]
 
@@ -58,6 +66,7 @@ log = logging.getLogger("server.feed")
 T = TypeVar("T")
 
 DEFAULT_POLL_SECONDS = 0.5
+NOTIFICATION_BUFFER = 16  # wake-ups coalesce: a few waiting are as good as many
 # A row is one write: up to an agent's batch (sessions.maxBatchEvents records, within the
 # gRPC message's bytes). A page of 8 holds at most ~80k identities; bodies are read one
 # write at a time, as much as the writer's own ingest held.
@@ -88,7 +97,8 @@ class FollowerStatistics:
 
 class ChangeFollower:
     """Publishes other replicas' changes to ``feed`` (see the module docstring). ``run`` in a
-    nursery; ``notifications`` (CHANGES_CHANNEL's, optional) wake it before its poll."""
+    nursery. With ``listen`` it LISTENs on CHANGES_CHANNEL itself (``Store.listen``, a
+    connection of its own); ``notifications`` (tests) is a channel of wake-ups instead."""
 
     def __init__(
         self,
@@ -96,6 +106,7 @@ class ChangeFollower:
         feed: ChangeFeed,
         *,
         notifications: trio.MemoryReceiveChannel[Notification] | None = None,
+        listen: bool = False,
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         page_rows: int = DEFAULT_PAGE_ROWS,
     ) -> None:
@@ -104,6 +115,9 @@ class ChangeFollower:
         self._store = store
         self._feed = feed
         self._notifications = notifications
+        self._listen = listen
+        #: set once listening started (its first resync marker came): for tests
+        self.listening = trio.Event()
         self._poll_seconds = poll_seconds
         self._page_rows = page_rows
         self._changes = self._records = self._superseded = self._resyncs = self._errors = 0
@@ -121,6 +135,17 @@ class ChangeFollower:
         """Take the cursor "now" (retrying while the store fails), report started, then
         follow until cancelled. Start it before subscribers can connect: what was committed
         before it started is not published."""
+        if not self._listen:
+            await self._follow(task_status=task_status)
+            return
+        send, receive = trio.open_memory_channel[Notification](NOTIFICATION_BUFFER)
+        self._notifications = receive
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._store.listen, [CHANGES_CHANNEL], send)
+            await nursery.start(self._follow)
+            task_status.started()
+
+    async def _follow(self, *, task_status: trio.TaskStatus[None]) -> None:
         page: ChangePage = await self._retrying(
             "start the change feed's cursor", lambda: self._store.read_changes(None)
         )
@@ -142,16 +167,20 @@ class ChangeFollower:
             if channel is None:
                 await trio.sleep_forever()
             try:
-                await channel.receive()
+                self._heard(await channel.receive())
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 self._notifications = None  # the listener ended: polls alone from now on
                 await trio.sleep_forever()
         if self._notifications is not None:
             while True:
                 try:
-                    self._notifications.receive_nowait()
+                    self._heard(self._notifications.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
+
+    def _heard(self, notification: Notification) -> None:
+        if notification.resync:
+            self.listening.set()
 
     async def _catch_up(self, cursor: ChangeCursor) -> ChangeCursor:
         """Read and publish pages until none is waiting; the cursor to read on from."""

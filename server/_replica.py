@@ -176,6 +176,11 @@ class ReplicaService:
         gone = await self._store.expire_leases()
         if gone:
             log.info("expired leases removed: %s", ", ".join(lease.account for lease in gone))
+        # Operations dispatched to a replica that died, by one that died too (else the
+        # origin withdraws them at its deadline): their payloads must not stay.
+        lost = await self._store.expire_dispatched(now_ms - self.lease_ttl_ms)
+        if lost:
+            log.info("dispatched operations nobody took, removed: %s", ", ".join(lost))
         records = await self._store.list_replicas()
         forgotten = forgotten_replicas(records, now_ms, self.lease_ttl_ms, self.replica_id)
         for replica_id in forgotten:

@@ -17,7 +17,7 @@ from ._feed_follower import ChangeFollower
 from ._readiness import Readiness
 from ._replica import ReplicaService
 from ._sessions import Session, SessionManager
-from .store import PgListener, Store
+from .store import Store
 
 log = logging.getLogger("server.operations")
 
@@ -63,10 +63,7 @@ class ServerState:
     # GET /health/ready: the store answers and the server is not draining (run_server runs
     # its pings and drains it).
     readiness: Readiness | None = None
-    # PostgreSQL: the LISTEN connection (notifications from the other replicas; a generic
-    # seam, channels are added before run_server starts it) and the follower that publishes
-    # the other replicas' changes to ``feed``.
-    listener: PgListener | None = None
+    # PostgreSQL: publishes the other replicas' changes to ``feed`` (it LISTENs for them).
     follower: ChangeFollower | None = None
 
     async def push_dynamic_account(self, definition: Mapping[str, Any]) -> str | None:

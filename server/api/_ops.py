@@ -197,7 +197,8 @@ async def _read_logs(request: Request) -> tuple[str, str, str, list[dict[str, An
     location = request.path_params["location"]
     namespace = "" if location == "_" else location
     pod = _pod_name(request.path_params["name"])
-    service.check_account(account)
+    if not await service.known_account(account):
+        service.check_account(account)  # raises UnknownCredentials, in Clouddriver's words
     payload: dict[str, Any] = {"account": account, "namespace": namespace, "kind": "Pod"}
     payload["name"] = pod
     container = request.query_params.get("container")

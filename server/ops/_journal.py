@@ -11,7 +11,14 @@ holds. At most ``max_pending`` writes wait; further writers wait for room (backp
 A write may carry the objects an operation returned (``write_all``): the flusher then applies
 every queued write's objects and records in the same hop
 (``store.record_operations_and_objects``), so an operation's end costs its task no hop of its
-own for the cache either.
+own for the cache either. It may carry notifications too (``notices``: another replica waiting
+for this operation's end), sent in the same transaction, so they arrive after the commit, and
+operations dispatched to another replica (``dispatches``), which go in with their records.
+
+``create`` is a write that happens only if its first record's id is new (a task's first
+operation, keyed by the clientRequestId: of two replicas given one id at once, one creates the
+task). The creates queued meanwhile go to the store in one ``store.create_operations`` call,
+before the flush's other writes.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import trio
 from wire import EventRecord
 
 from .._errors import ServerError, StoreError
-from ..store import OperationRecord, Store
+from ..store import DispatchRecord, Notice, OperationRecord, Store
 
 __all__ = ["OperationJournal"]
 
@@ -36,6 +43,10 @@ log = logging.getLogger("server.operations")
 class _Write:
     items: Sequence[tuple[OperationRecord, str]]
     groups: Sequence[Sequence[EventRecord]]
+    notices: Sequence[Notice] = ()
+    dispatches: Sequence[DispatchRecord] = ()
+    create: bool = False  # write only if items[0]'s id is new; ``created`` says if it was
+    created: bool = True
     done: trio.Event = field(default_factory=trio.Event)
     error: ServerError | None = None
     group_errors: list[StoreError | None] = field(default_factory=list)
@@ -63,24 +74,44 @@ class OperationJournal:
         self,
         items: Sequence[tuple[OperationRecord, str]],
         groups: Sequence[Sequence[EventRecord]] = (),
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> list[StoreError | None]:
         """``write`` for several records, after applying each group of objects to the cache
-        (as ``store.apply_operation_objects`` does; a group is one operation's objects).
-        Returns each group's error (None: applied; the records are written either way);
-        raises when the records failed."""
+        (as ``store.apply_operation_objects`` does; a group is one operation's objects), with
+        ``dispatches`` inserted and ``notices`` sent once they are committed. Returns each
+        group's error (None: applied; the records are written either way); raises when the
+        records failed."""
         if self._stopped:
             if not any(groups):
-                await self._store.record_operations(items)
+                await self._store.record_operations(items, notices=notices, dispatches=dispatches)
                 return [None] * len(groups)
-            return await self._store.record_operations_and_objects(items, groups)
+            return await self._store.record_operations_and_objects(
+                items, groups, notices=notices, dispatches=dispatches
+            )
+        write = await self._queue(_Write(items, groups, notices, dispatches))
+        return write.group_errors
+
+    async def create(self, items: Sequence[tuple[OperationRecord, str]]) -> bool:
+        """Write ``items`` only if no record has ``items[0]``'s id yet (insert-if-absent);
+        whether they were written. Raises StoreError when the transaction failed."""
+        if not items:
+            raise ValueError("create: a first record is needed")
+        if self._stopped:
+            (created,) = await self._store.create_operations([items])
+            return created
+        write = await self._queue(_Write(items, (), create=True))
+        return write.created
+
+    async def _queue(self, write: _Write) -> _Write:
         await self._room.acquire()
-        write = _Write(items, groups)
         self._queued.append(write)
         self._wake.set()
         await write.done.wait()
         if write.error is not None:
             raise write.error
-        return write.group_errors
+        return write
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush until cancelled; what is queued at cancellation is written first (shielded)."""
@@ -108,21 +139,57 @@ class OperationJournal:
             self._wake = trio.Event()
         if not batch:
             return
+        creates = [w for w in batch if w.create]
+        writes = [w for w in batch if not w.create]
+        try:
+            if creates:
+                await self._flush_creates(creates)
+            if writes:
+                await self._flush_writes(writes)
+        except BaseException:
+            # Cancelled before a store call began (a call, once begun, is finished: its thread
+            # is never abandoned): what it did not write goes back first in line, for the
+            # shielded last flush in ``run``.
+            self._queued[:0] = [w for w in batch if not w.done.is_set()]
+            self._wake.set()
+            raise
+        self.flushes += 1
+
+    def _finished(self, writes: list[_Write]) -> None:
+        for write in writes:
+            write.done.set()
+            self._room.release()
+
+    async def _flush_creates(self, creates: list[_Write]) -> None:
+        try:
+            created = await self._store.create_operations([w.items for w in creates])
+        except ServerError as exc:
+            log.error("could not create %d operation tasks: %s", len(creates), exc)
+            for write in creates:
+                write.error = exc
+        else:
+            for write, done in zip(creates, created, strict=True):
+                write.created = done
+        self._finished(creates)
+
+    async def _flush_writes(self, writes: list[_Write]) -> None:
         error: ServerError | None = None
-        items = [item for w in batch for item in w.items]
-        groups = [g for w in batch for g in w.groups]
+        items = [item for w in writes for item in w.items]
+        groups = [g for w in writes for g in w.groups]
+        notices = [n for w in writes for n in w.notices]
+        dispatches = [d for w in writes for d in w.dispatches]
         errors: list[StoreError | None] = [None] * len(groups)
         try:
             if any(groups):
-                errors = await self._store.record_operations_and_objects(items, groups)
+                errors = await self._store.record_operations_and_objects(
+                    items, groups, notices=notices, dispatches=dispatches
+                )
             else:
-                await self._store.record_operations(items)
+                await self._store.record_operations(items, notices=notices, dispatches=dispatches)
         except ServerError as exc:
             log.error("could not record %d operation writes: %s", len(items), exc)
             error = exc
-        self.flushes += 1
-        for write in batch:
+        for write in writes:
             write.error = error
             write.group_errors, errors = errors[: len(write.groups)], errors[len(write.groups) :]
-            write.done.set()
-            self._room.release()
+        self._finished(writes)

@@ -2,25 +2,30 @@
 
 Theory of operation. ``submit`` validates every description (refusals raise before any task
 exists), de-duplicates by clientRequestId (the task id is derived from it, and the task is
-persisted before ``submit`` returns, so a retried POST finds it even after a restart), and
-starts one runner task in the service's nursery. The runner sends the task's operations one
-after another; each is recorded in the store (RECEIVED) before it is sent (SENT) to the
-PRIMARY session of its account, then waits for the agent's result under one cancel scope
-whose deadline is ``operations.waitMs``.
+created in the store insert-if-absent before ``submit`` returns, so a retried POST finds it,
+even after a restart or on another replica, and two replicas given one id at once run it
+once), and starts one runner task in the service's nursery. The runner sends the task's
+operations one after another; each is recorded in the store (RECEIVED) before it is sent to
+the PRIMARY session of its account (``_agents``), or, when another replica holds that
+session, dispatched to it (``_dispatch``); then it waits for the result under one deadline,
+``operations.waitMs``.
 
 At most once. An operation reaches an agent at most once: it is never resent, not after a
 timeout and not after a reconnect. When the session it was sent to ends before the result
 came, the operation fails with "agent disconnected before answering; the operation may or
 may not have been applied" (the agent de-duplicates a repeated id, but its memory of ids does
 not survive a restart, so resending could apply a deploy twice). A result that arrives after
-the task gave up is recorded in the operation's history and otherwise ignored. Session ends
-reach the service through the session manager's close listener, so the operations
-outstanding on a session fail the moment it closes.
+the task gave up is recorded in the operation's history and otherwise ignored.
+
+Any replica answers for a task: the store holds it (created RUNNING, rewritten after each
+operation when replicas share the store, and at its end); a replica that does not run it
+shows the stored task while its owner replica lives, and fails it, naming the owner, once
+the owner is gone.
 
 Bounds: at most ``max_running`` unfinished tasks (more -> OperationsUnavailable, 503), at
 most ``max_in_flight`` operations sent and unanswered (the session's outbound queue is
-bounded and a full one ends the session), ``max_tasks_kept`` ended tasks in memory (older
-ones are read back from the store).
+bounded and a full one ends the session), as many dispatched to this replica running at once,
+``max_tasks_kept`` ended tasks in memory (older ones are read back from the store).
 """
 
 from __future__ import annotations
@@ -32,23 +37,33 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import msgspec
 import trio
 
-from wire import EventRecord, construct, messages
+from wire import EventRecord, messages
 
 from .._accounts import AccountService
 from .._errors import ServerError
 from .._feed import ChangeFeed
 from .._sessions import Session, SessionManager
-from ..store import OperationEvent, OperationRecord, Store, is_secret, scrub_secret_object
+from ..store import DispatchRecord, OperationRecord, Store
+from ._agents import AgentLink, Outstanding
 from ._describe import Description, OperationSpec, normalize, parse_request
+from ._dispatch import Dispatcher, result_notice
 from ._errors import OperationsUnavailable, RulesViolated, UnknownCredentials
 from ._journal import OperationJournal
-from ._results import AgentResult, cache_records, error_name, parse_result
+from ._outcome import Ending, OperationOutcome
+from ._redact import (
+    dumps,
+    has_secret,
+    operation_json,
+    redacted_payload,
+    redacted_result_json,
+)
+from ._results import cache_records, error_name, parse_result
 from ._rules import rule_errors
 from ._task import Task
 
@@ -60,80 +75,12 @@ TASK_TYPE = "task"  # operations-table rows of this type hold a task (see _persi
 _TASK_ID_NAMESPACE = uuid.UUID("5b0c1f9e-6f67-4a43-9b1c-6b7562657376")
 
 
-@dataclass(slots=True)
-class _Outstanding:
-    """An operation sent and not yet answered."""
-
-    session_id: str
-    agent_id: str
-    sent_at: float
-    done: trio.Event = field(default_factory=trio.Event)
-    result: messages.OperationResult | None = None
-    failure: str = ""
-    sent_note: str = ""
-
-
-class _Ending:
-    """Writes how one operation ended: now, or into the caller's ``finals`` (and its objects
-    into ``objects``) for the caller to write with the task's end."""
-
-    def __init__(
-        self,
-        service: OperationService,
-        record: OperationRecord,
-        finals: list[tuple[OperationRecord, str]] | None,
-        objects: list[list[EventRecord]] | None,
-    ) -> None:
-        self.service = service
-        self.record = record
-        self.finals = finals
-        self.objects = objects if finals is not None else None
-
-    async def write(self, record: OperationRecord, message: str) -> None:
-        if self.finals is not None:
-            self.finals.append((record, message))
-        else:
-            await self.service._journal.write(record, message)
-
-    async def update_cache(self, records: list[EventRecord]) -> None:
-        if not records:
-            return
-        if self.objects is not None:
-            self.objects.append(records)
-        else:
-            await self.service._update_cache(records)
-
-    async def failed(self, error: str, message: str) -> OperationOutcome:
-        await self.write(
-            replace(
-                self.record,
-                state="FAILED",
-                updated_ms=self.service._now_ms(),
-                error_message=message,
-                error_code=error,
-            ),
-            f"failed: {message}",
-        )
-        return OperationOutcome(False, AgentResult(ok=False), error, message)
-
-
-@dataclass(frozen=True, slots=True)
-class OperationOutcome:
-    """How one operation ended: ``error`` is the class-like name, ``message`` the reason."""
-
-    ok: bool
-    agent: AgentResult
-    error: str = ""
-    message: str = ""
-
-
-def _dumps(value: Any) -> str:
-    # msgspec: several times the stdlib's speed, and every record of a deploy is encoded.
-    return msgspec.json.encode(value).decode()
-
-
 class OperationService:
-    """The server's OperationsHook, and what the REST routes call (see module docstring)."""
+    """The server's OperationsHook, and what the REST routes call (see module docstring).
+
+    ``lease_ttl_ms`` > 0 means replicas share the store (PostgreSQL): operations for an
+    account whose stream another replica holds are dispatched to it, tasks are readable on
+    every replica, and accounts another replica registered are read from the store."""
 
     def __init__(
         self,
@@ -148,6 +95,7 @@ class OperationService:
         max_running: int = 1000,
         max_in_flight: int = 32,
         max_tasks_kept: int = 10_000,
+        lease_ttl_ms: int = 0,
     ) -> None:
         self._store = store
         self._sessions = sessions
@@ -158,40 +106,41 @@ class OperationService:
         self._now_ms = now_ms
         self._max_running = max_running
         self._max_tasks_kept = max_tasks_kept
-        self._slots = trio.Semaphore(max(1, max_in_flight))
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         self._running = 0
-        self._outstanding: dict[str, _Outstanding] = {}
         self._nursery: trio.Nursery | None = None
         self._journal = OperationJournal(store)
-        sessions.add_close_listener(self._session_closed)
+        self._link = AgentLink(sessions, max_in_flight=max_in_flight, wait_ms=wait_ms)
+        self.dispatcher = (
+            Dispatcher(
+                store,
+                self._journal,
+                replica_id=owner_id,
+                lease_ttl_ms=lease_ttl_ms,
+                now_ms=now_ms,
+                serve=self._serve_dispatched,
+                max_claimed=max_in_flight,
+            )
+            if lease_ttl_ms > 0
+            else None
+        )
 
     # -- lifetime -------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run task runners and the journal until cancelled (runners are cancelled too: their
-        tasks stay RUNNING in the store and read back as failed after a restart)."""
+        """Run task runners, the journal and (replicas sharing the store) the dispatcher until
+        cancelled (runners are cancelled too: their tasks stay RUNNING in the store and read
+        back as failed once this replica is gone or restarted)."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self._journal.run)
+            if self.dispatcher is not None:
+                await nursery.start(self.dispatcher.run)
             self._nursery = nursery
             task_status.started()
             try:
                 await trio.sleep(math.inf)
             finally:
                 self._nursery = None
-
-    def _session_closed(self, session: Session) -> None:
-        """The session manager's close listener: fail what is outstanding on ``session``."""
-        reason = session.ended_reason or "its session closed"
-        for op_id, waiting in self._outstanding.items():
-            if waiting.session_id != session.session_id or waiting.done.is_set():
-                continue
-            waiting.failure = (
-                f"agent {waiting.agent_id} disconnected before answering ({reason}); "
-                "the operation may or may not have been applied, and it is not resent"
-            )
-            log.warning("operation %s: %s", op_id, waiting.failure)
-            waiting.done.set()
 
     # -- submitting -----------------------------------------------------------------------
 
@@ -211,7 +160,18 @@ class OperationService:
 
     async def submit_request(self, body: Any, *, request_id: str | None) -> Task:
         """``POST /kubernetes/ops``'s body -> the task (new, or the one for ``request_id``)."""
-        return await self.submit(self.describe(parse_request(body)), request_id=request_id)
+        operations = parse_request(body)
+        looked_up: set[str] = set()
+        while True:
+            try:
+                described = self.describe(operations)
+                break
+            except UnknownCredentials as exc:
+                # Replicas sharing the store: another one may have registered it just now.
+                if exc.name in looked_up or not await self.known_account(exc.name):
+                    raise
+                looked_up.add(exc.name)
+        return await self.submit(described, request_id=request_id)
 
     async def submit(self, descriptions: Sequence[Description], *, request_id: str | None) -> Task:
         """Create (or find, by ``request_id``) the task and start running it.
@@ -221,14 +181,8 @@ class OperationService:
         """
         if request_id:
             task_id = str(uuid.uuid5(_TASK_ID_NAMESPACE, request_id))
-            # Every task has its first operation's row from the start: one read tells a new
-            # request id from a retried one.
-            known = task_id in self._tasks or (
-                await self._store.get_operation(f"{task_id}-0") is not None
-            )
-            existing = await self.get_task(task_id) if known else None
-            if existing is not None:
-                return existing
+            if task_id in self._tasks:  # a retry, or a concurrent POST that got here first
+                return self._tasks[task_id]
         else:
             task_id = str(uuid.uuid4())
         if self._nursery is None:
@@ -237,8 +191,6 @@ class OperationService:
             raise OperationsUnavailable(
                 f"{self._running} operation tasks are unfinished (the limit); retry later"
             )
-        if task_id in self._tasks:  # a concurrent POST with the same id got here first
-            return self._tasks[task_id]
         task = Task.create(
             task_id,
             request_id=request_id or task_id,
@@ -248,22 +200,33 @@ class OperationService:
         )
         self._remember(task)
         self._running += 1
-        first = descriptions[0]
+        # One write before answering: the first operation's record (its id is the unique
+        # key of a clientRequestId: insert-if-absent) and the task's, RUNNING.
+        first = self._received_record(f"{task_id}-0", descriptions[0])
+        items = [(first, "received"), (self._task_record(task), "received")]
         try:
-            # One write before answering: the first operation's record, which also carries
-            # the new task (so a retried POST finds it, even after a restart).
-            await self._journal.write(
-                self._received_record(f"{task_id}-0", first, {"task": task.to_json()}), "received"
-            )
+            created = True
+            if request_id:
+                created = await self._journal.create(items)
+            else:
+                await self._journal.write_all(items)
         except BaseException:
             self._running -= 1
             self._tasks.pop(task_id, None)
             raise
+        if not created:  # a retry of a task in the store, or another replica's
+            self._running -= 1
+            self._tasks.pop(task_id, None)
+            existing = await self.get_task(task_id)
+            if existing is None:
+                raise ServerError(f"task {task_id} exists but cannot be read from the store")
+            return existing
+        assert self._nursery is not None
         self._nursery.start_soon(self._run_task, task, list(descriptions))
         return task
 
     def _received_record(
-        self, op_id: str, d: Description | tuple[OperationSpec, str, dict[str, Any]], extra: Any
+        self, op_id: str, d: Description | tuple[OperationSpec, str, dict[str, Any]]
     ) -> OperationRecord:
         spec, account, payload = (d.spec, d.account, d.payload) if isinstance(d, Description) else d
         now = self._now_ms()
@@ -271,11 +234,10 @@ class OperationService:
             id=op_id,
             account=account,
             type=spec.name,
-            payload_json=_dumps(redacted_payload(payload)),
+            payload_json=dumps(redacted_payload(payload)),
             state="RECEIVED",
             created_ms=now,
             updated_ms=now,
-            result_json=_dumps(extra) if extra is not None else "",
         )
 
     def _remember(self, task: Task) -> None:
@@ -292,7 +254,7 @@ class OperationService:
             id=task.id,
             account=",".join(task.accounts),
             type=TASK_TYPE,
-            payload_json=_dumps({"requestId": task.request_id}),
+            payload_json=dumps({"requestId": task.request_id}),
             state=task.state,
             created_ms=task.start_time_ms,
             updated_ms=self._now_ms(),
@@ -334,6 +296,9 @@ class OperationService:
                     )
                     break
                 task.add_result(outcome.agent.result)
+                if self.dispatcher is not None and index + 1 < len(descriptions):
+                    # Other replicas answer GET /task from the store: show the progress.
+                    await self._persist_task(task, task.state)
             else:
                 end = functools.partial(Task.complete, now_ms=self._now_ms())
         except Exception as exc:
@@ -377,39 +342,54 @@ class OperationService:
     ) -> OperationOutcome:
         """Record (unless ``recorded``), send, await one operation and record how it ended
         (appended to ``finals`` for the caller to write, with the returned objects' cache
-        records appended to ``objects``; else both written here). Never raises for the
-        agent's or the cluster's failures (they are the outcome); StoreError when recording
-        fails."""
-        record = self._received_record(op_id, (spec, account, payload), None)
+        records appended to ``objects``; else both written here). An operation another
+        replica ran for us is recorded there. Never raises for the agent's or the cluster's
+        failures (they are the outcome); StoreError when recording fails."""
+        record = self._received_record(op_id, (spec, account, payload))
         # The agent gets the payload whole; the record holds it redacted (Secret data).
         # Nothing redacted (no Secret): the same JSON, encoded once.
-        payload_json = record.payload_json if not _has_secret(payload) else _dumps(payload)
+        payload_json = record.payload_json if not has_secret(payload) else dumps(payload)
         if not recorded:
             await self._journal.write(record, "received")
-        ended = _Ending(self, record, finals, objects)
-        waiting: _Outstanding | None = None
-        with trio.move_on_after(self.wait_ms / 1000):
-            async with self._slots:
-                session = self._sessions.primary_session(account)
-                if session is None or session.ended_reason:
-                    return await ended.failed(
-                        "NoAgent",
-                        f"no agent serves account {account} now (its agent is disconnected); "
-                        "nothing was sent",
-                    )
-                waiting = _Outstanding(session.session_id, session.agent_id, trio.current_time())
-                waiting.sent_note = (
-                    f"sent to agent {session.agent_id} (session {session.session_id})"
-                )
-                self._outstanding[op_id] = waiting
-                try:
-                    self._send(record, payload_json, session, spec)
-                    await waiting.done.wait()
-                finally:
-                    self._outstanding.pop(op_id, None)
-        if waiting is None:
+        ended = self._ending(record, finals, objects)
+        deadline = trio.current_time() + self.wait_ms / 1000
+        outcome = await self._send_local(ended, payload_json, deadline)
+        if outcome is None and self.dispatcher is not None:
+            outcome = await self.dispatcher.remote(ended, payload_json, deadline)
+        if outcome is None:
             return await ended.failed(
-                "OperationTimeout", f"not sent within {self.wait_ms} ms: too many in flight"
+                "NoAgent",
+                f"no agent serves account {account} now (its agent is disconnected); "
+                "nothing was sent",
+            )
+        return outcome
+
+    def _ending(
+        self,
+        record: OperationRecord,
+        finals: list[tuple[OperationRecord, str]] | None,
+        objects: list[list[EventRecord]] | None,
+    ) -> Ending:
+        return Ending(
+            record,
+            journal=self._journal,
+            now_ms=self._now_ms,
+            update_cache=self._update_cache,
+            finals=finals,
+            objects=objects,
+        )
+
+    async def _send_local(
+        self, ended: Ending, payload_json: str, deadline: float, note: str = ""
+    ) -> OperationOutcome | None:
+        """Send to this replica's PRIMARY session of the account, wait until ``deadline``
+        and record how it ended; None when there is none here (nothing sent or recorded)."""
+        waiting = await self._link.send(ended.record, payload_json, deadline=deadline, note=note)
+        if waiting is None:
+            return None
+        if not waiting.sent:
+            return await ended.failed(
+                "OperationTimeout", f"{note}not sent within {self.wait_ms} ms: too many in flight"
             )
         if waiting.result is not None:
             return await self._received(ended, waiting)
@@ -423,35 +403,40 @@ class OperationService:
             "(operations.waitMs); the operation may or may not have been applied",
         )
 
-    def _send(
-        self, record: OperationRecord, payload_json: str, session: Session, spec: OperationSpec
-    ) -> None:
-        # The record holds the payload redacted (Secret data); the agent gets it whole.
-        # deadline_ms is RELATIVE: the milliseconds this wait has left now (the task's real
-        # deadline, not a fresh waitMs), so the agent needs no clock in common with us.
-        left_s = max(0.0, trio.current_effective_deadline() - trio.current_time())
-        # wire.construct: betterproto's constructor costs ~80 us per message here, and the
-        # values are ours, of the fields' types.
-        operation = construct(
-            messages.Operation,
-            {
-                "id": record.id,
-                "account": record.account,
-                "type": spec.name,
-                "payload_json": payload_json,
-                "deadline_ms": max(1, int(min(left_s, self.wait_ms / 1000) * 1000)),
-            },
+    async def _serve_dispatched(self, row: DispatchRecord, deadline: float) -> None:
+        """The target's side of a dispatched operation (``Dispatcher``): send it to the local
+        primary until ``deadline`` and write its end, the objects it returned and a
+        notification to the origin, in one journal write."""
+        payload_json = row.payload_json
+        shown = payload_json
+        if "Secret" in payload_json:  # cheap: most payloads hold none to redact
+            payload = msgspec.json.decode(payload_json)
+            if isinstance(payload, dict) and has_secret(payload):
+                shown = dumps(redacted_payload(payload))
+        now = self._now_ms()
+        record = OperationRecord(
+            row.op_id, row.account, row.type, shown, "DISPATCHED", row.created_ms, now
         )
-        if not session.post(construct(messages.ServerMessage, {"operation": operation})):
-            waiting = self._outstanding.get(record.id)
-            if waiting is not None:
-                waiting.failure = (
-                    f"could not queue the operation: its session ended "
-                    f"({session.ended_reason or 'closed'}); nothing was sent"
-                )
-                waiting.done.set()
+        finals: list[tuple[OperationRecord, str]] = []
+        objects: list[list[EventRecord]] = []
+        ended = self._ending(record, finals, objects)
+        note = f"dispatched by replica {row.origin_replica}; on replica {self.owner_id}: "
+        if deadline <= trio.current_time():
+            await ended.failed(
+                "OperationTimeout", f"{note}taken after its deadline; nothing was sent"
+            )
+        elif await self._send_local(ended, payload_json, deadline, note) is None:
+            await ended.failed(
+                "NoAgent",
+                f"{note}this replica no longer holds the account's primary agent stream (it "
+                "moved, or its agent disconnected); nothing was sent",
+            )
+        errors = await self._journal.write_all(
+            finals, objects, notices=[result_notice(row.origin_replica, row.op_id)]
+        )
+        self._published(objects, errors)
 
-    async def _received(self, ended: _Ending, waiting: _Outstanding) -> OperationOutcome:
+    async def _received(self, ended: Ending, waiting: Outstanding) -> OperationOutcome:
         result = waiting.result
         assert result is not None
         elapsed_ms = int((trio.current_time() - waiting.sent_at) * 1000)
@@ -467,7 +452,7 @@ class OperationService:
                 ended.record,
                 state="SUCCEEDED" if result.ok else "FAILED",
                 updated_ms=self._now_ms(),
-                result_json=_redacted_result_json(result.result_json),
+                result_json=redacted_result_json(result.result_json),
                 error_message=message,
                 error_code=result.error_code,
             ),
@@ -512,22 +497,21 @@ class OperationService:
         another session's result is refused; a late or unknown one is recorded and dropped.
         A store failure while recording those is logged, not raised (it must not end the
         answering agent's session)."""
-        waiting = self._outstanding.get(result.id)
-        if waiting is not None and not waiting.done.is_set():
-            if waiting.session_id == session.session_id:
-                waiting.result = result
-                waiting.done.set()
-                return
+        verdict = self._link.answered(session, result)
+        if not verdict:
+            return
+        if verdict == "refused":
+            sent_to = self._link.outstanding[result.id].session_id
             log.warning(
                 "operation %s: result from session %s refused: it was sent to session %s",
                 result.id,
                 session.session_id,
-                waiting.session_id,
+                sent_to,
             )
             await self._note(
                 result.id,
                 f"result from agent {session.agent_id} (session {session.session_id}) "
-                f"refused: the operation was sent to session {waiting.session_id}",
+                f"refused: the operation was sent to session {sent_to}",
             )
             return
         if result.id.startswith("dynamic-"):
@@ -561,14 +545,15 @@ class OperationService:
         return self._tasks.get(task_id)
 
     async def get_task(self, task_id: str) -> Task | None:
-        """A task from memory, else from the store. A task the store holds as RUNNING but no
-        runner owns (the server restarted) is failed and saved as such."""
+        """A task from memory, else from the store. A RUNNING task this replica does not run
+        is answered as stored while its owner replica lives; once the owner is gone (or this
+        server restarted) it is failed, with the reason, and saved as such."""
         task = self._tasks.get(task_id)
         if task is not None:
             return task
         record = await self._store.get_operation(task_id)
         if record is None or record.type != TASK_TYPE:
-            # No task row yet: the task was running (its first operation's row carries it).
+            # Written by an earlier version: a running task lived in its first operation's row.
             record = await self._store.get_operation(f"{task_id}-0")
             if record is None or '"task"' not in record.result_json[:12]:
                 return None
@@ -581,16 +566,30 @@ class OperationService:
         if task_id in self._tasks:  # a concurrent reader restored it first
             return self._tasks[task_id]
         if not task.ended:
-            task.fail(
-                "orchestration",
-                "ServerRestarted",
-                "the server restarted while this task was running; its operation may or may "
-                "not have been applied",
-                self._now_ms(),
-            )
+            why = await self._owner_gone(task)
+            if not why:
+                return task  # running on a live replica: not kept, it changes there
+            task.fail("orchestration", *why, self._now_ms())
             await self._persist_task(task, task.state)
         self._remember(task)
         return task
+
+    async def _owner_gone(self, task: Task) -> tuple[str, str] | None:
+        """(cause, message) when no live replica runs ``task`` (RUNNING, not in memory)."""
+        if task.owner_id == self.owner_id or self.dispatcher is None or not task.owner_id:
+            return (
+                "ServerRestarted",
+                "the server restarted while this task was running; its operation may or may "
+                "not have been applied",
+            )
+        stopped = await self.dispatcher.owner_stopped(task.owner_id, task.start_time_ms)
+        if not stopped:
+            return None
+        return (
+            "ReplicaStopped",
+            f"the replica {task.owner_id} running this task {stopped} while it was running; "
+            "its operation may or may not have been applied",
+        )
 
     def recent_tasks(self, limit: int = 100) -> list[Task]:
         """The newest tasks in memory, newest first."""
@@ -600,7 +599,7 @@ class OperationService:
         record = await self._store.get_operation(op_id)
         if record is None or record.type == TASK_TYPE:
             return None
-        return _operation_json(record, await self._store.operation_history(op_id))
+        return operation_json(record, await self._store.operation_history(op_id))
 
     async def list_operations(self, account: str | None, limit: int) -> list[dict[str, Any]]:
         # Task rows share the table; each task has >= 1 operation row, so the newest 2N rows
@@ -609,9 +608,7 @@ class OperationService:
         views: list[dict[str, Any]] = []
         for record in records:
             if record.type != TASK_TYPE and len(views) < limit:
-                views.append(
-                    _operation_json(record, await self._store.operation_history(record.id))
-                )
+                views.append(operation_json(record, await self._store.operation_history(record.id)))
         return views
 
     def new_operation_id(self) -> str:
@@ -621,89 +618,17 @@ class OperationService:
         if self._accounts.get(account) is None:
             raise UnknownCredentials(account, sorted(a.name for a in self._accounts.list()))
 
+    async def known_account(self, account: str) -> bool:
+        """Whether ``account`` is known here, reading it from the store first when replicas
+        share it (another replica's agent may have registered it)."""
+        if self._accounts.get(account) is None and self.dispatcher is not None:
+            await self._accounts.refresh([account])
+        return self._accounts.get(account) is not None
+
     @property
     def in_flight(self) -> int:
-        return len(self._outstanding)
+        return len(self._link.outstanding)
 
     @property
     def running_tasks(self) -> int:
         return self._running
-
-
-def _has_secret(payload: dict[str, Any]) -> bool:
-    """Whether ``redacted_payload`` could change ``payload`` (else it is an equal copy)."""
-    if payload.get("kind") == "Secret" and "patchBody" in payload:
-        return True
-    manifests = payload.get("manifests")
-    candidates = list(manifests) if isinstance(manifests, list) else []
-    if "manifest" in payload:
-        candidates.append(payload["manifest"])
-    return any(
-        isinstance(m, dict) and is_secret(str(m.get("apiVersion", "v1")), m.get("kind"))
-        for m in candidates
-    )
-
-
-def redacted_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload as the server records and shows it: Secret manifests (``manifests``,
-    ``manifest``) and a Secret's ``patchBody`` lose data, stringData and last-applied."""
-
-    def clean(obj: Any) -> Any:
-        if isinstance(obj, dict) and is_secret(str(obj.get("apiVersion", "v1")), obj.get("kind")):
-            return scrub_secret_object(obj)
-        return obj
-
-    redacted = dict(payload)
-    if isinstance(redacted.get("manifests"), list):
-        redacted["manifests"] = [clean(m) for m in redacted["manifests"]]
-    if "manifest" in redacted:
-        redacted["manifest"] = clean(redacted["manifest"])
-    if redacted.get("kind") == "Secret" and isinstance(redacted.get("patchBody"), dict):
-        redacted["patchBody"] = scrub_secret_object(redacted["patchBody"])
-    elif redacted.get("kind") == "Secret" and "patchBody" in redacted:
-        redacted["patchBody"] = "(redacted: a patch of a Secret)"
-    return redacted
-
-
-def _redacted_result_json(result_json: str) -> str:
-    """An agent's result_json as recorded: Secret objects in "objects" and in the result's
-    "manifests" without their data (the agent strips them; the server does not rely on it)."""
-    if '"Secret"' not in result_json:
-        return result_json
-    try:
-        data = msgspec.json.decode(result_json)
-    except ValueError:
-        return result_json
-    if not isinstance(data, dict):
-        return result_json
-    data = redacted_payload(data)  # "manifests"/"manifest" at the top (harmless elsewhere)
-    if isinstance(data.get("objects"), list):
-        data["objects"] = redacted_payload({"manifests": data["objects"]})["manifests"]
-    if isinstance(data.get("result"), dict):
-        data["result"] = redacted_payload(data["result"])
-    return _dumps(data)
-
-
-def _operation_json(record: OperationRecord, history: list[OperationEvent]) -> dict[str, Any]:
-    """An operation as /armory/agent/operations shows it."""
-    ended = record.state in ("SUCCEEDED", "FAILED")
-    result: Any = None
-    if record.result_json:
-        try:
-            result = msgspec.json.decode(record.result_json)
-        except ValueError:
-            result = record.result_json
-    return {
-        "id": record.id,
-        "account": record.account,
-        "type": record.type,
-        "state": record.state,
-        "createdMs": record.created_ms,
-        "updatedMs": record.updated_ms,
-        "durationMs": (record.updated_ms - record.created_ms) if ended else None,
-        "errorMessage": record.error_message,
-        "errorCode": record.error_code,
-        "payload": msgspec.json.decode(record.payload_json or "{}"),
-        "result": result,
-        "history": [{"atMs": e.at_ms, "state": e.state, "message": e.message} for e in history],
-    }

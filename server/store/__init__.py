@@ -3,9 +3,9 @@ PostgreSQL (``store.url: postgresql://...``) for several server replicas."""
 
 from ._changes import CHANGES_CHANNEL
 from ._leases import cluster_refusal
+from ._notify import MAX_PAYLOAD_BYTES, Notice, channel_for
 from ._open import open_store
 from ._pg import PgStore, open_postgres_store
-from ._pg_notify import Notification, PgListener
 from ._pg_schema import PG_MIGRATIONS
 from ._protocol import Store
 from ._records import (
@@ -16,8 +16,10 @@ from ._records import (
     Change,
     ChangeCursor,
     ChangePage,
+    DispatchRecord,
     LeaseOutcome,
     LeaseRecord,
+    Notification,
     ObjectPage,
     ObjectRef,
     OperationEvent,
@@ -34,6 +36,7 @@ from ._url import StoreConfig, StoreUrl, parse_store_url, sqlite_url
 
 __all__ = [
     "CHANGES_CHANNEL",
+    "MAX_PAYLOAD_BYTES",
     "MIGRATIONS",
     "PG_MIGRATIONS",
     "AccountRecord",
@@ -43,15 +46,16 @@ __all__ = [
     "Change",
     "ChangeCursor",
     "ChangePage",
+    "DispatchRecord",
     "LeaseOutcome",
     "LeaseRecord",
     "Migration",
+    "Notice",
     "Notification",
     "ObjectPage",
     "ObjectRef",
     "OperationEvent",
     "OperationRecord",
-    "PgListener",
     "PgStore",
     "ReplicaRecord",
     "ResumePoint",
@@ -60,6 +64,7 @@ __all__ = [
     "StoreConfig",
     "StoreUrl",
     "StoredObject",
+    "channel_for",
     "cluster_refusal",
     "group_of",
     "is_secret",

@@ -16,6 +16,7 @@ from wire import EventRecord
 
 from .._errors import StoreError
 from ._ingest import apply_groups
+from ._notify import Notice, check_notices
 from ._queries import ObjectQuery
 from ._records import (
     AccountRecord,
@@ -23,6 +24,7 @@ from ._records import (
     BatchOutcome,
     ChangeCursor,
     ChangePage,
+    DispatchRecord,
     LeaseOutcome,
     LeaseRecord,
     ObjectPage,
@@ -96,10 +98,29 @@ class CoreOps(Protocol[H_contra]):
     def record_operation(self, h: H_contra, record: OperationRecord, message: str, /) -> None: ...
 
     def record_operations(
-        self, h: H_contra, items: Sequence[tuple[OperationRecord, str]], /
+        self,
+        h: H_contra,
+        items: Sequence[tuple[OperationRecord, str]],
+        notices: Sequence[Notice],
+        dispatches: Sequence[DispatchRecord],
+        /,
     ) -> None: ...
 
+    def create_operations(
+        self, h: H_contra, groups: Sequence[Sequence[tuple[OperationRecord, str]]], /
+    ) -> list[bool]: ...
+
+    def claim_dispatched(
+        self, h: H_contra, replica_id: str, limit: int, /
+    ) -> list[DispatchRecord]: ...
+
+    def withdraw_dispatched(self, h: H_contra, op_id: str, /) -> bool: ...
+
+    def expire_dispatched(self, h: H_contra, before_ms: int, /) -> list[str]: ...
+
     def get_operation(self, h: H_contra, operation_id: str, /) -> OperationRecord | None: ...
+
+    def get_operations(self, h: H_contra, ids: Sequence[str], /) -> list[OperationRecord]: ...
 
     def list_operations(
         self, h: H_contra, account: str | None, limit: int, /
@@ -166,6 +187,10 @@ class ThreadedStore(Generic[H]):
         """``_run`` for a call that writes about ``nbytes`` (a backend may hold it back)."""
         return await self._run(fn, *args, **kwargs)
 
+    def _committed(self, notices: Sequence[Notice]) -> None:
+        """After a write that carried ``notices`` committed: a backend that does not send
+        them inside its transactions (SQLite: one process) delivers them here."""
+
     async def apply_batch(self, account: str, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._write(batch_size(records), self._ops.apply_events, records, account)
 
@@ -226,25 +251,59 @@ class ThreadedStore(Generic[H]):
     async def record_operation(self, record: OperationRecord, message: str = "") -> None:
         await self._write(SMALL_WRITE, self._ops.record_operation, record, message)
 
-    async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
-        await self._write(SMALL_WRITE, self._ops.record_operations, items)
+    async def record_operations(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
+    ) -> None:
+        check_notices(notices)
+        nbytes = SMALL_WRITE + sum(len(d.payload_json) for d in dispatches)
+        await self._write(nbytes, self._ops.record_operations, items, notices, dispatches)
+        self._committed(notices)
 
     async def record_operations_and_objects(
         self,
         items: Sequence[tuple[OperationRecord, str]],
         objects: Sequence[Sequence[EventRecord]],
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> list[StoreError | None]:
+        check_notices(notices)
         ops = self._ops
 
         def both(h: H) -> list[StoreError | None]:
             errors = apply_groups(lambda g: ops.apply_operation_objects(h, g), objects)
-            ops.record_operations(h, items)
+            ops.record_operations(h, items, notices, dispatches)
             return errors
 
-        return await self._write(sum(map(batch_size, objects)), both)
+        errors = await self._write(sum(map(batch_size, objects)), both)
+        self._committed(notices)
+        return errors
+
+    async def create_operations(
+        self, groups: Sequence[Sequence[tuple[OperationRecord, str]]]
+    ) -> list[bool]:
+        if any(not group for group in groups):
+            raise ValueError("create_operations: every group needs a first record")
+        return await self._write(SMALL_WRITE, self._ops.create_operations, groups)
+
+    async def claim_dispatched(self, replica_id: str, limit: int) -> list[DispatchRecord]:
+        return await self._write(SMALL_WRITE, self._ops.claim_dispatched, replica_id, limit)
+
+    async def withdraw_dispatched(self, op_id: str) -> bool:
+        return await self._write(SMALL_WRITE, self._ops.withdraw_dispatched, op_id)
+
+    async def expire_dispatched(self, before_ms: int) -> list[str]:
+        return await self._write(SMALL_WRITE, self._ops.expire_dispatched, before_ms)
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
         return await self._run(self._ops.get_operation, operation_id)
+
+    async def get_operations(self, ids: Sequence[str]) -> list[OperationRecord]:
+        return await self._run(self._ops.get_operations, ids) if ids else []
 
     async def list_operations(
         self, account: str | None = None, limit: int = 100

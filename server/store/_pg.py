@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import psycopg
 import trio
 
 from .._errors import StoreClosed, StoreError
-from ._facade import ThreadedStore
+from . import _pg_listen
+from ._facade import SMALL_WRITE, ThreadedStore
+from ._notify import check_notices
 from ._pg_core import Conn, PgCore, connect, is_broken
-from ._pg_notify import PgListener
+from ._records import Notification
 from ._sqlite_core import wall_clock_ms
 from ._threads import WorkerThreads
 from ._url import DEFAULT_MAX_CONNECTIONS, parse_store_url
@@ -83,12 +85,24 @@ class PgStore(ThreadedStore[Conn]):
         """This store's name in the change log (its own rows are not read back)."""
         return self._core.writer
 
-    def listener(self) -> PgListener:
-        """A LISTEN connection of its own (not the pool's) for this store's database: add
-        channels (``CHANGES_CHANNEL``...), then run it in a nursery."""
+    async def notify(self, channel: str, payload: str) -> None:
+        """``pg_notify`` on a pooled connection (delivered to every listening replica)."""
+        check_notices([(channel, payload)])
+        await self._write(SMALL_WRITE, self._core.notify, [(channel, payload)])
+
+    async def listen(
+        self,
+        channels: Sequence[str],
+        send: trio.MemorySendChannel[Notification],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """LISTEN on a connection of its own until cancelled (``_pg_listen``)."""
         if self._open_listen_connection is None:
-            raise StoreClosed("this store cannot open connections")
-        return PgListener(self._open_listen_connection)
+            raise StoreClosed("this store cannot open a connection to listen on")
+        await _pg_listen.listen(
+            self._open_listen_connection, channels, send, task_status=task_status
+        )
 
     async def aclose(self) -> None:
         with self._ping_lock:

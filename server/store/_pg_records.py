@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import _dispatch as dispatch
 from . import _leases as leases
+from ._notify import Notice
 from ._records import (
     AccountRecord,
     AgentRecord,
+    DispatchRecord,
     LeaseOutcome,
     LeaseRecord,
     OperationEvent,
@@ -90,6 +93,25 @@ _UPSERT_OPERATION = _upsert(
 )
 
 
+# Insert-if-absent: a task's first row, so that two replicas given one clientRequestId at
+# once create it once (the loser's INSERT waits for the winner's commit, then does nothing).
+_INSERT_NEW_OPERATION = (
+    "INSERT INTO operations VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+    " ON CONFLICT (id) DO NOTHING RETURNING id"
+)
+_HISTORY = "INSERT INTO operation_history(operation_id, at_ms, state, message) VALUES (%s,%s,%s,%s)"
+
+
+def _exec(cur: Cursor) -> leases.Exec:
+    """``cur`` as the shared SQL's Exec (``?`` marks made psycopg's)."""
+
+    def x(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        cur.execute(sql.replace("?", "%s"), params)
+        return cur.fetchall() if cur.description else []
+
+    return x
+
+
 class PgRecordTables:
     """Accounts, agents, operations, replicas and leases; mixed into PgCore, which provides
     the transaction helpers. Every method takes the connection to run on."""
@@ -143,27 +165,87 @@ class PgRecordTables:
 
     # -- operations ---------------------------------------------------------------------
 
-    def record_operations(self, conn: Conn, items: Sequence[tuple[OperationRecord, str]]) -> None:
-        """Several record_operation calls in ONE transaction (a group commit, issue 6)."""
+    def record_operations(
+        self,
+        conn: Conn,
+        items: Sequence[tuple[OperationRecord, str]],
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
+    ) -> None:
+        """Several record_operation calls in ONE transaction (a group commit, issue 6), the
+        ``dispatches`` inserted and ``notices`` sent in it (delivered when it commits)."""
 
         def write(cur: Cursor) -> None:
-            now = self._now_ms()
-            cur.executemany(_UPSERT_OPERATION, [operation_row(op, now) for op, _ in items])
-            cur.executemany(
-                "INSERT INTO operation_history(operation_id, at_ms, state, message)"
-                " VALUES (%s,%s,%s,%s)",
-                [(op.id, op.updated_ms or now, op.state, message) for op, message in items],
-            )
+            self._write_operations(cur, items)
+            if dispatches:
+                cur.executemany(
+                    dispatch.INSERT_DISPATCH.replace("?", "%s"),
+                    [dispatch.dispatch_row(d) for d in dispatches],
+                )
+            _notify(cur, notices)
 
-        if items:
+        if items or notices or dispatches:
             self._tx(conn, write)
+
+    def _write_operations(self, cur: Cursor, items: Sequence[tuple[OperationRecord, str]]) -> None:
+        if not items:
+            return
+        now = self._now_ms()
+        cur.executemany(_UPSERT_OPERATION, [operation_row(op, now) for op, _ in items])
+        cur.executemany(
+            _HISTORY, [(op.id, op.updated_ms or now, op.state, message) for op, message in items]
+        )
 
     def record_operation(self, conn: Conn, op: OperationRecord, message: str) -> None:
         self.record_operations(conn, [(op, message)])
 
+    def create_operations(
+        self, conn: Conn, groups: Sequence[Sequence[tuple[OperationRecord, str]]]
+    ) -> list[bool]:
+        """Each group written only when its first record's id is new (see _protocol)."""
+
+        def write(cur: Cursor) -> list[bool]:
+            now = self._now_ms()
+            created = [False] * len(groups)
+            # In id order: two replicas creating overlapping groups lock them in one order.
+            for index in sorted(range(len(groups)), key=lambda i: groups[i][0][0].id):
+                group = groups[index]
+                cur.execute(_INSERT_NEW_OPERATION, operation_row(group[0][0], now))
+                if cur.fetchone() is None:
+                    continue
+                created[index] = True
+                if len(group) > 1:
+                    cur.executemany(
+                        _UPSERT_OPERATION, [operation_row(op, now) for op, _ in group[1:]]
+                    )
+                cur.executemany(
+                    _HISTORY, [(op.id, op.updated_ms or now, op.state, m) for op, m in group]
+                )
+            return created
+
+        return self._tx(conn, write) if groups else []
+
+    # -- operations across replicas (the SQL is _dispatch's, shared with SQLite) --------
+
+    def claim_dispatched(self, conn: Conn, replica_id: str, limit: int) -> list[DispatchRecord]:
+        return self._in(conn, lambda x: dispatch.claim_dispatched(x, replica_id, limit))
+
+    def withdraw_dispatched(self, conn: Conn, op_id: str) -> bool:
+        return self._in(conn, lambda x: dispatch.withdraw_dispatched(x, op_id))
+
+    def expire_dispatched(self, conn: Conn, before_ms: int) -> list[str]:
+        return self._in(conn, lambda x: dispatch.expire_dispatched(x, before_ms))
+
+    def notify(self, conn: Conn, notices: Sequence[Notice]) -> None:
+        self._tx(conn, lambda cur: _notify(cur, notices))
+
     def get_operation(self, conn: Conn, operation_id: str) -> OperationRecord | None:
         rows = self._read(conn, "SELECT * FROM operations WHERE id=%s", (operation_id,))
         return OperationRecord(*rows[0]) if rows else None
+
+    def get_operations(self, conn: Conn, ids: Sequence[str]) -> list[OperationRecord]:
+        rows = self._read(conn, "SELECT * FROM operations WHERE id = ANY(%s)", (list(ids),))
+        return [OperationRecord(*r) for r in rows]
 
     def list_operations(self, conn: Conn, account: str | None, limit: int) -> list[OperationRecord]:
         if account is None:
@@ -192,14 +274,7 @@ class PgRecordTables:
     def _in(self, conn: Conn, fn: Callable[[leases.Exec], T]) -> T:
         """``fn`` in one transaction, its statements' ``?`` marks made psycopg's."""
 
-        def run(cur: Cursor) -> T:
-            def x(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-                cur.execute(sql.replace("?", "%s"), params)
-                return cur.fetchall() if cur.description else []
-
-            return fn(x)
-
-        return self._tx(conn, run)
+        return self._tx(conn, lambda cur: fn(_exec(cur)))
 
     def _reader(self, conn: Conn) -> leases.Exec:
         return lambda sql, params: self._read(conn, sql.replace("?", "%s"), params)
@@ -256,3 +331,10 @@ class PgRecordTables:
         return self._in(
             conn, lambda x: leases.claim_duty(x, name, replica_id, ttl_ms, self._now_ms())
         )
+
+
+def _notify(cur: Cursor, notices: Sequence[Notice]) -> None:
+    """Send ``notices`` inside the caller's transaction: PostgreSQL delivers them at commit
+    (and not at all after a rollback), so a woken replica finds what they announce."""
+    if notices:
+        cur.executemany("SELECT pg_notify(%s, %s)", list(notices))

@@ -104,7 +104,23 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
                 expires_ms BIGINT NOT NULL)""",
         ),
     ),
-    # Step 3 is reserved (operations across replicas).
+    Migration(
+        3,
+        "operations dispatched to the replica holding the account's stream",
+        (
+            # A mailbox: a row lives from the dispatch to the target's claim (which deletes
+            # it, and with it the payload's Secret data) or the origin's withdrawal. The
+            # operation's record and history stay in ``operations``/``operation_history``.
+            """CREATE TABLE operation_dispatch(
+                op_id TEXT COLLATE "C" PRIMARY KEY, account TEXT COLLATE "C" NOT NULL,
+                target_replica TEXT COLLATE "C" NOT NULL,
+                origin_replica TEXT COLLATE "C" NOT NULL, type TEXT NOT NULL,
+                payload_json TEXT NOT NULL, deadline_ms BIGINT NOT NULL,
+                created_ms BIGINT NOT NULL)""",
+            "CREATE INDEX operation_dispatch_target ON operation_dispatch(target_replica,"
+            " created_ms)",
+        ),
+    ),
     Migration(
         4,
         "the change log: what each write changed, for the other replicas' feeds",

@@ -15,14 +15,17 @@ import trio
 from wire import EventRecord
 
 from .._errors import StoreError
+from ._notify import Notice
 from ._records import (
     AccountRecord,
     AgentRecord,
     BatchOutcome,
     ChangeCursor,
     ChangePage,
+    DispatchRecord,
     LeaseOutcome,
     LeaseRecord,
+    Notification,
     ObjectPage,
     OperationEvent,
     OperationRecord,
@@ -112,23 +115,40 @@ class Store(Protocol):
         """Insert or update an operation and append its state to the history, atomically."""
         ...
 
-    async def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
-        """Several ``(record, message)`` writes of record_operation in ONE transaction."""
+    async def record_operations(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
+    ) -> None:
+        """Several ``(record, message)`` writes of record_operation in ONE transaction,
+        which also puts ``dispatches`` in their target replicas' mailboxes (see
+        ``claim_dispatched``); ``notices`` ((channel, payload) pairs, see ``notify``) are
+        delivered once it committed (never after a rollback)."""
         ...
 
     async def record_operations_and_objects(
         self,
         items: Sequence[tuple[OperationRecord, str]],
         objects: Sequence[Sequence[EventRecord]],
+        *,
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
     ) -> list[StoreError | None]:
         """``apply_operation_objects`` for each group of ``objects``, then
-        ``record_operations(items)``, in one call (for SQLite: one worker-thread hop instead
-        of one per call). The groups share one transaction unless it fails, then each is tried
-        alone, so one operation's bad objects cost no other its cache update. Returns each
-        group's error (None when applied); raises StoreError when the records failed."""
+        ``record_operations(items, notices=..., dispatches=...)``, in one call (for SQLite: one
+        worker-thread hop instead of one per call). The groups share one transaction unless it
+        fails, then each is tried alone, so one operation's bad objects cost no other its
+        cache update. Returns each group's error (None when applied); raises StoreError when
+        the records failed."""
         ...
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None: ...
+
+    async def get_operations(self, ids: Sequence[str]) -> list[OperationRecord]:
+        """The operations of ``ids`` that exist, in no particular order (one read)."""
+        ...
 
     async def list_operations(
         self, account: str | None = None, limit: int = 100
@@ -207,4 +227,50 @@ class Store(Protocol):
     async def trim_changes(self, keep_ms: int, max_rows: int) -> int:
         """Delete the change-log rows older than ``keep_ms`` or beyond the newest
         ``max_rows`` (housekeeping); how many. SQLite: 0."""
+
+    # -- notifications and operations across replicas (``_notify``, ``_dispatch``) -------
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """Wake the listeners of ``channel`` (every replica's, on PostgreSQL: ``pg_notify``;
+        this process's on SQLite). A notification is a wake-up, not a message: it may be
+        missed, so receivers also poll what it announces. ``payload`` carries ids only:
+        ValueError past ``MAX_PAYLOAD_BYTES`` or for a channel PostgreSQL would refuse."""
+        ...
+
+    async def listen(
+        self,
+        channels: Sequence[str],
+        send: trio.MemorySendChannel[Notification],
+        *,
+        task_status: trio.TaskStatus[None] = ...,
+    ) -> None:
+        """Put the notifications sent on ``channels`` into ``send`` until cancelled, plus a
+        resync marker (``Notification("")``) each time listening (re)starts. A full ``send``
+        drops notifications. PostgreSQL: a connection of its own, reconnected after a fault
+        (never raises for one). Reports started at once."""
+        ...
+
+    async def create_operations(
+        self, groups: Sequence[Sequence[tuple[OperationRecord, str]]]
+    ) -> list[bool]:
+        """Each group's ``(record, message)`` writes, only when the group's first record's id
+        is new (insert-if-absent on the unique id: of two replicas creating one id at once,
+        exactly one writes), all groups in one transaction. Returns which groups were
+        written; a group not written left nothing behind."""
+        ...
+
+    async def claim_dispatched(self, replica_id: str, limit: int) -> list[DispatchRecord]:
+        """Take (delete and return) up to ``limit`` dispatched operations waiting for
+        ``replica_id``, oldest first: each is returned to one claimer, once, and its payload
+        is gone from the store when this returns."""
+        ...
+
+    async def withdraw_dispatched(self, op_id: str) -> bool:
+        """Delete ``op_id``'s dispatch if nobody claimed it yet; whether it did (True: the
+        target never saw it)."""
+        ...
+
+    async def expire_dispatched(self, before_ms: int) -> list[str]:
+        """Delete the dispatches whose deadline is before ``before_ms`` (housekeeping);
+        returns their operation ids."""
         ...

@@ -228,6 +228,37 @@ class OperationRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class DispatchRecord:
+    """An operation handed to the replica holding its account's stream (``target_replica``)
+    by the replica running its task (``origin_replica``): a row of ``operation_dispatch``
+    until the target claims it. ``payload_json`` is the payload whole (Secret data too: the
+    agent needs it), which is why the row is deleted when claimed. ``deadline_ms`` is the
+    absolute wall-clock time (the origin's) after which it must not be sent."""
+
+    op_id: str
+    account: str
+    target_replica: str
+    origin_replica: str
+    type: str
+    payload_json: str
+    deadline_ms: int
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """One notification received on ``channel``. A ``channel`` of "" is a resync marker:
+    listening (re)started, so notifications sent meanwhile may have been missed (poll)."""
+
+    channel: str
+    payload: str = ""
+
+    @property
+    def resync(self) -> bool:
+        return not self.channel
+
+
+@dataclass(frozen=True, slots=True)
 class OperationEvent:
     """One line of an operation's history."""
 

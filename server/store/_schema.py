@@ -95,7 +95,20 @@ MIGRATIONS: tuple[Migration, ...] = (
                 name TEXT PRIMARY KEY, replica_id TEXT NOT NULL, expires_ms INTEGER NOT NULL)""",
         ),
     ),
-    # Step 3 is reserved (operations across replicas).
+    Migration(
+        3,
+        "operations dispatched to the replica holding the account's stream",
+        (
+            # One process owns a SQLite file, so nothing is ever dispatched here: the table
+            # exists so that both backends share version numbers and one Store contract.
+            """CREATE TABLE operation_dispatch(
+                op_id TEXT PRIMARY KEY, account TEXT NOT NULL, target_replica TEXT NOT NULL,
+                origin_replica TEXT NOT NULL, type TEXT NOT NULL, payload_json TEXT NOT NULL,
+                deadline_ms INTEGER NOT NULL, created_ms INTEGER NOT NULL)""",
+            "CREATE INDEX operation_dispatch_target ON operation_dispatch(target_replica,"
+            " created_ms)",
+        ),
+    ),
     Migration(
         4,
         "the change log: what each write changed, for the other replicas' feeds",

@@ -4,7 +4,7 @@ WalCheckpointer copying its commits into the database file from another."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -12,6 +12,8 @@ import trio
 
 from ._checkpointer import MAX_LOG_BYTES, WalCheckpointer
 from ._facade import ThreadedStore
+from ._notify import LocalHub, Notice, check_notices
+from ._records import Notification
 from ._sqlite_core import AUTOCHECKPOINT_PAGES, SqliteCore, wall_clock_ms
 from ._threads import WorkerThreads
 
@@ -40,6 +42,7 @@ class SqliteStore(ThreadedStore[SqliteCore]):
         # once the write before it has committed (else each writer queued on the thread
         # would be let in against the same stale size).
         self._write_lock = trio.Lock()
+        self._hub = LocalHub()  # one process owns the file: notifications stay in it
 
     async def _write(
         self,
@@ -59,6 +62,24 @@ class SqliteStore(ThreadedStore[SqliteCore]):
                 return await self._run(fn, *args, **kwargs)
             finally:
                 checkpointer.committed(nbytes)
+
+    def _committed(self, notices: Sequence[Notice]) -> None:
+        self._hub.notify(notices)
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """Delivered to this store's listeners (one process: nobody else could listen)."""
+        check_notices([(channel, payload)])
+        self._hub.notify([(channel, payload)])
+
+    async def listen(
+        self,
+        channels: Sequence[str],
+        send: trio.MemorySendChannel[Notification],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Receive this store's notifications on ``channels`` until cancelled."""
+        await self._hub.listen(channels, send, task_status=task_status)
 
     async def ping(self) -> None:
         """One read of the database file on the store's thread (after the call in progress);

@@ -9,11 +9,14 @@ from typing import Any
 import apsw
 import msgspec
 
+from . import _dispatch as dispatch
 from . import _leases as leases
+from ._notify import Notice
 from ._records import (
     AccountRecord,
     AccountState,
     AgentRecord,
+    DispatchRecord,
     LeaseOutcome,
     LeaseRecord,
     OperationEvent,
@@ -172,32 +175,76 @@ class RecordTables:
 
     # -- operations ---------------------------------------------------------------------
 
-    def record_operations(self, items: Sequence[tuple[OperationRecord, str]]) -> None:
-        """Several record_operation calls in ONE transaction (a group commit, issue 6)."""
+    def record_operations(
+        self,
+        items: Sequence[tuple[OperationRecord, str]],
+        notices: Sequence[Notice] = (),
+        dispatches: Sequence[DispatchRecord] = (),
+    ) -> None:
+        """Several record_operation calls in ONE transaction (a group commit, issue 6), and
+        the ``dispatches`` inserted in it. ``notices`` are the store's to deliver after the
+        commit (one process: ``LocalHub``)."""
 
         def write() -> None:
             for op, message in items:
                 self._record_operation(op, message)
+            if dispatches:
+                self._conn.executemany(
+                    dispatch.INSERT_DISPATCH, [dispatch.dispatch_row(d) for d in dispatches]
+                )
 
         self._write(write)
+
+    def create_operations(
+        self, groups: Sequence[Sequence[tuple[OperationRecord, str]]]
+    ) -> list[bool]:
+        """Each group written only when its first record's id is new (see _protocol)."""
+
+        def write() -> list[bool]:
+            created = []
+            for group in groups:
+                first = group[0][0]
+                inserted = self._conn.execute(
+                    "INSERT INTO operations VALUES (?,?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT(id) DO NOTHING RETURNING id",
+                    operation_row(first, self._now_ms()),
+                ).fetchall()
+                created.append(bool(inserted))
+                if inserted:
+                    for op, message in group[1:]:
+                        self._record_operation(op, message)
+                    self._history(first, group[0][1])
+            return created
+
+        done: list[bool] = self._write(write)
+        return done
 
     def record_operation(self, op: OperationRecord, message: str) -> None:
         self._write(lambda: self._record_operation(op, message))
 
     def _record_operation(self, op: OperationRecord, message: str) -> None:
-        now = self._now_ms()
         self._conn.execute(
             "INSERT OR REPLACE INTO operations VALUES (?,?,?,?,?,?,?,?,?,?)",
-            operation_row(op, now),
+            operation_row(op, self._now_ms()),
         )
+        self._history(op, message)
+
+    def _history(self, op: OperationRecord, message: str) -> None:
         self._conn.execute(
             "INSERT INTO operation_history(operation_id, at_ms, state, message) VALUES (?,?,?,?)",
-            (op.id, op.updated_ms or now, op.state, message),
+            (op.id, op.updated_ms or self._now_ms(), op.state, message),
         )
 
     def get_operation(self, operation_id: str) -> OperationRecord | None:
         rows = self._read("SELECT * FROM operations WHERE id=?", (operation_id,))
         return OperationRecord(*rows[0]) if rows else None
+
+    def get_operations(self, ids: Sequence[str]) -> list[OperationRecord]:
+        rows = self._read(
+            "SELECT * FROM operations WHERE id IN (SELECT value FROM json_each(?))",
+            (encode(list(ids)).decode(),),
+        )
+        return [OperationRecord(*r) for r in rows]
 
     def list_operations(self, account: str | None, limit: int) -> list[OperationRecord]:
         if account is None:
@@ -280,3 +327,19 @@ class RecordTables:
             lambda: leases.claim_duty(self._exec, name, replica_id, ttl_ms, self._now_ms())
         )
         return held
+
+    # -- operations across replicas (the SQL is _dispatch's, shared with PostgreSQL) -----
+
+    def claim_dispatched(self, replica_id: str, limit: int) -> list[DispatchRecord]:
+        claimed: list[DispatchRecord] = self._write(
+            lambda: dispatch.claim_dispatched(self._exec, replica_id, limit)
+        )
+        return claimed
+
+    def withdraw_dispatched(self, op_id: str) -> bool:
+        gone: bool = self._write(lambda: dispatch.withdraw_dispatched(self._exec, op_id))
+        return gone
+
+    def expire_dispatched(self, before_ms: int) -> list[str]:
+        gone: list[str] = self._write(lambda: dispatch.expire_dispatched(self._exec, before_ms))
+        return gone

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m tests.bench.bench_ops [--alone N] [--concurrency 50] [--seconds 5]
                                               [--kind configmap|deployment] [--json]
+    .venv/bin/python -m tests.bench.bench_ops --replicas 2 [--pg-url URL] [--poll-anywhere]
 
 Everything real on loopback: kubesim and the client in this process, the server (gRPC + REST +
 SQLite file) and the agent as ``kubesvc server`` / ``kubesvc agent`` child processes (on 2
@@ -15,11 +16,22 @@ server about what a deploy does), so its latencies are the server's own (task st
 endTimeMs); deploys/s is the completions over the time.
 Targets: p50 < 50 ms alone, >= 200 deploys/s sustained. Note the machine: 2 cores shared by
 several engineers (the load average is printed).
+
+``--replicas N`` (issue 13): N ``kubesvc server`` processes on one PostgreSQL (a throwaway
+server from this machine's binaries with its durable defaults, on a unix socket; or a new
+database on the server at ``--pg-url``), the agent connected to the first replica only. The
+deploys are posted round robin to the replicas, so all but 1/N of them are dispatched to the
+replica holding the stream (server/ops/_dispatch.py); each deploy is polled on the replica it
+was posted to (``--poll-anywhere``: on the next one, which reads the task from the store).
+The JSON adds ``p50_ms`` (the alone p50, at the client), the alone p50 per replica posted to
+(``p50_ms_by_replica``: r1's deploys are local, the others' dispatched) and the PostgreSQL
+server's CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -29,7 +41,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from itertools import count
@@ -37,11 +50,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import trio
 import yaml
 
 import kubesim
 from agent._kube_http1 import Http1Pool
+from kubesvc._postgres import TempPostgres
 from tests.bench.bench_server import _free_port, _spawn, _wait_http
 from tests.e2e.harness import open_stack
 
@@ -106,13 +121,16 @@ class _Rest:
         return json.loads(answer)
 
 
-async def _deploy(http: _Rest, kind: str, poll: float) -> tuple[float, float]:
-    """One round trip; (client ms, server ms). Raises if the task failed."""
+async def _deploy(
+    http: _Rest, kind: str, poll: float, poller: _Rest | None = None
+) -> tuple[float, float]:
+    """One round trip, polled on ``poller`` (default: where it was posted); (client ms,
+    server ms). Raises if the task failed."""
     body = [{"deployManifest": {"account": "k1", "manifests": [_manifest(kind)]}}]
     started = time.perf_counter()
     task_id = (await http.call("POST", "/kubernetes/ops", body))["id"]
     while True:
-        task = await http.call("GET", f"/task/{task_id}")
+        task = await (poller or http).call("GET", f"/task/{task_id}")
         if task["status"]["completed"]:
             break
         await trio.sleep(poll)
@@ -146,13 +164,39 @@ def _note_phase(phase: str, before: dict[str, float]) -> None:
         _PHASE_CPU[phase, name] = spent - before.get(name, 0.0)
 
 
+#: With several replicas: the replica each "alone" deploy was posted to, in order.
+_SOLO_REPLICAS: list[int] = []
+
+
+class _Targets:
+    """Where each deploy goes: the replicas in turn; polled where posted, or on the next."""
+
+    def __init__(self, clients: Sequence[_Rest], poll_anywhere: bool) -> None:
+        self.clients = list(clients)
+        self.poll_anywhere = poll_anywhere
+        self._turn = count()
+
+    def next(self) -> tuple[int, _Rest, _Rest]:
+        index = next(self._turn) % len(self.clients)
+        poll = (index + 1) % len(self.clients) if self.poll_anywhere else index
+        return index, self.clients[index], self.clients[poll]
+
+
 async def _measure(
-    http: _Rest, alone: int, concurrency: int, seconds: float, kind: str
+    http: _Rest | _Targets, alone: int, concurrency: int, seconds: float, kind: str
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
+    targets = http if isinstance(http, _Targets) else _Targets([http], False)
+
+    async def deploy(poll: float, note: list[int] | None = None) -> tuple[float, float]:
+        index, post, poller = targets.next()
+        if note is not None:
+            note.append(index)
+        return await _deploy(post, kind, poll, poller)
+
     for _ in range(10):  # warm up every path
-        await _deploy(http, kind, 0.001)
+        await deploy(0.001)
     before = _cpu_now()
-    solo = [await _deploy(http, kind, 0.005) for _ in range(alone)]
+    solo = [await deploy(0.005, _SOLO_REPLICAS) for _ in range(alone)]
     _note_phase("alone", before)
     together: list[tuple[float, float]] = []
     deadline = trio.current_time() + seconds
@@ -163,7 +207,7 @@ async def _measure(
 
     async def client() -> None:
         while trio.current_time() < deadline:
-            together.append(await _deploy(http, kind, poll))
+            together.append(await deploy(poll))
 
     started = time.perf_counter()
     before = _cpu_now()
@@ -181,6 +225,121 @@ def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a child process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` (the PostgreSQL postmaster), its children that ended and those
+    running (a backend per connection)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(f) for f in fields[11:15])
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            child = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(child[1]) == pid:
+            ticks += int(child[11]) + int(child[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def _postgres(url: str | None) -> Iterator[tuple[str, int | None]]:
+    """A new database: on the server at ``url``, or on a throwaway server with PostgreSQL's
+    durable defaults (every commit waits for its WAL flush). (its URL, the postmaster's pid
+    when it is ours)."""
+    if url:
+        name = f"bench_ops_{os.getpid()}_{int(time.time())}"
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        yield urllib.parse.urlsplit(url)._replace(path=f"/{name}").geturl(), None
+        return
+    with TempPostgres({}) as server:
+        assert server.folder is not None
+        pid = int((server.folder / "data" / "postmaster.pid").read_text().split()[0])
+        yield server.url(server.create_database()), pid
+
+
+async def _replicated(
+    alone: int,
+    concurrency: int,
+    seconds: float,
+    kind: str,
+    replicas: int,
+    pg_url: str | None,
+    poll_anywhere: bool,
+    max_connections: int,
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
+    """``_processes`` with ``replicas`` servers on one PostgreSQL, the agent on the first."""
+    python = sys.executable
+    with tempfile.TemporaryDirectory() as tmp, _postgres(pg_url) as (url, pg_pid):
+        work = Path(tmp)
+        ports = [(_free_port(), _free_port()) for _ in range(replicas)]
+        for i, (grpc_port, api_port) in enumerate(ports):
+            (work / f"server-{i + 1}.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "serverId": f"r{i + 1}",
+                        "grpc": {"host": "127.0.0.1", "port": grpc_port},
+                        "api": {"host": "127.0.0.1", "port": api_port},
+                        "store": {"url": url, "maxConnections": max_connections},
+                    }
+                )
+            )
+        sim = kubesim.Cluster(kubesim.SimConfig(controllers=kind == "deployment"))
+        async with kubesim.open_server(sim, host="127.0.0.1", port=0) as kube:
+            kube.kubeconfig(work / "kubeconfig", user="admin")
+            account = {"name": "k1", "kubeConfigFile": str(work / "kubeconfig")}
+            (work / "agent.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "clouddriver": {"grpc": f"127.0.0.1:{ports[0][0]}", "insecure": True},
+                        "kubernetes": {"accounts": [account]},
+                        "server": {"host": "127.0.0.1", "port": 0},
+                        "prometheus": {"enabled": False},
+                    }
+                )
+            )
+            async with contextlib.AsyncExitStack() as stack, trio.open_nursery() as nursery:
+                clients = [await stack.enter_async_context(_client(a)) for _, a in ports]
+                processes = []
+                for i in range(replicas):
+                    args = ["server", "-c", str(work / f"server-{i + 1}.yaml")]
+                    processes.append(
+                        await _spawn(
+                            [python, "-m", "kubesvc", *args, "--log-level", "WARNING"],
+                            work / f"s{i + 1}.log",
+                            nursery,
+                        )
+                    )
+                processes.append(
+                    await _spawn(
+                        [python, "-m", "kubesvc", "agent", "-c", str(work / "agent.yaml")],
+                        work / "a.log",
+                        nursery,
+                    )
+                )
+                names = [f"server_r{i + 1}" for i in range(replicas)] + ["agent"]
+                for name, process in zip(names, processes, strict=True):
+                    _CPU_SOURCES[name] = partial(_cpu_seconds, process.pid)
+                if pg_pid is not None:
+                    _CPU_SOURCES["postgres"] = partial(_tree_cpu_seconds, pg_pid)
+                try:
+                    async with httpx.AsyncClient(
+                        base_url=f"http://127.0.0.1:{ports[0][1]}"
+                    ) as probe:
+                        await _wait_http(client=probe, path="/credentials/k1", deadline=60)
+                    targets = _Targets(clients, poll_anywhere)
+                    measured = await _measure(targets, alone, concurrency, seconds, kind)
+                    for name, process in zip(names, processes, strict=True):
+                        _CPU[name] = _cpu_seconds(process.pid)
+                    _CPU["server"] = sum(_CPU[n] for n in names if n.startswith("server_"))
+                    if pg_pid is not None:
+                        _CPU["postgres"] = _tree_cpu_seconds(pg_pid)
+                finally:
+                    for process in processes:
+                        process.terminate()
+                    nursery.cancel_scope.deadline = trio.current_time() + 15
+    return measured
 
 
 @asynccontextmanager
@@ -263,10 +422,23 @@ async def _processes(
 
 
 async def run(
-    alone: int, concurrency: int, seconds: float, kind: str, in_process: bool = False
+    alone: int,
+    concurrency: int,
+    seconds: float,
+    kind: str,
+    in_process: bool = False,
+    replicas: int = 1,
+    pg_url: str | None = None,
+    poll_anywhere: bool = False,
+    max_connections: int = 8,
 ) -> dict[str, Any]:
-    measure = _in_process if in_process else _processes
-    solo, together, elapsed = await measure(alone, concurrency, seconds, kind)
+    if replicas > 1:
+        solo, together, elapsed = await _replicated(
+            alone, concurrency, seconds, kind, replicas, pg_url, poll_anywhere, max_connections
+        )
+    else:
+        measure = _in_process if in_process else _processes
+        solo, together, elapsed = await measure(alone, concurrency, seconds, kind)
     client_solo = [c for c, _ in solo]
     client_many = [c for c, _ in together]
     # CPU milliseconds per deploy of each process in each phase (the bench process holds
@@ -276,9 +448,28 @@ async def run(
         f"cpu_ms_per_deploy_{phase}_{name}": round(spent * 1000 / max(1, deploys[phase]), 2)
         for (phase, name), spent in _PHASE_CPU.items()
     }
+    by_replica: dict[str, float] = {}
+    if replicas > 1:
+        for index in range(replicas):
+            mine = [c for (c, _), r in zip(solo, _SOLO_REPLICAS, strict=True) if r == index]
+            by_replica[f"r{index + 1}"] = round(statistics.median(mine), 2) if mine else math.nan
+        setup = (
+            f"{replicas} kubesvc server processes on one PostgreSQL"
+            f" ({'--pg-url' if pg_url else 'a throwaway server, durable defaults'},"
+            f" maxConnections {max_connections}), the agent"
+            " on r1, deploys posted round robin"
+            + (", polled on the next replica" if poll_anywhere else ", polled where posted")
+        )
+    elif in_process:
+        setup = "one process"
+    else:
+        setup = "server and agent as kubesvc processes"
     return {
         "kind": kind,
-        "setup": "one process" if in_process else "server and agent as kubesvc processes",
+        "setup": setup,
+        "replicas": replicas,
+        "p50_ms": round(statistics.median(client_solo), 2),
+        "p50_ms_by_replica": by_replica,
         "alone_deploys": len(solo),
         "deploy_p50_ms": round(statistics.median(client_solo), 2),
         "deploy_p99_ms": round(_pct(client_solo, 0.99), 2),
@@ -291,6 +482,7 @@ async def run(
         "deploys_per_s": round(len(together) / elapsed, 1),
         "server_cpu_s": round(_CPU.get("server", math.nan), 2),
         "agent_cpu_s": round(_CPU.get("agent", math.nan), 2),
+        "postgres_cpu_s": round(_CPU.get("postgres", math.nan), 2),
         "bench_process_cpu_s": round(resource.getrusage(resource.RUSAGE_SELF).ru_utime, 2),
         **per_deploy,
         "cpus": os.cpu_count(),
@@ -306,10 +498,36 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--kind", choices=("configmap", "deployment"), default="configmap")
     parser.add_argument("--in-process", action="store_true")
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="servers on one PostgreSQL (issue 13)"
+    )
+    parser.add_argument("--pg-url", help="--replicas: a PostgreSQL server to use")
+    parser.add_argument(
+        "--poll-anywhere", action="store_true", help="--replicas: poll on another replica"
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=8,
+        help="--replicas: store.maxConnections per replica (8, as manifests/server sets)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    result = trio.run(run, args.alone, args.concurrency, args.seconds, args.kind, args.in_process)
+    result = trio.run(
+        partial(
+            run,
+            args.alone,
+            args.concurrency,
+            args.seconds,
+            args.kind,
+            args.in_process,
+            replicas=args.replicas,
+            pg_url=args.pg_url,
+            poll_anywhere=args.poll_anywhere,
+            max_connections=args.max_connections,
+        )
+    )
     print(
         f"deployManifest ({result['kind']}) round trip, POST -> task completed:\n"
         f"  alone ({result['alone_deploys']}): p50 {result['deploy_p50_ms']} ms, "
@@ -320,14 +538,21 @@ def main() -> None:
         f"ms server-side (at the client, polling every 100 ms: p99 "
         f"{result['deploy_client_p99_ms_concurrent']} ms)\n"
         f"  sustained: {result['deploys_per_s']} deploys/s   target >= 200\n"
-        f"  CPU seconds over the whole run: server {result['server_cpu_s']}, "
+        + (
+            f"  alone p50 by the replica posted to: {result['p50_ms_by_replica']} "
+            "(r1 holds the stream; the others dispatch to it)\n"
+            if result["replicas"] > 1
+            else ""
+        )
+        + f"  CPU seconds over the whole run: server {result['server_cpu_s']}, "
         f"agent {result['agent_cpu_s']}, this process (kubesim + client) "
-        f"{result['bench_process_cpu_s']}\n"
-        f"  CPU ms per deploy, alone / concurrent: "
+        f"{result['bench_process_cpu_s']}"
+        + (f", postgres {result['postgres_cpu_s']}" if result["replicas"] > 1 else "")
+        + "\n  CPU ms per deploy, alone / concurrent: "
         + ", ".join(
             f"{name} {result.get(f'cpu_ms_per_deploy_alone_{name}', math.nan)} / "
             f"{result.get(f'cpu_ms_per_deploy_concurrent_{name}', math.nan)}"
-            for name in ("server", "agent", "bench")
+            for name in sorted({n for _, n in _PHASE_CPU} or {"server", "agent", "bench"})
         )
         + "\n"
         f"  machine: {result['cpus']} CPUs, load average {result['load_average']:.1f}; "

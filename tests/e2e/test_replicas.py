@@ -32,11 +32,7 @@ from .drain_stack import KINDS, NAMESPACE, new_sim, server_state, sim_state, wai
 from .ops_client import OrcaClient
 from .replica_stack import DRAIN_SECONDS, ReplicaStack, open_replica_stack
 
-pytestmark = [
-    pytest.mark.timeout(300),
-    # Until operations reach a stream on another replica (branch r13-ops): step 2 fails.
-    pytest.mark.xfail(reason="operations across replicas are not merged yet", strict=True),
-]
+pytestmark = pytest.mark.timeout(300)
 
 RECOVERY_BOUND_S = 15.0
 
@@ -50,7 +46,12 @@ def _deploy(name: str) -> dict[str, Any]:
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": NAMESPACE},
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    # one name, not name-v000: ConfigMaps are versioned unless told
+                    "annotations": {"strategy.spinnaker.io/versioned": "false"},
+                },
                 "data": {"deployed": name},
             }
         ],

@@ -18,10 +18,9 @@ from server._errors import StoreError
 from server._feed import ChangeFeed, SubscriberLagged, Subscription
 from server._feed_follower import ChangeFollower
 from server._freshness import object_key
-from server.store import CHANGES_CHANNEL, Notification, PgStore, Store
+from server.store import CHANGES_CHANNEL, Notification, Store
 from wire import EventRecord, EventType
 
-from .._wait import wait_until
 from ._stores import StoreBackend
 
 ACCOUNT = "a1"
@@ -170,18 +169,15 @@ async def test_without_a_notification_the_poll_delivers(pg_backend: StoreBackend
 
 
 async def test_the_writers_notify_wakes_the_follower(pg_backend: StoreBackend) -> None:
-    """The real seam: b's LISTEN connection hears a's NOTIFY (the poll is an hour)."""
+    """The real seam: b's follower LISTENs (Store.listen) and hears a's NOTIFY (the poll is
+    an hour)."""
     with trio.fail_after(30):
         async with pg_backend.open() as a, pg_backend.open() as b, trio.open_nursery() as n:
-            assert isinstance(b, PgStore)
-            listener = b.listener()
             feed = ChangeFeed()
-            follower = ChangeFollower(
-                b, feed, notifications=listener.channel(CHANGES_CHANNEL), poll_seconds=HOUR
-            )
-            await n.start(listener.run)
-            await wait_until(lambda: listener.connections == 1, what="LISTEN connected")
+            follower = ChangeFollower(b, feed, listen=True, poll_seconds=HOUR)
             await n.start(follower.run)
+            with trio.fail_after(10):
+                await follower.listening.wait()
             with feed.subscribe() as sub:
                 outcome = await a.apply_batch(ACCOUNT, [pod("p1", "1")])
                 assert outcome.change_seq > 0
@@ -227,29 +223,3 @@ async def test_a_store_fault_is_retried_and_nothing_is_lost(pg_backend: StoreBac
                 await r.a.apply_batch(ACCOUNT, [pod("p2", "2")])  # a new connection
                 assert [brief(m) for m in await messages(sub, 1)] == [("ADDED", "p2", "2")]
             assert r.follower.statistics().errors >= 1
-
-
-async def test_the_listener_connects_again_and_says_it_may_have_missed_some(
-    pg_backend: StoreBackend,
-) -> None:
-    with trio.fail_after(30):
-        async with pg_backend.open() as a, pg_backend.open() as b, trio.open_nursery() as n:
-            assert isinstance(b, PgStore)
-            listener = b.listener()
-            channel = listener.channel(CHANGES_CHANNEL)
-            await n.start(listener.run)
-            await wait_until(lambda: listener.connections == 1, what="LISTEN connected")
-            outcome = await a.apply_batch(ACCOUNT, [pod("p1", "1")])
-            heard = await channel.receive()
-            assert (heard.payload, heard.missed) == (str(outcome.change_seq), False)
-            # its connection is cut (a database restart, a network fault)
-            pg_backend.sql(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
-            )
-            again = await channel.receive()  # once it is back: read, something may be missed
-            assert again.missed
-            assert listener.connections == 2
-            await a.apply_batch(ACCOUNT, [pod("p2", "2")])
-            assert not (await channel.receive()).missed
-            n.cancel_scope.cancel()

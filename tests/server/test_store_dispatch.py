@@ -1,0 +1,166 @@
+"""Notifications, dispatched operations and insert-if-absent tasks on both backends (the
+``store_backend`` fixture): what operations across replicas are built on
+(server/store/_notify.py, _dispatch.py, _pg_listen.py)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from server.store import (
+    MAX_PAYLOAD_BYTES,
+    DispatchRecord,
+    Notification,
+    OperationRecord,
+    Store,
+    channel_for,
+)
+from tests.server._stores import StoreBackend
+
+
+def op(op_id: str, state: str = "RECEIVED") -> OperationRecord:
+    return OperationRecord(op_id, "prod", "deployManifest", "{}", state, 1, 1)
+
+
+def dispatch(op_id: str, target: str = "r2", deadline_ms: int = 10**13) -> DispatchRecord:
+    return DispatchRecord(op_id, "prod", target, "r1", "deployManifest", '{"s":1}', deadline_ms, 5)
+
+
+async def next_real(receive: trio.MemoryReceiveChannel[Notification]) -> Notification:
+    while True:
+        got = await receive.receive()
+        if not got.resync:
+            return got
+
+
+async def test_notifications_reach_listeners_after_the_commit(store_backend: StoreBackend) -> None:
+    channel = channel_for("ops", "r2")
+    with trio.fail_after(20):
+        async with store_backend.open() as store, trio.open_nursery() as nursery:
+            send, receive = trio.open_memory_channel[Notification](16)
+            await nursery.start(store.listen, [channel], send)
+            assert (await receive.receive()).resync  # listening: poll once now
+            await store.notify(channel, "d:op-1")
+            assert await next_real(receive) == Notification(channel, "d:op-1")
+            await store.record_operations([(op("op-2"), "x")], notices=[(channel, "r:op-2")])
+            assert await next_real(receive) == Notification(channel, "r:op-2")
+            await store.notify(channel_for("ops", "elsewhere"), "not for us")
+            await store.record_operations(
+                [], dispatches=[dispatch("op-3")], notices=[(channel, "d:op-3")]
+            )
+            assert await next_real(receive) == Notification(channel, "d:op-3")
+            with pytest.raises(ValueError, match="an id, not the data"):
+                await store.notify(channel, "x" * (MAX_PAYLOAD_BYTES + 1))
+            nursery.cancel_scope.cancel()
+
+
+def test_long_replica_ids_get_distinct_channels_within_postgresqls_limit() -> None:
+    a, b = channel_for("ops", "r" * 80 + "a"), channel_for("ops", "r" * 80 + "b")
+    assert a != b
+    assert max(len(a), len(b)) <= 63
+    assert channel_for("ops", "server-1") == "kubesvc_ops_server-1"
+
+
+async def test_a_dispatch_is_claimed_once_and_its_payload_leaves_the_store(
+    store_backend: StoreBackend,
+) -> None:
+    with trio.fail_after(20):
+        async with store_backend.open() as store:
+            await store.record_operations(
+                [(op("op-1", "DISPATCHED"), "dispatched to r2")], dispatches=[dispatch("op-1")]
+            )
+            await store.record_operations([], dispatches=[dispatch("op-2", target="r3")])
+            record = await store.get_operation("op-1")
+            assert record is not None
+            assert record.state == "DISPATCHED"
+            assert [e.message for e in await store.operation_history("op-1")] == [
+                "dispatched to r2"
+            ]
+            (read,) = await store.get_operations(["op-1", "op-unknown"])
+            assert read == record
+            assert await store.claim_dispatched("r2", 10) == [dispatch("op-1")]
+            assert await store.claim_dispatched("r2", 10) == []  # at most once
+            assert not await store.withdraw_dispatched("op-1")  # claimed: too late
+            payloads = store_backend.sql("SELECT payload_json FROM operation_dispatch")
+            assert payloads == [('{"s":1}',)]  # op-2's, for r3; op-1's is gone
+            assert await store.withdraw_dispatched("op-2")  # never seen by r3
+            assert await store.claim_dispatched("r3", 10) == []
+
+
+async def test_claims_take_the_oldest_first_and_expired_rows_are_removed(
+    store_backend: StoreBackend,
+) -> None:
+    with trio.fail_after(20):
+        async with store_backend.open() as store:
+            for i in (3, 1, 2):
+                row = DispatchRecord(f"op-{i}", "prod", "r2", "r1", "t", "{}", 1000 * i, i)
+                await store.record_operations([], dispatches=[row])
+            assert [d.op_id for d in await store.claim_dispatched("r2", 2)] == ["op-1", "op-2"]
+            await store.record_operations([], dispatches=[dispatch("op-4", deadline_ms=500)])
+            assert await store.expire_dispatched(2000) == ["op-4"]
+            assert [d.op_id for d in await store.claim_dispatched("r2", 5)] == ["op-3"]
+
+
+async def test_creating_a_task_is_insert_if_absent(store_backend: StoreBackend) -> None:
+    with trio.fail_after(20):
+        async with store_backend.open() as store:
+            first = [(op("t-1"), "received"), (op("t-1-0"), "received")]
+            assert await store.create_operations([first, [(op("t-2"), "received")]]) == [
+                True,
+                True,
+            ]
+            again = [(op("t-1", "SUCCEEDED"), "again"), (op("t-1-0", "FAILED"), "again")]
+            assert await store.create_operations([again]) == [False]
+            record = await store.get_operation("t-1-0")
+            assert record is not None
+            assert record.state == "RECEIVED"  # the loser wrote nothing
+            assert [e.message for e in await store.operation_history("t-1")] == ["received"]
+
+
+async def test_two_replicas_creating_one_task_at_once_create_it_once(
+    store_backend: StoreBackend,
+) -> None:
+    with trio.fail_after(30):
+        async with store_backend.open() as one, store_backend.open() as two:
+            for round_ in range(10):
+                results: list[bool] = []
+
+                async def create(
+                    store: Store, who: str, n: int = round_, results: list[bool] = results
+                ) -> None:
+                    group = [(op(f"t-{n}"), who), (op(f"t-{n}-0"), who)]
+                    results.extend(await store.create_operations([group]))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(create, one, "r1")
+                    nursery.start_soon(create, two, "r2")
+                assert sorted(results) == [False, True]
+                history = await one.operation_history(f"t-{round_}-0")
+                assert len(history) == 1
+
+
+async def test_postgresql_notifications_cross_replicas_and_survive_a_lost_connection(
+    pg_backend: StoreBackend,
+) -> None:
+    channel = channel_for("ops", "r2")
+    with trio.fail_after(30):
+        async with (
+            pg_backend.open() as sender,
+            pg_backend.open() as listener,
+            trio.open_nursery() as nursery,
+        ):
+            send, receive = trio.open_memory_channel[Notification](16)
+            await nursery.start(listener.listen, [channel], send)
+            assert (await receive.receive()).resync
+            await sender.notify(channel, "d:op-1")
+            assert await next_real(receive) == Notification(channel, "d:op-1")
+            # The listening connection is killed (a failover, a network fault): the listener
+            # connects again by itself and says so with a resync marker.
+            pg_backend.sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query LIKE 'LISTEN%%' OR query = 'SELECT 1'"
+            )
+            assert (await receive.receive()).resync
+            await sender.notify(channel, "d:op-2")
+            assert await next_real(receive) == Notification(channel, "d:op-2")
+            nursery.cancel_scope.cancel()
