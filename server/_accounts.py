@@ -513,8 +513,8 @@ class RegistryStore:
     async def list_leases(self) -> builtins.list[LeaseRecord]:
         return await self._store.list_leases()
 
-    async def expire_leases(self) -> builtins.list[LeaseRecord]:
-        return await self._store.expire_leases()
+    async def expire_leases(self, grace_ms: int = 0) -> builtins.list[LeaseRecord]:
+        return await self._store.expire_leases(grace_ms)
 
     async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
         return await self._store.claim_duty(name, replica_id, ttl_ms)

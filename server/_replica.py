@@ -173,7 +173,10 @@ class ReplicaService:
         self.beats = trio.Event()
 
     async def _housekeeping(self, now_ms: int) -> None:
-        gone = await self._store.expire_leases()
+        # A lapsed lease stays one more TTL: every replica's next reconcile sees whose it
+        # was (a standby is promoted "the primary on replica X lapsed"; an expired row is
+        # granted like a missing one), and housekeeping removes only what nobody took.
+        gone = await self._store.expire_leases(self.lease_ttl_ms)
         if gone:
             log.info("expired leases removed: %s", ", ".join(lease.account for lease in gone))
         # Operations dispatched to a replica that died, by one that died too (else the

@@ -153,7 +153,7 @@ class CoreOps(Protocol[H_contra]):
 
     def list_leases(self, h: H_contra, /) -> list[LeaseRecord]: ...
 
-    def expire_leases(self, h: H_contra, /) -> list[LeaseRecord]: ...
+    def expire_leases(self, h: H_contra, grace_ms: int, /) -> list[LeaseRecord]: ...
 
     def claim_duty(self, h: H_contra, name: str, replica_id: str, ttl_ms: int, /) -> bool: ...
 
@@ -353,8 +353,8 @@ class ThreadedStore(Generic[H]):
     async def list_leases(self) -> list[LeaseRecord]:
         return await self._run(self._ops.list_leases)
 
-    async def expire_leases(self) -> list[LeaseRecord]:
-        return await self._write(SMALL_WRITE, self._ops.expire_leases)
+    async def expire_leases(self, grace_ms: int = 0) -> list[LeaseRecord]:
+        return await self._write(SMALL_WRITE, self._ops.expire_leases, grace_ms)
 
     async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:
         return await self._write(SMALL_WRITE, self._ops.claim_duty, name, replica_id, ttl_ms)

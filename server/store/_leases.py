@@ -155,8 +155,10 @@ def list_leases(x: Exec) -> list[LeaseRecord]:
     return [LeaseRecord(*row) for row in rows]
 
 
-def expire_leases(x: Exec, now: int) -> list[LeaseRecord]:
-    rows = x(f"DELETE FROM leases WHERE expires_ms <= ? RETURNING {_LEASE_COLUMNS}", (now,))
+def expire_leases(x: Exec, now: int, grace_ms: int) -> list[LeaseRecord]:
+    rows = x(
+        f"DELETE FROM leases WHERE expires_ms <= ? RETURNING {_LEASE_COLUMNS}", (now - grace_ms,)
+    )
     return sorted((LeaseRecord(*row) for row in rows), key=lambda r: r.account)
 
 

@@ -324,8 +324,8 @@ class PgRecordTables:
     def list_leases(self, conn: Conn) -> list[LeaseRecord]:
         return leases.list_leases(self._reader(conn))
 
-    def expire_leases(self, conn: Conn) -> list[LeaseRecord]:
-        return self._in(conn, lambda x: leases.expire_leases(x, self._now_ms()))
+    def expire_leases(self, conn: Conn, grace_ms: int) -> list[LeaseRecord]:
+        return self._in(conn, lambda x: leases.expire_leases(x, self._now_ms(), grace_ms))
 
     def claim_duty(self, conn: Conn, name: str, replica_id: str, ttl_ms: int) -> bool:
         return self._in(

@@ -199,8 +199,9 @@ class Store(Protocol):
         """Every lease row, expired or not, by account."""
         ...
 
-    async def expire_leases(self) -> list[LeaseRecord]:
-        """Delete the expired lease rows (housekeeping); returns them."""
+    async def expire_leases(self, grace_ms: int = 0) -> list[LeaseRecord]:
+        """Delete the lease rows expired for at least ``grace_ms`` (housekeeping); returns
+        them."""
         ...
 
     async def claim_duty(self, name: str, replica_id: str, ttl_ms: int) -> bool:

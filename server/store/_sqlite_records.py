@@ -316,9 +316,9 @@ class RecordTables:
     def list_leases(self) -> list[LeaseRecord]:
         return leases.list_leases(self._read)
 
-    def expire_leases(self) -> list[LeaseRecord]:
+    def expire_leases(self, grace_ms: int) -> list[LeaseRecord]:
         gone: list[LeaseRecord] = self._write(
-            lambda: leases.expire_leases(self._exec, self._now_ms())
+            lambda: leases.expire_leases(self._exec, self._now_ms(), grace_ms)
         )
         return gone
 

@@ -92,7 +92,10 @@ async def test_heartbeats_renew_a_replicas_leases_and_count_them(
             assert {lease.expires_ms for lease in await store.list_leases()} == {clock.ms + TTL}
             # without heartbeats they lapse; housekeeping deletes the expired rows
             clock.ms += TTL
-            assert [lease.account for lease in await store.expire_leases()] == ["dev", "prod"]
+            # ... once lapsed for the grace asked for (another TTL: every replica saw whose)
+            assert await store.expire_leases(grace_ms=TTL) == []
+            clock.ms += TTL
+            assert [lease.account for lease in await store.expire_leases(TTL)] == ["dev", "prod"]
             assert await store.list_leases() == []
 
 
