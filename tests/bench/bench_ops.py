@@ -4,18 +4,18 @@
                                               [--kind configmap|deployment] [--json]
     .venv/bin/python -m tests.bench.bench_ops --replicas 2 [--pg-url URL] [--poll-anywhere]
 
-Everything real on loopback: kubesim and the client in this process, the server (gRPC + REST +
-SQLite file) and the agent as ``kubesvc server`` / ``kubesvc agent`` child processes (on 2
-cores that is the honest setup; ``--in-process`` runs all of it in one process through the e2e
-harness instead). The client posts a Clouddriver deploy of one small object (an unversioned
-ConfigMap by default, a fresh name each time) and polls /task/{id} until ``status.completed``,
-over keep-alive HTTP/1.1 (a lean client, see ``_Rest``). "Alone": N deploys one after another,
-polling every 5 ms, latency measured at the client. "Concurrent": ``--concurrency`` clients
-each looping deploy -> completed for ``--seconds``, polling every 100 ms (a poll costs the
-server about what a deploy does), so its latencies are the server's own (task startTimeMs ->
-endTimeMs); deploys/s is the completions over the time.
-Targets: p50 < 50 ms alone, >= 200 deploys/s sustained. Note the machine: 2 cores shared by
-several engineers (the load average is printed).
+Everything real on loopback: kubesim (over HTTPS) and the client in this process, the server
+(gRPC + REST + SQLite file) and the agent as ``kubesvc server`` / ``kubesvc agent`` child
+processes (on 2 cores that is the honest setup; ``--in-process`` runs all of it in one process
+through the e2e harness instead). The client posts a Clouddriver deploy of one small object (an
+unversioned ConfigMap by default, a fresh name each time) and polls /task/{id} until
+``status.completed``, over keep-alive HTTP/1.1 (a lean client, see ``_Rest``). "Alone": N
+deploys one after another, polling every 5 ms, latency measured at the client. "Concurrent":
+``--concurrency`` clients each looping deploy -> completed for ``--seconds``, polling every 100
+ms (a poll costs the server about what a deploy does), so its latencies are the server's own
+(task startTimeMs -> endTimeMs); deploys/s is the completions over the time. Targets: p50 < 50
+ms alone, >= 200 deploys/s sustained. Note the machine: 2 cores shared by several engineers
+(the load average is printed).
 
 ``--replicas N`` (issue 13): N ``kubesvc server`` processes on one PostgreSQL (a throwaway
 server from this machine's binaries with its durable defaults, on a unix socket; or a new
@@ -285,61 +285,70 @@ async def _replicated(
                     }
                 )
             )
-        sim = kubesim.Cluster(kubesim.SimConfig(controllers=kind == "deployment"))
-        async with kubesim.open_server(sim, host="127.0.0.1", port=0) as kube:
-            kube.kubeconfig(work / "kubeconfig", user="admin")
-            account = {"name": "k1", "kubeConfigFile": str(work / "kubeconfig")}
-            (work / "agent.yaml").write_text(
-                yaml.safe_dump(
-                    {
-                        "clouddriver": {"grpc": f"127.0.0.1:{ports[0][0]}", "insecure": True},
-                        "kubernetes": {"accounts": [account]},
-                        "server": {"host": "127.0.0.1", "port": 0},
-                        "prometheus": {"enabled": False},
-                    }
-                )
-            )
-            async with contextlib.AsyncExitStack() as stack, trio.open_nursery() as nursery:
-                clients = [await stack.enter_async_context(_client(a)) for _, a in ports]
-                processes = []
-                for i in range(replicas):
-                    args = ["server", "-c", str(work / f"server-{i + 1}.yaml")]
-                    processes.append(
-                        await _spawn(
-                            [python, "-m", "kubesvc", *args, "--log-level", "WARNING"],
-                            work / f"s{i + 1}.log",
-                            nursery,
-                        )
-                    )
+        async with (
+            _cluster(work, kind, ports[0][0]),
+            contextlib.AsyncExitStack() as stack,
+            trio.open_nursery() as nursery,
+        ):
+            clients = [await stack.enter_async_context(_client(a)) for _, a in ports]
+            processes = []
+            for i in range(replicas):
+                args = ["server", "-c", str(work / f"server-{i + 1}.yaml")]
                 processes.append(
                     await _spawn(
-                        [python, "-m", "kubesvc", "agent", "-c", str(work / "agent.yaml")],
-                        work / "a.log",
+                        [python, "-m", "kubesvc", *args, "--log-level", "WARNING"],
+                        work / f"s{i + 1}.log",
                         nursery,
                     )
                 )
-                names = [f"server_r{i + 1}" for i in range(replicas)] + ["agent"]
+            processes.append(
+                await _spawn(
+                    [python, "-m", "kubesvc", "agent", "-c", str(work / "agent.yaml")],
+                    work / "a.log",
+                    nursery,
+                )
+            )
+            names = [f"server_r{i + 1}" for i in range(replicas)] + ["agent"]
+            for name, process in zip(names, processes, strict=True):
+                _CPU_SOURCES[name] = partial(_cpu_seconds, process.pid)
+            if pg_pid is not None:
+                _CPU_SOURCES["postgres"] = partial(_tree_cpu_seconds, pg_pid)
+            try:
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ports[0][1]}") as probe:
+                    await _wait_http(client=probe, path="/credentials/k1", deadline=60)
+                targets = _Targets(clients, poll_anywhere)
+                measured = await _measure(targets, alone, concurrency, seconds, kind)
                 for name, process in zip(names, processes, strict=True):
-                    _CPU_SOURCES[name] = partial(_cpu_seconds, process.pid)
+                    _CPU[name] = _cpu_seconds(process.pid)
+                _CPU["server"] = sum(_CPU[n] for n in names if n.startswith("server_"))
                 if pg_pid is not None:
-                    _CPU_SOURCES["postgres"] = partial(_tree_cpu_seconds, pg_pid)
-                try:
-                    async with httpx.AsyncClient(
-                        base_url=f"http://127.0.0.1:{ports[0][1]}"
-                    ) as probe:
-                        await _wait_http(client=probe, path="/credentials/k1", deadline=60)
-                    targets = _Targets(clients, poll_anywhere)
-                    measured = await _measure(targets, alone, concurrency, seconds, kind)
-                    for name, process in zip(names, processes, strict=True):
-                        _CPU[name] = _cpu_seconds(process.pid)
-                    _CPU["server"] = sum(_CPU[n] for n in names if n.startswith("server_"))
-                    if pg_pid is not None:
-                        _CPU["postgres"] = _tree_cpu_seconds(pg_pid)
-                finally:
-                    for process in processes:
-                        process.terminate()
-                    nursery.cancel_scope.deadline = trio.current_time() + 15
+                    _CPU["postgres"] = _tree_cpu_seconds(pg_pid)
+            finally:
+                for process in processes:
+                    process.terminate()
+                nursery.cancel_scope.deadline = trio.current_time() + 15
     return measured
+
+
+@asynccontextmanager
+async def _cluster(work: Path, kind: str, grpc_port: int) -> AsyncIterator[None]:
+    """kubesim over HTTPS, as production's clusters are, and ``work/agent.yaml`` for an agent
+    serving it as account k1 through the server at ``grpc_port``."""
+    sim = kubesim.Cluster(kubesim.SimConfig(controllers=kind == "deployment"))
+    async with kubesim.open_server(sim, host="127.0.0.1", port=0, tls=True) as kube:
+        kube.kubeconfig(work / "kubeconfig", user="admin")
+        account = {"name": "k1", "kubeConfigFile": str(work / "kubeconfig")}
+        (work / "agent.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "clouddriver": {"grpc": f"127.0.0.1:{grpc_port}", "insecure": True},
+                    "kubernetes": {"accounts": [account]},
+                    "server": {"host": "127.0.0.1", "port": 0},
+                    "prometheus": {"enabled": False},
+                }
+            )
+        )
+        yield
 
 
 @asynccontextmanager
@@ -381,43 +390,30 @@ async def _processes(
                 }
             )
         )
-        sim = kubesim.Cluster(kubesim.SimConfig(controllers=kind == "deployment"))
-        async with kubesim.open_server(sim, host="127.0.0.1", port=0) as kube:
-            kube.kubeconfig(work / "kubeconfig", user="admin")
-            account = {"name": "k1", "kubeConfigFile": str(work / "kubeconfig")}
-            (work / "agent.yaml").write_text(
-                yaml.safe_dump(
-                    {
-                        "clouddriver": {"grpc": f"127.0.0.1:{grpc_port}", "insecure": True},
-                        "kubernetes": {"accounts": [account]},
-                        "server": {"host": "127.0.0.1", "port": 0},
-                        "prometheus": {"enabled": False},
-                    }
-                )
-            )
-            async with (
-                trio.open_nursery() as nursery,
-                _client(api_port) as http,
-                httpx.AsyncClient(base_url=f"http://127.0.0.1:{api_port}") as probe,
-            ):
-                server_args = ["server", "-c", str(work / "server.yaml"), "--log-level", "WARNING"]
-                processes = [
-                    await _spawn([python, "-m", "kubesvc", *server_args], work / "s.log", nursery),
-                    await _spawn(
-                        [python, "-m", "kubesvc", "agent", "-c", str(work / "agent.yaml")],
-                        work / "a.log",
-                        nursery,
-                    ),
-                ]
-                for name, process in zip(("server", "agent"), processes, strict=True):
-                    _CPU_SOURCES[name] = partial(_cpu_seconds, process.pid)
-                try:
-                    await _wait_http(client=probe, path="/credentials/k1", deadline=60)
-                    measured = await _measure(http, alone, concurrency, seconds, kind)
-                    _CPU["server"], _CPU["agent"] = (_cpu_seconds(p.pid) for p in processes)
-                finally:
-                    for process in processes:
-                        process.terminate()
+        async with (
+            _cluster(work, kind, grpc_port),
+            trio.open_nursery() as nursery,
+            _client(api_port) as http,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{api_port}") as probe,
+        ):
+            server_args = ["server", "-c", str(work / "server.yaml"), "--log-level", "WARNING"]
+            processes = [
+                await _spawn([python, "-m", "kubesvc", *server_args], work / "s.log", nursery),
+                await _spawn(
+                    [python, "-m", "kubesvc", "agent", "-c", str(work / "agent.yaml")],
+                    work / "a.log",
+                    nursery,
+                ),
+            ]
+            for name, process in zip(("server", "agent"), processes, strict=True):
+                _CPU_SOURCES[name] = partial(_cpu_seconds, process.pid)
+            try:
+                await _wait_http(client=probe, path="/credentials/k1", deadline=60)
+                measured = await _measure(http, alone, concurrency, seconds, kind)
+                _CPU["server"], _CPU["agent"] = (_cpu_seconds(p.pid) for p in processes)
+            finally:
+                for process in processes:
+                    process.terminate()
     return measured
 
 
