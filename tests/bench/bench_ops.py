@@ -2,6 +2,7 @@
 
     .venv/bin/python -m tests.bench.bench_ops [--alone N] [--concurrency 50] [--seconds 5]
                                               [--kind configmap|deployment] [--json]
+                                              [--kube-plain-http]
     .venv/bin/python -m tests.bench.bench_ops --replicas 2 [--pg-url URL] [--poll-anywhere]
 
 Everything real on loopback: kubesim (over HTTPS) and the client in this process, the server
@@ -268,6 +269,7 @@ async def _replicated(
     pg_url: str | None,
     poll_anywhere: bool,
     max_connections: int,
+    kube_tls: bool,
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
     """``_processes`` with ``replicas`` servers on one PostgreSQL, the agent on the first."""
     python = sys.executable
@@ -286,7 +288,7 @@ async def _replicated(
                 )
             )
         async with (
-            _cluster(work, kind, ports[0][0]),
+            _cluster(work, kind, ports[0][0], kube_tls),
             contextlib.AsyncExitStack() as stack,
             trio.open_nursery() as nursery,
         ):
@@ -331,11 +333,12 @@ async def _replicated(
 
 
 @asynccontextmanager
-async def _cluster(work: Path, kind: str, grpc_port: int) -> AsyncIterator[None]:
-    """kubesim over HTTPS, as production's clusters are, and ``work/agent.yaml`` for an agent
-    serving it as account k1 through the server at ``grpc_port``."""
+async def _cluster(work: Path, kind: str, grpc_port: int, tls: bool) -> AsyncIterator[None]:
+    """kubesim (over HTTPS, as production's clusters are, unless ``tls`` is off for a
+    comparison) and ``work/agent.yaml`` for an agent serving it as account k1 through the
+    server at ``grpc_port``."""
     sim = kubesim.Cluster(kubesim.SimConfig(controllers=kind == "deployment"))
-    async with kubesim.open_server(sim, host="127.0.0.1", port=0, tls=True) as kube:
+    async with kubesim.open_server(sim, host="127.0.0.1", port=0, tls=tls) as kube:
         kube.kubeconfig(work / "kubeconfig", user="admin")
         account = {"name": "k1", "kubeConfigFile": str(work / "kubeconfig")}
         (work / "agent.yaml").write_text(
@@ -361,10 +364,10 @@ async def _client(port: int) -> AsyncIterator[_Rest]:
 
 
 async def _in_process(
-    alone: int, concurrency: int, seconds: float, kind: str
+    alone: int, concurrency: int, seconds: float, kind: str, kube_tls: bool
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
     with tempfile.TemporaryDirectory() as tmp:
-        async with open_stack(Path(tmp)) as stack:
+        async with open_stack(Path(tmp), kube_tls=kube_tls) as stack:
             assert stack.server.api_port is not None
             async with _client(stack.server.api_port) as http:
                 while stack.server.state.sessions.primary_session("k1") is None:
@@ -375,7 +378,7 @@ async def _in_process(
 
 
 async def _processes(
-    alone: int, concurrency: int, seconds: float, kind: str
+    alone: int, concurrency: int, seconds: float, kind: str, kube_tls: bool
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
     python = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
@@ -391,7 +394,7 @@ async def _processes(
             )
         )
         async with (
-            _cluster(work, kind, grpc_port),
+            _cluster(work, kind, grpc_port, kube_tls),
             trio.open_nursery() as nursery,
             _client(api_port) as http,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{api_port}") as probe,
@@ -427,14 +430,23 @@ async def run(
     pg_url: str | None = None,
     poll_anywhere: bool = False,
     max_connections: int = 8,
+    kube_tls: bool = True,
 ) -> dict[str, Any]:
     if replicas > 1:
         solo, together, elapsed = await _replicated(
-            alone, concurrency, seconds, kind, replicas, pg_url, poll_anywhere, max_connections
+            alone,
+            concurrency,
+            seconds,
+            kind,
+            replicas,
+            pg_url,
+            poll_anywhere,
+            max_connections,
+            kube_tls,
         )
     else:
         measure = _in_process if in_process else _processes
-        solo, together, elapsed = await measure(alone, concurrency, seconds, kind)
+        solo, together, elapsed = await measure(alone, concurrency, seconds, kind, kube_tls)
     client_solo = [c for c, _ in solo]
     client_many = [c for c, _ in together]
     # CPU milliseconds per deploy of each process in each phase (the bench process holds
@@ -460,6 +472,7 @@ async def run(
         setup = "one process"
     else:
         setup = "server and agent as kubesvc processes"
+    setup += ", kubesim over " + ("HTTPS" if kube_tls else "plain HTTP (a comparison)")
     return {
         "kind": kind,
         "setup": setup,
@@ -507,6 +520,11 @@ def main() -> None:
         default=8,
         help="--replicas: store.maxConnections per replica (8, as manifests/server sets)",
     )
+    parser.add_argument(
+        "--kube-plain-http",
+        action="store_true",
+        help="kubesim over plain HTTP, to compare with the default HTTPS",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
@@ -522,6 +540,7 @@ def main() -> None:
             pg_url=args.pg_url,
             poll_anywhere=args.poll_anywhere,
             max_connections=args.max_connections,
+            kube_tls=not args.kube_plain_http,
         )
     )
     print(
