@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
-from .._errors import ServerError
+from .._errors import ServerError, StoreError
 from ..store import (
     DispatchRecord,
     LeaseRecord,
@@ -63,6 +63,7 @@ __all__ = ["Dispatcher", "ops_channel"]
 log = logging.getLogger("server.operations")
 
 MARGIN_MS = 250  # the target gives up this much before the origin does (at most half)
+WITHDRAW_SECONDS = 1.0  # at shutdown, how long taking back an unclaimed dispatch may take
 NOTIFICATION_BUFFER = 1024
 _DISPATCH, _RESULT = "d", "r"
 
@@ -227,6 +228,16 @@ class Dispatcher:
             with trio.move_on_at(deadline):
                 stopped = await self._await_end(waiter, record.id, target)
             outcome = await self._ended(ended, target, stopped, waiter.record)
+        except trio.Cancelled:
+            # This replica stops (a drain, a cancelled task): take back what the target has
+            # not claimed yet, so it is not run after nobody waits for it any more.
+            with trio.CancelScope(shield=True), trio.move_on_after(WITHDRAW_SECONDS):
+                try:
+                    if await self._store.withdraw_dispatched(record.id):
+                        log.info("operation %s: withdrawn unsent at shutdown", record.id)
+                except StoreError as exc:
+                    log.warning("operation %s: could not withdraw it: %s", record.id, exc)
+            raise
         finally:
             self._waiting.pop(record.id, None)
         if not outcome.ok:
