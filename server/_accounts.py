@@ -77,6 +77,9 @@ class AccountService:
         # this replica holds the housekeeping duty (orphan expiry runs only there; the
         # replica service sets it), and how often a replica without it looks again.
         self.lease_ttl_ms = lease_ttl_ms
+        # Whether other processes write the store's accounts (PostgreSQL; the composition
+        # root sets it): then each heartbeat takes their rows in (``sync``).
+        self.shared_store = False
         self.housekeeper: Callable[[], bool] = lambda: True
         self.recheck_seconds = _RETRY_SECONDS
         self._lease_holder: dict[str, str] = {}  # account -> replica that holds it, last seen
@@ -182,11 +185,17 @@ class AccountService:
         (for /credentials, the operations' account checks, orphan expiry) the accounts that
         agents registered on other replicas or that REST created or removed there. Runs at
         each heartbeat; one read of the accounts table."""
-        if not self.uses_leases:
+        if not (self.uses_leases and self.shared_store):
             return
-        stored = {record.name: record for record in await self._store.list_accounts()}
-        for name in {*stored, *self.registry.names_not_served()}:
-            self.registry.refresh(name, stored.get(name))
+        changes: builtins.list[RoleChange] = []
+        # Under the lock that persist() holds while it writes: a local write is either
+        # committed before this read or still pending (the registry skips those names).
+        async with self._lock:
+            stored = {record.name: record for record in await self._store.list_accounts()}
+            for name in sorted({*stored, *self.registry.names_known()}):
+                changes += self.registry.take_in(name, stored.get(name))
+        if changes or self.registry.has_changes():
+            await self.changed(changes)
 
     async def settle(self) -> builtins.list[RoleChange]:
         """Release the leases no local session needs, and ask for the lease of each account
@@ -263,8 +272,9 @@ class AccountService:
                 self._lease_holder[name] = row.replica_id
                 reason = f"demoted: replica {row.replica_id} holds the lease now"
                 changes += self.registry.lost(name, reason)
-            elif row is None:
-                # Cleaned by housekeeping (our heartbeats stalled): take it again.
+            elif row is None or (row.replica_id != me and row.expires_ms <= now):
+                # Cleaned by housekeeping, or another replica's lapsed (our heartbeats
+                # stalled, it took the lease, then it died too): take it again, or step down.
                 outcome = await self._acquire(name, held[name])
                 if outcome is not None and not outcome.granted:
                     changes += self.registry.lost(name, "demoted: the lease lapsed")

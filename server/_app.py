@@ -97,6 +97,7 @@ async def open_server_state(
             replica_id=server_id,
             lease_ttl_ms=config.replicas.lease_ttl_ms,
         )
+        accounts.shared_store = not alone
         sessions = SessionManager(
             accounts,
             store,

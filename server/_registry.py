@@ -361,23 +361,40 @@ class Registry:
         """Take in the store's row for ``name`` (any replica may have written it). Served
         here: only other replicas' connections are taken. Not served here: the row replaces
         what this replica knew (None: removed elsewhere, forgotten here without a delete)."""
-        if not self._use_leases:
-            return
+        if not self._use_leases or name in self._dirty or name in self._deleted:
+            return  # a local write not yet persisted is newer than any read
         if stored is None:
-            # A pending write (an account just added here) is newer than the read.
-            if name not in self._holders and name not in self._dirty:
+            if name not in self._holders:
                 self._accounts.pop(name, None)
                 self._remote.pop(name, None)
-                self._dirty.discard(name)
             return
         self._remote[name] = self._others(stored)
-        if name not in self._holders and name not in self._dirty:
+        if name not in self._holders:
             self._accounts[name] = replace(stored, connections=self._remote[name])
 
-    def names_not_served(self) -> list[str]:
-        """The accounts this replica knows and no local session serves (rows another
-        replica may change or remove)."""
-        return [name for name in self._accounts if name not in self._holders]
+    def take_in(self, name: str, stored: AccountRecord | None) -> list[RoleChange]:
+        """``refresh``, and for an account served here what an operator did to its row on
+        another replica (REST may reach any): removed there, it is deleted here; set to a
+        state that cannot be served, newer than what this replica wrote, it is put here.
+        Either way the local sessions are told they are REJECTED (the changes returned)."""
+        local = self._accounts.get(name)
+        if (
+            self._use_leases
+            and local is not None
+            and name in self._holders
+            and name not in self._dirty
+            and name not in self._deleted
+        ):
+            if stored is None:
+                return self.delete(name)
+            unservable = stored.status not in _SERVABLE or stored.status is AccountState.INACTIVE
+            if unservable and stored.last_updated_ms > local.last_updated_ms:
+                return self.put(stored, stored.last_updated_ms)
+        self.refresh(name, stored)
+        return []
+
+    def names_known(self) -> list[str]:
+        return list(self._accounts)
 
     def _others(self, record: AccountRecord) -> list[dict[str, Any]]:
         """``record``'s connections on other replicas (live ones, when known)."""

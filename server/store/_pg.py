@@ -3,7 +3,8 @@ call on a pooled connection of its own. psycopg's synchronous API is used on pur
 async API is asyncio's, and asyncio lives only in wire's bridge (DESIGN 2).
 
 Each object write tells the other replicas about its change-log row (a NOTIFY on
-CHANGES_CHANNEL, ``PgCore._announce``); ``listener()`` is how a replica hears theirs.
+CHANGES_CHANNEL, ``PgCore._announce``); ``listen`` is how a replica hears theirs, and the
+operations' notifications (``_pg_listen``: a connection of its own per listener).
 """
 
 from __future__ import annotations

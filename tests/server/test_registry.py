@@ -184,3 +184,43 @@ def test_a_primary_whose_agent_moved_to_another_cluster_lets_go_and_is_rejected(
     change = r.register("s1", OTHER_CLUSTER, 13)
     assert change.role is Role.REJECTED
     assert "another cluster" in change.reason
+
+
+def test_a_store_row_read_before_a_local_write_does_not_undo_it() -> None:
+    """Several replicas: the heartbeat's read of the accounts table may predate a local add or
+    delete not yet persisted; taking that row in must not undo the write."""
+    r = Registry([AccountRecord("gone")], use_leases=True, replica_id="r1")
+    r.add([AccountRecord("new")], now_ms=5)
+    assert r.take_in("new", None) == []  # read before the add's commit
+    assert r.get("new") is not None
+    r.delete("gone")
+    assert r.take_in("gone", AccountRecord("gone")) == []  # read before the delete's commit
+    assert r.get("gone") is None
+    r.take_changes()  # persisted: now the store's rows are the truth again
+    r.take_in("new", None)  # removed on another replica
+    assert r.get("new") is None
+
+
+def test_an_operator_change_on_another_replica_reaches_the_sessions_here() -> None:
+    r = Registry(use_leases=True, replica_id="r1")
+    r.open_session("s1", "agent-a")
+    r.register("s1", Claim("prod", "10.0.0.1:6443", "aa"), now_ms=10)
+    r.grant("prod", "s1")
+    r.take_changes()
+    local = r.get("prod")
+    assert local is not None
+    # deactivated through REST on another replica, after this one last wrote the row
+    deactivated = AccountRecord(
+        "prod", status=AccountState.TO_DEACTIVATE, last_updated_ms=local.last_updated_ms + 1
+    )
+    (change,) = r.take_in("prod", deactivated)
+    assert change.role is Role.REJECTED
+    assert r.holders("prod") == []
+    # and removed on another replica
+    r.open_session("s2", "agent-b")
+    r.put(AccountRecord("prod", status=AccountState.ACTIVE), now_ms=20)
+    r.register("s2", Claim("prod", "10.0.0.1:6443", "aa"), now_ms=21)
+    r.take_changes()
+    (change,) = r.take_in("prod", None)
+    assert (change.session_id, change.role) == ("s2", Role.REJECTED)
+    assert r.get("prod") is None

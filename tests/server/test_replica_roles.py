@@ -256,3 +256,38 @@ async def test_every_replica_knows_the_accounts_of_the_others(pg_backend: StoreB
                 assert "ghost" not in {r.replica_id for r in await store.list_replicas()}
                 # The live replica's agent row stays.
                 assert "agent-a" in {agent.agent_id for agent in await store.list_agents()}
+
+
+@in_loop
+async def test_an_account_deleted_on_the_other_replica_is_taken_from_its_agent(
+    pg_backend: StoreBackend,
+) -> None:
+    """REST may reach any replica: deleting an account on r2 while its agent streams to r1
+    tells that agent REJECTED at r1's next heartbeat, and the row stays deleted."""
+    meta = bearer(token())
+    with trio.fail_after(30):
+        async with replicas() as nursery:
+            r1 = await start(nursery, config("r1", pg_backend.url, 1000))
+            r2 = await start(nursery, config("r2", pg_backend.url, 1000))
+            async with (
+                wire.open_connection("127.0.0.1", r1.server.grpc_port, metadata=meta) as a,
+                httpx.AsyncClient(base_url=r2.api) as on_r2,
+            ):
+                await a.send(hello(account(), agent_id="agent-a"))
+                assert role_account(await receive_kind(a, "welcome")).role == m.Role.PRIMARY
+
+                async def r2_knows_prod() -> bool:
+                    return (await on_r2.get("/armory/accounts/prod")).status_code == 200
+
+                await wait_until(r2_knows_prod, timeout=10, what="r2 knows r1's account")
+                deleted = await on_r2.delete("/armory/accounts/prod")
+                assert deleted.status_code in (200, 204), deleted.text
+                with trio.fail_after(5):
+                    (rejected,) = (await receive_kind(a, "assignment")).accounts
+                assert rejected.role == m.Role.REJECTED
+                assert "deleted" in rejected.reason
+                heartbeat = r1.server.state.replicas
+                assert heartbeat is not None
+                await heartbeat.beats.wait()  # a whole beat after the one that rejected it
+                assert await r1.server.state.store.get_account("prod") is None
+                assert r1.server.state.accounts.get("prod") is None

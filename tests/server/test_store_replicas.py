@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import trio
 
+from server import AccountService, Claim
 from server.store import AccountRecord, AccountState, LeaseRecord, ReplicaRecord, Store
 from tests.server._stores import StoreBackend
 
@@ -189,3 +190,33 @@ async def test_deleting_a_replica_releases_its_leases_and_duties(
             # at once, no waiting for the TTL
             assert (await acquire(store, "r2", "s2"))[0]
             assert await store.claim_duty("housekeeping", "r2", TTL)
+
+
+async def test_a_primary_whose_lease_another_replica_took_and_let_lapse_takes_it_again(
+    store_backend: StoreBackend,
+) -> None:
+    """r1's heartbeats stalled past its TTL, r2's standby took the lease, then r2 died too:
+    at r1's next reconcile its still-PRIMARY session takes the lease again (before, the
+    lapsed row of r2 stayed, and other replicas saw no live holder)."""
+    clock = Clock()
+    with trio.fail_after(20):
+        async with store_backend.open(now_ms=clock) as store:
+            accounts = await AccountService.load(
+                store, now_ms=clock, orphan_grace_ms=600_000, replica_id="r1", lease_ttl_ms=TTL
+            )
+            accounts.registry.open_session("s1", "agent-a")
+            accounts.registry.register("s1", Claim("prod", HOST, FP), clock.ms)
+            await accounts.changed([])
+            lease = await store.get_lease("prod")
+            assert lease is not None
+            assert lease.replica_id == "r1"
+            clock.ms += TTL  # r1 stalls; r2 takes the lapsed lease, then stalls for good
+            granted, _, _ = await acquire(store, "r2", "s9")
+            assert granted
+            clock.ms += TTL
+            await accounts.reconcile(await store.list_leases())
+            lease = await store.get_lease("prod")
+            assert lease is not None
+            assert (lease.replica_id, lease.session_id) == ("r1", "s1")
+            assert lease.expires_ms > clock.ms
+            assert accounts.registry.held_leases() == {"prod": "s1"}
