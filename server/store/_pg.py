@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
@@ -49,6 +50,8 @@ class PgStore(ThreadedStore[Conn]):
         # ping abandoned mid-call (its caller gave up) keeps it, and the next opens another.
         self._ping_lock = threading.Lock()
         self._ping_conn: Conn | None = None
+        # The LISTEN threads' "finished" events (``_pg_listen``): close waits for them.
+        self._listening: set[threading.Event] = set()
         self._ping_closed = False
 
     async def ping(self) -> None:
@@ -102,16 +105,26 @@ class PgStore(ThreadedStore[Conn]):
         if self._open_listen_connection is None:
             raise StoreClosed("this store cannot open a connection to listen on")
         await _pg_listen.listen(
-            self._open_listen_connection, channels, send, task_status=task_status
+            self._open_listen_connection,
+            channels,
+            send,
+            running=self._listening,
+            task_status=task_status,
         )
 
     async def aclose(self) -> None:
         with self._ping_lock:
             self._ping_closed = True
             conn, self._ping_conn = self._ping_conn, None
-        if conn is not None:
-            with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True):
+            if conn is not None:
                 await trio.to_thread.run_sync(conn.close)
+            # The listeners were cancelled before the store closes; their threads end within
+            # a wait of the connection (bounded here: one stuck in libpq is left behind).
+            waiting = [e for e in self._listening if not e.is_set()]
+            if waiting:
+                await trio.to_thread.run_sync(_wait_all, waiting, _LISTEN_JOIN_SECONDS)
+            self._listening.clear()
         await super().aclose()
 
     async def run_upkeep(
@@ -122,6 +135,15 @@ class PgStore(ThreadedStore[Conn]):
         the Protocol promises."""
         task_status.started()
         await trio.sleep_forever()
+
+
+_LISTEN_JOIN_SECONDS = 2.0
+
+
+def _wait_all(events: list[threading.Event], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for event in events:
+        event.wait(max(0.0, deadline - time.monotonic()))
 
 
 @asynccontextmanager

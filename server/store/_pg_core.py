@@ -73,6 +73,17 @@ Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 _ATTEMPTS = 3  # runs of a transaction PostgreSQL aborted for a deadlock or serialization
 _CONNECT_TIMEOUT_S = "10"  # libpq waits forever by default; a URL's connect_timeout wins
+# A peer that vanished without a word (a failover, a dropped NAT entry) must break the
+# connection, not hang a worker or the LISTEN thread in a read forever: TCP keepalives after
+# 30 s idle, and unacknowledged data gives up after 60 s (a URL's own settings win; libpq
+# ignores them on unix sockets).
+_TCP_SETTINGS = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "60000",
+}
 
 _UPSERT = (
     f"INSERT INTO objects({', '.join(UPSERT_COLUMNS)})"
@@ -152,6 +163,7 @@ def connect(conninfo: str, password_file: str, *, ingest: bool = True) -> Conn:
             params["connect_timeout"] = _CONNECT_TIMEOUT_S
         if "application_name" not in given:
             params["application_name"] = "kubesvc-server"
+        params.update({k: v for k, v in _TCP_SETTINGS.items() if k not in given})
         conn: Conn = psycopg.connect(conninfo, autocommit=True, **params)
         try:
             if ingest:

@@ -46,11 +46,15 @@ async def listen(
     *,
     retry_seconds: float = 0.5,
     max_retry_seconds: float = 10.0,
+    running: set[threading.Event] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Deliver the notifications on ``channels`` into ``send`` until cancelled (see the
     module docstring). Reports started at once, before the first LISTEN: the receiver learns
-    that listening began from the resync marker. Never raises for the database's faults."""
+    that listening began from the resync marker. Never raises for the database's faults.
+    ``running`` holds a "finished" event for each listening thread not yet ended (an
+    abandoned one ends by itself within WAIT_SECONDS), so the store's close can wait for
+    them: a thread still in libpq while the interpreter exits may crash it."""
     deliverer = Deliverer(send)
     token = trio.lowlevel.current_trio_token()
     task_status.started()
@@ -58,8 +62,11 @@ async def listen(
     while True:
         stop = threading.Event()
         listened = threading.Event()
+        finished = threading.Event()
+        if running is not None:
+            running.add(finished)
         work = functools.partial(
-            _listen_in_thread, open_connection, channels, stop, listened, deliverer, token
+            _listen_in_thread, open_connection, channels, stop, listened, deliverer, token, finished
         )
         try:
             await trio.to_thread.run_sync(work, abandon_on_cancel=True)
@@ -72,11 +79,28 @@ async def listen(
             )
         finally:
             stop.set()
+            if running is not None and finished.is_set():
+                running.discard(finished)  # ended (not abandoned): nothing to wait for
         delay = retry_seconds if listened.is_set() else min(max_retry_seconds, delay * 2)
         await trio.sleep(delay)
 
 
 def _listen_in_thread(
+    open_connection: Callable[[], Conn],
+    channels: Sequence[str],
+    stop: threading.Event,
+    listened: threading.Event,
+    deliverer: Deliverer,
+    token: trio.lowlevel.TrioToken,
+    finished: threading.Event,
+) -> None:
+    try:
+        _listen_on(open_connection, channels, stop, listened, deliverer, token)
+    finally:
+        finished.set()
+
+
+def _listen_on(
     open_connection: Callable[[], Conn],
     channels: Sequence[str],
     stop: threading.Event,

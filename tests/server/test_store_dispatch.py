@@ -12,6 +12,7 @@ from server.store import (
     DispatchRecord,
     Notification,
     OperationRecord,
+    PgStore,
     Store,
     channel_for,
 )
@@ -164,3 +165,19 @@ async def test_postgresql_notifications_cross_replicas_and_survive_a_lost_connec
             await sender.notify(channel, "d:op-2")
             assert await next_real(receive) == Notification(channel, "d:op-2")
             nursery.cancel_scope.cancel()
+
+
+async def test_closing_the_store_waits_for_its_listening_threads(pg_backend: StoreBackend) -> None:
+    """A LISTEN thread still in libpq when the interpreter exits may crash it: the store's
+    close waits (bounded) until the threads of its cancelled listeners have ended."""
+    send, receive = trio.open_memory_channel[Notification](8)
+    with trio.fail_after(30):
+        async with pg_backend.open() as store:
+            assert isinstance(store, PgStore)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(store.listen, [channel_for("ops", "r1")], send)
+                assert (await receive.receive()).resync  # listening in its thread
+                threads = set(store._listening)
+                assert len(threads) == 1
+                nursery.cancel_scope.cancel()  # abandons the thread
+        assert all(finished.is_set() for finished in threads)
