@@ -20,6 +20,7 @@ from ._records import (
     ReplicaRecord,
 )
 from ._sqlite_records import (
+    UPSERT_OPERATION,
     account_from_row,
     account_row,
     agent_from_row,
@@ -75,22 +76,7 @@ _UPSERT_AGENT = _upsert(
     ),
     "session_id",
 )
-_UPSERT_OPERATION = _upsert(
-    "operations",
-    (
-        "id",
-        "account",
-        "type",
-        "payload_json",
-        "state",
-        "created_ms",
-        "updated_ms",
-        "result_json",
-        "error_message",
-        "error_code",
-    ),
-    "id",
-)
+_UPSERT_OPERATION = UPSERT_OPERATION.replace("?", "%s")
 
 
 # Insert-if-absent: a task's first row, so that two replicas given one clientRequestId at

@@ -96,6 +96,29 @@ def agent_from_row(r: Sequence[Any]) -> AgentRecord:
     )
 
 
+_OPERATION_COLUMNS = (
+    "id",
+    "account",
+    "type",
+    "payload_json",
+    "state",
+    "created_ms",
+    "updated_ms",
+    "result_json",
+    "error_message",
+    "error_code",
+)
+# An operation's (or a task's) end is written once: when two replicas end one (the target
+# wrote the agent's result, the origin gave up at its deadline a moment before), the first
+# end stays in the row, which the task already reported; the other reaches only the history.
+UPSERT_OPERATION = (
+    f"INSERT INTO operations VALUES ({','.join('?' * len(_OPERATION_COLUMNS))})"
+    " ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c}=excluded.{c}" for c in _OPERATION_COLUMNS[1:])
+    + " WHERE operations.state NOT IN ('SUCCEEDED', 'FAILED')"
+)
+
+
 def operation_row(op: OperationRecord, now_ms: int) -> tuple[Any, ...]:
     """An operation as the ``operations`` table's columns, in order."""
     return (
@@ -223,10 +246,7 @@ class RecordTables:
         self._write(lambda: self._record_operation(op, message))
 
     def _record_operation(self, op: OperationRecord, message: str) -> None:
-        self._conn.execute(
-            "INSERT OR REPLACE INTO operations VALUES (?,?,?,?,?,?,?,?,?,?)",
-            operation_row(op, self._now_ms()),
-        )
+        self._conn.execute(UPSERT_OPERATION, operation_row(op, self._now_ms()))
         self._history(op, message)
 
     def _history(self, op: OperationRecord, message: str) -> None:

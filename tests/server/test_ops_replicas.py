@@ -371,7 +371,8 @@ async def test_one_client_request_id_posted_to_both_replicas_at_once_runs_once(
                     posting.start_soon(post, r2)
                 assert ids[0] == ids[1]
                 for replica in (r1, r2):
-                    assert (await replica.ended(ids[0]))["status"]["failed"] is False
+                    ended = await replica.ended(ids[0])
+                    assert ended["status"]["failed"] is False, ended["resultObjects"]
                 assert len(agent.received) - before == 1, "ran once"
 
 

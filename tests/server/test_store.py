@@ -309,6 +309,36 @@ async def test_operations_and_history(store_backend: StoreBackend) -> None:
             assert [o.id for o in await store.list_operations(ACCOUNT)] == ["op1"]
 
 
+async def test_an_operations_end_is_written_once(store_backend: StoreBackend) -> None:
+    """Two replicas may end one dispatched operation (the target wrote the agent's result, the
+    origin gave up a moment before): the first end stays, the second reaches the history."""
+    with trio.fail_after(10):
+        async with store_backend.open() as store:
+            op = OperationRecord(id="op2", account=ACCOUNT, type="deployManifest")
+            await store.record_operation(op, "received")
+            await store.record_operation(
+                OperationRecord(
+                    id="op2", account=ACCOUNT, type="deployManifest", state="FAILED", error_code="T"
+                ),
+                "failed: no result in time",
+            )
+            await store.record_operations(
+                [
+                    (
+                        OperationRecord(
+                            id="op2", account=ACCOUNT, type="deployManifest", state="SUCCEEDED"
+                        ),
+                        "result received",
+                    )
+                ]
+            )
+            got = await store.get_operation("op2")
+            assert got is not None
+            assert (got.state, got.error_code) == ("FAILED", "T")
+            history = await store.operation_history("op2")
+            assert [e.state for e in history] == ["PENDING", "FAILED", "SUCCEEDED"]
+
+
 async def test_reopening_keeps_objects_brackets_and_resume_points(
     store_backend: StoreBackend,
 ) -> None:
