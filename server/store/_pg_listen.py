@@ -66,7 +66,11 @@ async def listen(
         if running is not None:
             running.add(finished)
         work = functools.partial(
-            _listen_in_thread, open_connection, channels, stop, listened, deliverer, token, finished
+            _marking_the_end,
+            finished,
+            functools.partial(
+                _listen_in_thread, open_connection, channels, stop, listened, deliverer, token
+            ),
         )
         try:
             await trio.to_thread.run_sync(work, abandon_on_cancel=True)
@@ -85,22 +89,14 @@ async def listen(
         await trio.sleep(delay)
 
 
-def _listen_in_thread(
-    open_connection: Callable[[], Conn],
-    channels: Sequence[str],
-    stop: threading.Event,
-    listened: threading.Event,
-    deliverer: Deliverer,
-    token: trio.lowlevel.TrioToken,
-    finished: threading.Event,
-) -> None:
+def _marking_the_end(finished: threading.Event, work: Callable[[], None]) -> None:
     try:
-        _listen_on(open_connection, channels, stop, listened, deliverer, token)
+        work()
     finally:
         finished.set()
 
 
-def _listen_on(
+def _listen_in_thread(
     open_connection: Callable[[], Conn],
     channels: Sequence[str],
     stop: threading.Event,
