@@ -31,6 +31,9 @@ from ._stores import StoreBackend
 from .test_ops_api import deployed
 
 HEARTBEAT_MS = 200
+# Where no replica dies, production's TTL: a heartbeat held up by a loaded machine (a full
+# test run on 2 cores) must not make a replica look dead and fail its tasks.
+LIVE_TTL_MS = 10_000
 DEPLOY = {
     "account": "k1",
     "manifests": [
@@ -215,8 +218,12 @@ async def test_an_operation_posted_where_the_stream_is_not_runs_where_it_is(
 ) -> None:
     with trio.fail_after(60):
         async with cluster() as c:
-            r1 = await start(c, config("r1", pg_backend.url, lease_ttl_ms=3000, wait_ms=20_000))
-            r2 = await start(c, config("r2", pg_backend.url, lease_ttl_ms=3000, wait_ms=20_000))
+            r1 = await start(
+                c, config("r1", pg_backend.url, lease_ttl_ms=LIVE_TTL_MS, wait_ms=20_000)
+            )
+            r2 = await start(
+                c, config("r2", pg_backend.url, lease_ttl_ms=LIVE_TTL_MS, wait_ms=20_000)
+            )
             agent = await connect(c, r1, deployed)
 
             task_id = await r2.post([{"deployManifest": DEPLOY}])
@@ -253,8 +260,12 @@ async def test_a_task_shows_its_progress_and_end_on_the_replica_not_running_it(
 ) -> None:
     with trio.fail_after(60):
         async with cluster() as c:
-            r1 = await start(c, config("r1", pg_backend.url, lease_ttl_ms=3000, wait_ms=20_000))
-            r2 = await start(c, config("r2", pg_backend.url, lease_ttl_ms=3000, wait_ms=20_000))
+            r1 = await start(
+                c, config("r1", pg_backend.url, lease_ttl_ms=LIVE_TTL_MS, wait_ms=20_000)
+            )
+            r2 = await start(
+                c, config("r2", pg_backend.url, lease_ttl_ms=LIVE_TTL_MS, wait_ms=20_000)
+            )
             held: list[m.Operation] = []
 
             def answer(op: m.Operation) -> m.OperationResult | None:
@@ -330,7 +341,7 @@ async def test_a_dispatch_the_dead_replica_never_took_says_nothing_was_sent(
 async def test_a_task_whose_replica_died_reads_back_failed_on_the_other(
     pg_backend: StoreBackend,
 ) -> None:
-    ttl = 2000  # r2 must stay live (under load) until it is killed
+    ttl = 4000  # r2 must stay live (under load: a full test run) until it is killed
     with mortal(pg_backend, "r2") as dying, trio.fail_after(60):
         async with cluster() as c:
             r1 = await start(c, config("r1", pg_backend.url, lease_ttl_ms=ttl, wait_ms=30_000))
@@ -354,8 +365,12 @@ async def test_one_client_request_id_posted_to_both_replicas_at_once_runs_once(
 ) -> None:
     with trio.fail_after(60):
         async with cluster() as c:
-            r1 = await start(c, config("r1", pg_backend.url, lease_ttl_ms=3000, wait_ms=20_000))
-            r2 = await start(c, config("r2", pg_backend.url, lease_ttl_ms=3000, wait_ms=20_000))
+            r1 = await start(
+                c, config("r1", pg_backend.url, lease_ttl_ms=LIVE_TTL_MS, wait_ms=20_000)
+            )
+            r2 = await start(
+                c, config("r2", pg_backend.url, lease_ttl_ms=LIVE_TTL_MS, wait_ms=20_000)
+            )
             agent = await connect(c, r1, deployed)
             # r2 learns of k1 from the store first (not what this test is about)
             await r2.ended(await r2.post([{"deployManifest": DEPLOY}]))
@@ -383,7 +398,7 @@ async def test_a_replica_that_lost_the_stream_fails_what_was_dispatched_to_it_un
     with trio.fail_after(60):
         async with cluster() as c:
             r1 = await start(
-                c, config("r1", pg_backend.url, lease_ttl_ms=3000, wait_ms=20_000)
+                c, config("r1", pg_backend.url, lease_ttl_ms=LIVE_TTL_MS, wait_ms=20_000)
             )  # no agent: it holds no stream
             store = r1.server.state.store
             now = int(time.time() * 1000)
@@ -417,8 +432,12 @@ async def test_a_dispatched_secret_reaches_the_agent_whole_and_the_store_only_re
     }
     with trio.fail_after(60):
         async with cluster() as c:
-            r1 = await start(c, config("r1", pg_backend.url, lease_ttl_ms=3000, wait_ms=5000))
-            r2 = await start(c, config("r2", pg_backend.url, lease_ttl_ms=3000, wait_ms=5000))
+            r1 = await start(
+                c, config("r1", pg_backend.url, lease_ttl_ms=LIVE_TTL_MS, wait_ms=5000)
+            )
+            r2 = await start(
+                c, config("r2", pg_backend.url, lease_ttl_ms=LIVE_TTL_MS, wait_ms=5000)
+            )
             agent = await connect(c, r1, deployed)
             body = [{"deployManifest": {**DEPLOY, "manifests": [secret]}}]
             task_id = await r2.post(body)

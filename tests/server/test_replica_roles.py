@@ -90,7 +90,7 @@ async def test_one_primary_across_replicas_and_failover_when_a_replica_dies(
     assert pg_backend.server is not None
     user = f"r1_{pg_backend.database}"
     pg_backend.sql(f'CREATE ROLE "{user}" LOGIN SUPERUSER')
-    ttl = 1000
+    ttl = 2000  # a heartbeat held up by a loaded machine must not look like a death
     meta = bearer(token())
     try:
         with trio.fail_after(60):
@@ -196,8 +196,8 @@ async def test_every_replica_knows_the_accounts_of_the_others(pg_backend: StoreB
     meta = bearer(token())
     with trio.fail_after(45):
         async with replicas() as nursery:
-            r1 = await start(nursery, config("r1", pg_backend.url, 1000))
-            r2 = await start(nursery, config("r2", pg_backend.url, 1000))
+            r1 = await start(nursery, config("r1", pg_backend.url, 10_000))
+            r2 = await start(nursery, config("r2", pg_backend.url, 10_000))
             store = r2.server.state.store
             # A replica that crashed long ago, with the row of an agent session it held.
             old = int(time.time() * 1000) - 3_600_000
@@ -267,8 +267,8 @@ async def test_an_account_deleted_on_the_other_replica_is_taken_from_its_agent(
     meta = bearer(token())
     with trio.fail_after(30):
         async with replicas() as nursery:
-            r1 = await start(nursery, config("r1", pg_backend.url, 1000))
-            r2 = await start(nursery, config("r2", pg_backend.url, 1000))
+            r1 = await start(nursery, config("r1", pg_backend.url, 10_000))
+            r2 = await start(nursery, config("r2", pg_backend.url, 10_000))
             async with (
                 wire.open_connection("127.0.0.1", r1.server.grpc_port, metadata=meta) as a,
                 httpx.AsyncClient(base_url=r2.api) as on_r2,
