@@ -29,12 +29,14 @@ import kubesim
 
 from .._wait import wait_until
 from .drain_stack import KINDS, NAMESPACE, new_sim, server_state, sim_state, wait_converged
+from .harness import churned, wait_churned
 from .ops_client import OrcaClient
 from .replica_stack import DRAIN_SECONDS, ReplicaStack, open_replica_stack
 
 pytestmark = pytest.mark.timeout(300)
 
 RECOVERY_BOUND_S = 15.0
+CHURN_RATE = 100  # changes/s: what the agents' share of 2 cores keeps up with
 
 
 def _deploy(name: str) -> dict[str, Any]:
@@ -61,13 +63,6 @@ def _deploy(name: str) -> dict[str, Any]:
     }
 
 
-async def _churn(churn: kubesim.Churn, started: trio.Event) -> None:
-    while True:
-        churn.step()
-        started.set()
-        await trio.sleep(0.01)  # pacing: ~100 changes/s, the agents' share of 2 cores
-
-
 def _ended(task: dict[str, Any]) -> str:
     """How a task ended, as Orca reads it; a failure must say why."""
     status = task["status"]
@@ -91,7 +86,9 @@ async def test_replicas_share_one_cluster_and_survive_kill_and_rollout(
 ) -> None:
     store_url = postgres_server.url(postgres_server.create_database())
     sim = new_sim()
-    churn = kubesim.Churn(sim, rate=1, kinds=tuple(KINDS.values()), namespace=NAMESPACE, seed=13)
+    churn = kubesim.Churn(
+        sim, rate=CHURN_RATE, kinds=tuple(KINDS.values()), namespace=NAMESPACE, seed=13
+    )
     for _ in range(60):
         churn.step()
     async with open_replica_stack(tmp_path, sim, store_url) as stack:
@@ -115,9 +112,8 @@ async def test_replicas_share_one_cluster_and_survive_kill_and_rollout(
         # 3. kill -9 the PRIMARY's replica during churn and during deploys.
         survivor = stack.replica(other)
         async with trio.open_nursery() as churning:
-            started = trio.Event()
-            churning.start_soon(_churn, churn, started)
-            await started.wait()
+            await churning.start(churn.run)  # kubesim's own pacing: CHURN_RATE changes/s
+            await wait_churned(churn, churned(churn) + 1)
             stack.kube.faults.stall_responses(seconds=3, count=1)
             posted = [
                 (other, await far.submit("deployManifest", _deploy("posted-far"))),
