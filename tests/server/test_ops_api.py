@@ -78,11 +78,15 @@ def refused(op: m.Operation) -> m.OperationResult:
 
 @dataclass
 class ScriptedAgent:
+    """Account ``k1``'s agent speaking the protocol: answers each Operation with ``answer``
+    (None: later, with ``reply``)."""
+
     answer: Answer
     received: list[m.Operation] = field(default_factory=list)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     welcomed: trio.Event = field(default_factory=trio.Event)
     changed: Changes = field(default_factory=Changes)  # notified on every operation received
+    stream: wire.ClientStream | None = None
 
     async def run(self, port: int, account: str = "k1") -> None:
         info = m.AccountInfo(name=account, kube_host="10.0.0.1:6443", properties_json="{}")
@@ -95,6 +99,7 @@ class ScriptedAgent:
         )
         with self.scope:
             async with wire.open_connection("127.0.0.1", port) as stream:
+                self.stream = stream
                 await stream.send(m.AgentMessage(hello=hello))
                 while True:
                     name, value = betterproto.which_one_of(await stream.receive(), "message")
@@ -107,6 +112,11 @@ class ScriptedAgent:
                     reply = self.answer(value)
                     if reply is not None:
                         await stream.send(m.AgentMessage(operation_result=reply))
+
+    async def reply(self, result: m.OperationResult) -> None:
+        """Answer an operation ``answer`` left unanswered."""
+        assert self.stream is not None
+        await self.stream.send(m.AgentMessage(operation_result=result))
 
 
 @dataclass

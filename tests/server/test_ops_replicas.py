@@ -9,26 +9,24 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import betterproto
 import httpx
 import psycopg
 import trio
 
-import wire
 from server import RunningServer, ServerConfig, parse_server_config, run_server
 from server.api import serve_api
 from server.store import DispatchRecord, OperationRecord
 from wire import messages as m
 
-from .._wait import Changes, wait_until
+from .._wait import wait_until
 from ..wire._loop import in_loop
 from ._stores import StoreBackend
-from .test_ops_api import deployed
+from .test_ops_api import Answer, ScriptedAgent, deployed
 
 HEARTBEAT_MS = 200
 # Where no replica dies, production's TTL: a heartbeat held up by a loaded machine (a full
@@ -45,7 +43,6 @@ DEPLOY = {
         }
     ],
 }
-Answer = Callable[[m.Operation], m.OperationResult | None]
 
 
 def config(replica: str, url: str, *, lease_ttl_ms: int, wait_ms: int) -> ServerConfig:
@@ -94,45 +91,6 @@ class Replica:
 
 
 @dataclass
-class Agent:
-    """k1's agent: answers each Operation with ``answer`` (None: later, with ``reply``)."""
-
-    answer: Answer
-    received: list[m.Operation] = field(default_factory=list)
-    changed: Changes = field(default_factory=Changes)
-    welcomed: trio.Event = field(default_factory=trio.Event)
-    stream: wire.ClientStream | None = None
-
-    async def run(self, port: int) -> None:
-        info = m.AccountInfo(name="k1", kube_host="10.0.0.1:6443", properties_json="{}")
-        hello = m.Hello(
-            protocol_version=wire.PROTOCOL_VERSION,
-            agent_id="agent-1",
-            instance_id="i-1",
-            agent_version="0.1",
-            accounts=[info],
-        )
-        async with wire.open_connection("127.0.0.1", port) as stream:
-            self.stream = stream
-            await stream.send(m.AgentMessage(hello=hello))
-            while True:
-                name, value = betterproto.which_one_of(await stream.receive(), "message")
-                if name == "welcome":
-                    self.welcomed.set()
-                if name != "operation":
-                    continue
-                self.received.append(value)
-                self.changed.notify()
-                reply = self.answer(value)
-                if reply is not None:
-                    await stream.send(m.AgentMessage(operation_result=reply))
-
-    async def reply(self, result: m.OperationResult) -> None:
-        assert self.stream is not None
-        await self.stream.send(m.AgentMessage(operation_result=result))
-
-
-@dataclass
 class Cluster:
     nursery: trio.Nursery
     clients: AsyncExitStack
@@ -160,9 +118,9 @@ async def start(c: Cluster, cfg: ServerConfig) -> Replica:
     return Replica(server, scope, http)
 
 
-async def connect(c: Cluster, replica: Replica, answer: Answer) -> Agent:
+async def connect(c: Cluster, replica: Replica, answer: Answer) -> ScriptedAgent:
     """k1's agent on ``replica``, once it is k1's PRIMARY there."""
-    agent = Agent(answer)
+    agent = ScriptedAgent(answer)
     c.nursery.start_soon(agent.run, replica.server.grpc_port)
     await agent.welcomed.wait()
     await wait_until(
