@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import _dispatch as dispatch
 from . import _leases as leases
 from ._notify import Notice
+from ._pg_notify import notify as pg_notify
 from ._records import (
     AccountRecord,
     AgentRecord,
@@ -223,7 +224,10 @@ class PgRecordTables:
         return self._in(conn, lambda x: dispatch.expire_dispatched(x, before_ms))
 
     def notify(self, conn: Conn, notices: Sequence[Notice]) -> None:
-        self._tx(conn, lambda cur: _notify(cur, notices))
+        # Outside a transaction: the writers' NOTIFY (``_pg_notify``), committed without
+        # waiting for a WAL flush, as a wake-up needs no durability.
+        for channel, payload in notices:
+            pg_notify(conn, channel, payload)
 
     def get_operation(self, conn: Conn, operation_id: str) -> OperationRecord | None:
         rows = self._read(conn, "SELECT * FROM operations WHERE id=%s", (operation_id,))
