@@ -534,6 +534,10 @@ class RegistryStore:
     ) -> builtins.list[StoredObject]:
         return await self._store.get_objects(keys)
 
+    @property
+    def writer(self) -> str:
+        return self._store.writer
+
     async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
         return await self._store.read_changes(cursor, limit)
 

@@ -111,7 +111,11 @@ async def open_server_state(
         if not alone:
             # Several replicas may share it: their changes reach this replica's feed too.
             follower = ChangeFollower(
-                store, feed, listen=True, poll_seconds=config.replicas.feed_poll_ms / 1000
+                store,
+                feed,
+                listen=True,
+                writer=store.writer,
+                poll_seconds=config.replicas.feed_poll_ms / 1000,
             )
         if operations is None:
             # Issue 6: the real operations service (server/ops) replaces LogOperations.

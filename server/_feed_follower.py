@@ -7,8 +7,9 @@ to its own feed right after the commit, as on SQLite; every other replica's foll
 in the log and publishes it to its feed:
 
 - When it reads: on a notification (the writer's store NOTIFYs CHANGES_CHANNEL after its
-  commits), else every ``poll_seconds``: a notification missed (the listener reconnecting, a
-  writer that died right after its commit) costs at most one poll interval.
+  commits, naming itself: a replica's own notifications do not wake its follower), else every
+  ``poll_seconds``: a notification missed (the listener reconnecting, a writer that died right
+  after its commit) costs at most one poll interval.
 - What it reads: ``Store.read_changes`` from its cursor, in pages of at most ``page_rows``
   writes, until caught up. The store reads by transaction snapshots, not "seq > the last
   seen", so a write that commits late under a lower seq is read, not skipped
@@ -58,6 +59,7 @@ from .store import (
     Store,
     StoredObject,
     group_of,
+    notice_writer,
 )
 
 __all__ = ["ChangeFollower", "FollowerStatistics"]
@@ -98,7 +100,8 @@ class FollowerStatistics:
 class ChangeFollower:
     """Publishes other replicas' changes to ``feed`` (see the module docstring). ``run`` in a
     nursery. With ``listen`` it LISTENs on CHANGES_CHANNEL itself (``Store.listen``, a
-    connection of its own); ``notifications`` (tests) is a channel of wake-ups instead."""
+    connection of its own); ``notifications`` (tests) is a channel of wake-ups instead.
+    ``writer`` is this replica's name in the change log: its own notifications are ignored."""
 
     def __init__(
         self,
@@ -107,6 +110,7 @@ class ChangeFollower:
         *,
         notifications: trio.MemoryReceiveChannel[Notification] | None = None,
         listen: bool = False,
+        writer: str = "",
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         page_rows: int = DEFAULT_PAGE_ROWS,
     ) -> None:
@@ -116,6 +120,8 @@ class ChangeFollower:
         self._feed = feed
         self._notifications = notifications
         self._listen = listen
+        self._writer = writer
+        self.ignored = 0  # notifications of this replica's own changes (tests)
         #: set once listening started (its first resync marker came): for tests
         self.listening = trio.Event()
         self._poll_seconds = poll_seconds
@@ -160,27 +166,36 @@ class ChangeFollower:
             await self._wait()
 
     async def _wait(self) -> None:
-        """Until a notification or the poll interval; then take the other wake-ups already
-        waiting (before the read, so none that comes during it is lost)."""
-        channel = self._notifications
+        """Until a notification of another writer's change (or a resync marker) or the poll
+        interval; then take the other wake-ups already waiting (before the read, so none that
+        comes during it is lost)."""
         with trio.move_on_after(self._poll_seconds):
-            if channel is None:
-                await trio.sleep_forever()
-            try:
-                self._heard(await channel.receive())
-            except (trio.EndOfChannel, trio.ClosedResourceError):
-                self._notifications = None  # the listener ended: polls alone from now on
-                await trio.sleep_forever()
-        if self._notifications is not None:
             while True:
+                channel = self._notifications
+                if channel is None:
+                    await trio.sleep_forever()  # the listener ended: polls alone from now on
                 try:
-                    self._heard(self._notifications.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    notification = await channel.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    self._notifications = None
+                    continue
+                if self._heard(notification):
                     break
+        while self._notifications is not None:
+            try:
+                self._heard(self._notifications.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
 
-    def _heard(self, notification: Notification) -> None:
+    def _heard(self, notification: Notification) -> bool:
+        """Whether ``notification`` calls for a read (not one of this replica's own)."""
         if notification.resync:
             self.listening.set()
+            return True
+        if self._writer and notice_writer(notification.payload) == self._writer:
+            self.ignored += 1
+            return False
+        return True
 
     async def _catch_up(self, cursor: ChangeCursor) -> ChangeCursor:
         """Read and publish pages until none is waiting; the cursor to read on from."""

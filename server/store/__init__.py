@@ -1,7 +1,7 @@
 """The server's cache store: one interface (``Store``), SQLite behind it by default and
 PostgreSQL (``store.url: postgresql://...``) for several server replicas."""
 
-from ._changes import CHANGES_CHANNEL
+from ._changes import CHANGES_CHANNEL, notice_writer
 from ._leases import cluster_refusal
 from ._notify import MAX_PAYLOAD_BYTES, Notice, channel_for
 from ._open import open_store
@@ -68,6 +68,7 @@ __all__ = [
     "cluster_refusal",
     "group_of",
     "is_secret",
+    "notice_writer",
     "open_postgres_store",
     "open_sqlite_store",
     "open_store",

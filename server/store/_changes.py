@@ -33,11 +33,32 @@ from wire import EventRecord, EventType
 from .._errors import StoreError
 from ._records import ObjectRef
 
-__all__ = ["CHANGES_CHANNEL", "FEED_TYPES", "change_message", "read_change_message"]
+__all__ = [
+    "CHANGES_CHANNEL",
+    "FEED_TYPES",
+    "change_message",
+    "change_notice",
+    "notice_writer",
+    "read_change_message",
+]
 
-#: The NOTIFY channel a replica signals its committed changes on (the payload: the newest
-#: seq it wrote; a hint only, readers read the log).
+#: The NOTIFY channel a replica signals its committed changes on (the payload:
+#: ``change_notice``; a hint only, readers read the log).
 CHANGES_CHANNEL = "kubesvc_changes"
+
+
+def change_notice(writer: str, seq: int) -> str:
+    """The payload announcing change ``seq`` of ``writer``: ``"<seq> <writer>"``. The writer
+    is there so that its own follower, which never reads its own rows back, need not wake."""
+    return f"{seq} {writer}"
+
+
+def notice_writer(payload: str) -> str | None:
+    """The writer named in a ``change_notice`` payload; None for a payload without one (a
+    replica of an older version sends the seq alone: treat it as anyone's)."""
+    _, space, writer = payload.partition(" ")
+    return writer if space else None
+
 
 #: The record types the feed forwards; the others are not logged.
 FEED_TYPES = frozenset(

@@ -37,7 +37,7 @@ from wire import EventRecord
 
 from .._errors import StoreError
 from . import _pg_changes as changes
-from ._changes import CHANGES_CHANNEL
+from ._changes import CHANGES_CHANNEL, change_notice
 from ._ingest import DeletedKey, SyncKey, apply_prepared
 from ._pg_notify import notify
 from ._pg_records import PgRecordTables
@@ -295,7 +295,7 @@ class PgCore(PgRecordTables):
         if not seq:
             return
         try:
-            notify(conn, CHANGES_CHANNEL, str(seq))
+            notify(conn, CHANGES_CHANNEL, change_notice(self.writer, seq))
         except StoreError as exc:
             log.warning("after change %d (the others poll): %s", seq, exc)
 

@@ -218,6 +218,12 @@ class Store(Protocol):
         name; the kind compares case-insensitively): the ones that exist, in no order."""
         ...
 
+    @property
+    def writer(self) -> str:
+        """This store instance's name in the change log, which its notifications carry
+        (``change_notice``); "" on SQLite, which has no change log."""
+        ...
+
     async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
         """The next page (at most ``limit`` rows, each one committed write) of the changes
         OTHER store instances committed after ``cursor``; ``None``: an empty page whose

@@ -44,6 +44,11 @@ class SqliteStore(ThreadedStore[SqliteCore]):
         self._write_lock = trio.Lock()
         self._hub = LocalHub()  # one process owns the file: notifications stay in it
 
+    @property
+    def writer(self) -> str:
+        """ "": one process owns the file, and there is no change log."""
+        return ""
+
     async def _write(
         self,
         nbytes: int,

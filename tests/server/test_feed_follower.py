@@ -18,7 +18,8 @@ from server._errors import StoreError
 from server._feed import ChangeFeed, SubscriberLagged, Subscription
 from server._feed_follower import ChangeFollower
 from server._freshness import object_key
-from server.store import CHANGES_CHANNEL, Notification, Store
+from server.store import CHANGES_CHANNEL, Notification, Store, notice_writer
+from server.store._changes import change_notice
 from wire import EventRecord, EventType
 
 from ._stores import StoreBackend
@@ -182,6 +183,37 @@ async def test_the_writers_notify_wakes_the_follower(pg_backend: StoreBackend) -
                 outcome = await a.apply_batch(ACCOUNT, [pod("p1", "1")])
                 assert outcome.change_seq > 0
                 assert [brief(m) for m in await messages(sub, 1)] == [("ADDED", "p1", "1")]
+            n.cancel_scope.cancel()
+
+
+def test_a_notice_names_its_writer_and_an_older_replicas_bare_seq_is_anyones() -> None:
+    assert notice_writer(change_notice("r1/ab12", 42)) == "r1/ab12"
+    assert notice_writer("42") is None  # a replica of an older version: read on it
+
+
+async def test_a_replicas_own_notifications_do_not_wake_its_follower(
+    pg_backend: StoreBackend,
+) -> None:
+    """b's own writes are never read back, so their NOTIFYs (which name b) cost no read; a's
+    still wake b's follower at once (the poll is an hour)."""
+    with trio.fail_after(30):
+        async with pg_backend.open() as a, pg_backend.open() as b, trio.open_nursery() as n:
+            feed = ChangeFeed()
+            follower = ChangeFollower(b, feed, listen=True, writer=b.writer, poll_seconds=HOUR)
+            await n.start(follower.run)
+            with trio.fail_after(10):
+                await follower.listening.wait()
+            while follower.rounds_done < follower.rounds_begun:  # the resync's round
+                await follower.caught_up.wait()
+            rounds = follower.rounds_begun
+            for rv in ("1", "2", "3"):
+                assert (await b.apply_batch(ACCOUNT, [pod("own", rv)])).change_seq > 0
+            with feed.subscribe() as sub:
+                await a.apply_batch(ACCOUNT, [pod("theirs", "4")])
+                assert [brief(m) for m in await messages(sub, 1)] == [("ADDED", "theirs", "4")]
+            # The notifications come in commit order: b's three were heard before a's.
+            assert follower.ignored == 3
+            assert follower.rounds_begun == rounds + 1
             n.cancel_scope.cancel()
 
 
