@@ -518,7 +518,7 @@ def main() -> None:
         "--max-connections",
         type=int,
         default=8,
-        help="--replicas: store.maxConnections per replica (8, as manifests/server sets)",
+        help="--replicas: store.maxConnections per replica (8, as manifests/base/server sets)",
     )
     parser.add_argument(
         "--kube-plain-http",

@@ -1,8 +1,11 @@
-"""manifests/: every document validates against the Kubernetes schemas, the agent's RBAC
-covers what it watches and what operations do, and each config passes its own validation."""
+"""manifests/: every overlay renders (kustomize) to a complete install whose every document
+validates against the Kubernetes schemas, the agent's RBAC covers what it watches and what
+operations do, and each config passes its own validation."""
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +20,15 @@ from kubesvc._cmd_server import with_store_url
 from manifests import ROOT
 from server._app import SHUTDOWN_SLACK_SECONDS
 
+from ._kustomize import kubectl_render, render, rendered_files
+
 K8S_VERSION = "1.30"  # kubernetes-validate ships the schemas: no network needed
-FILES = sorted(ROOT.rglob("*.yaml"))
-MODES = ("service", "infrastructure", "agent")
+OVERLAYS = ROOT / "overlays"
+AGENT_OVERLAYS = ("agent-mode", "agent-namespaced", "infrastructure-mode", "service-mode")
+KUBECONFIG_OVERLAYS = ("infrastructure-mode", "service-mode")
+# The server's two layouts: replicas on PostgreSQL (the default), one replica on SQLite.
+SERVER_OVERLAYS = {"postgresql": "server", "sqlite": "server-sqlite"}
+ALL_OVERLAYS = (*AGENT_OVERLAYS, *SERVER_OVERLAYS.values())
 # The kinds the server caches by default (armory-compat.md) -> (API group, resource).
 CACHED_KINDS = {
     "ReplicaSet": ("apps", "replicasets"),
@@ -55,23 +64,54 @@ OPERATED = [
 ]
 
 
-def _documents(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+@functools.cache
+def _rendered(overlay: str) -> tuple[dict[str, Any], ...]:
+    return tuple(render(OVERLAYS / overlay))
 
 
-def _all(kind: str) -> list[tuple[Path, dict[str, Any]]]:
-    return [(p, d) for p in FILES for d in _documents(p) if d["kind"] == kind]
+def _all(kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every rendered object of ``kind``, with the overlay it came from."""
+    return [(o, d) for o in ALL_OVERLAYS for d in _rendered(o) if d["kind"] == kind]
 
 
-def test_every_mode_has_a_folder_and_the_image_has_a_containerfile() -> None:
-    for mode in (*MODES, "server", "server/sqlite"):
-        assert list((ROOT / mode).glob("*.yaml")), mode
+def _key(document: dict[str, Any]) -> tuple[str, str, str]:
+    meta = document["metadata"]
+    return document["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def test_every_mode_has_an_overlay_and_the_image_has_a_containerfile() -> None:
+    assert sorted(p.parent.name for p in OVERLAYS.glob("*/kustomization.yaml")) == sorted(
+        ALL_OVERLAYS
+    )
     assert 'ENTRYPOINT ["kubesvc"]' in (ROOT / "Containerfile").read_text()
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_validates_against_the_kubernetes_schemas(path: Path) -> None:
-    for document in _documents(path):
+def test_every_yaml_file_is_part_of_an_overlay() -> None:
+    used = set().union(*(rendered_files(OVERLAYS / o) for o in ALL_OVERLAYS))
+    assert sorted(set(ROOT.rglob("*.yaml")) - used) == []
+
+
+@pytest.mark.parametrize("overlay", ALL_OVERLAYS)
+def test_kubectl_kustomize_renders_what_the_projects_reader_does(overlay: str) -> None:
+    # The other tests read the overlays with tests/kubesvc/_kustomize.py, which needs no
+    # kubectl; here the real kustomize (kubectl 1.32) must build the same objects.
+    real = kubectl_render(OVERLAYS / overlay)
+    if real is None:
+        pytest.skip("kubectl is not installed: the overlays were read by the project's reader")
+    ours = _rendered(overlay)
+
+    def canonical(documents: Any) -> list[str]:
+        return sorted(json.dumps(d, sort_keys=True) for d in documents)
+
+    assert sorted(map(_key, real)) == sorted(map(_key, ours))
+    assert canonical(real) == canonical(ours)
+
+
+@pytest.mark.parametrize("overlay", ALL_OVERLAYS)
+def test_validates_against_the_kubernetes_schemas(overlay: str) -> None:
+    documents = _rendered(overlay)
+    assert len(set(map(_key, documents))) == len(documents)  # nothing twice
+    for document in documents:
         # strict: unknown fields are errors too (a typo in a manifest must not pass)
         kubernetes_validate.validate(document, K8S_VERSION, strict=True)
 
@@ -103,40 +143,47 @@ def test_rbac_covers_the_cached_kinds_and_the_operations(kind: str) -> None:
 
 
 def test_every_role_is_bound_to_the_agents_service_account() -> None:
-    accounts = {
-        (d["metadata"]["namespace"], d["metadata"]["name"]) for _, d in _all("ServiceAccount")
-    }
-    for binding_kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
-        for path, binding in _all(binding_kind):
-            assert binding["roleRef"]["kind"] == role_kind, path
-            for subject in binding["subjects"]:
-                assert (subject["namespace"], subject["name"]) in accounts, path
+    for overlay in ALL_OVERLAYS:
+        documents = _rendered(overlay)
+        accounts = {
+            (d["metadata"]["namespace"], d["metadata"]["name"])
+            for d in documents
+            if d["kind"] == "ServiceAccount"
+        }
+        for binding_kind, role_kind in (
+            ("ClusterRoleBinding", "ClusterRole"),
+            ("RoleBinding", "Role"),
+        ):
+            for binding in (d for d in documents if d["kind"] == binding_kind):
+                assert binding["roleRef"]["kind"] == role_kind, overlay
+                for subject in binding["subjects"]:
+                    assert (subject["namespace"], subject["name"]) in accounts, overlay
 
 
-def _agent_configs() -> list[tuple[Path, str]]:
+def _agent_configs() -> list[tuple[str, str]]:
     return [
-        (p, d["data"]["kubesvc.yaml"])
-        for p, d in _all("ConfigMap")
+        (overlay, d["data"]["kubesvc.yaml"])
+        for overlay, d in _all("ConfigMap")
         if "kubesvc.yaml" in d.get("data", {})
     ]
 
 
 def test_each_agent_config_passes_the_agents_validation() -> None:
     configs = _agent_configs()
-    assert len(configs) == 4  # agent, agent/namespaced, service, infrastructure
-    for path, text in configs:
-        config = agent.parse_config(text, source=str(path))
-        assert config.ignored_options == (), (path, config.ignored_options)
-        assert config.kubernetes.accounts, path
-        assert config.server.host == "0.0.0.0", path  # the kubelet probes the pod IP
-        assert not config.clouddriver.insecure, path
-        namespaced = "namespaced" in path.parts
+    assert sorted(overlay for overlay, _ in configs) == sorted(AGENT_OVERLAYS)
+    for overlay, text in configs:
+        config = agent.parse_config(text, source=f"overlays/{overlay}/config.yaml")
+        assert config.ignored_options == (), (overlay, config.ignored_options)
+        assert config.kubernetes.accounts, overlay
+        assert config.server.host == "0.0.0.0", overlay  # the kubelet probes the pod IP
+        assert not config.clouddriver.insecure, overlay
+        namespaced = overlay == "agent-namespaced"
         for account in config.kubernetes.accounts:
-            assert account.only_namespaced_resources == namespaced, path
+            assert account.only_namespaced_resources == namespaced, overlay
+            # An account reaches its cluster the way its overlay mounts for it.
+            assert bool(account.kube_config_file) == (overlay in KUBECONFIG_OVERLAYS), overlay
 
 
-# The server's two layouts: replicas on PostgreSQL (the default), one replica on SQLite.
-SERVER_FOLDERS = {"postgresql": ROOT / "server", "sqlite": ROOT / "server" / "sqlite"}
 # What the kubesvc-server-store Secret's url looks like (docs/postgresql.md).
 STORE_URL = (
     "postgresql://kubesvc@db.example:5432/kubesvc?sslmode=verify-full"
@@ -145,9 +192,8 @@ STORE_URL = (
 
 
 def _server_documents(layout: str, kind: str) -> list[dict[str, Any]]:
-    """The documents of ``kind`` in the layout's own folder (not its subfolders)."""
-    folder = SERVER_FOLDERS[layout]
-    return [d for p in sorted(folder.glob("*.yaml")) for d in _documents(p) if d["kind"] == kind]
+    """The documents of ``kind`` the layout's overlay renders."""
+    return [d for d in _rendered(SERVER_OVERLAYS[layout]) if d["kind"] == kind]
 
 
 def _server_config(layout: str, tmp_path: Path) -> tuple[dict[str, Any], server.ServerConfig]:
@@ -179,7 +225,7 @@ def _server_config(layout: str, tmp_path: Path) -> tuple[dict[str, Any], server.
     return yaml.safe_load(text), config  # as written (data holds the stand-ins)
 
 
-@pytest.mark.parametrize("layout", SERVER_FOLDERS)
+@pytest.mark.parametrize("layout", SERVER_OVERLAYS)
 def test_the_server_config_passes_the_servers_validation(layout: str, tmp_path: Path) -> None:
     data, config = _server_config(layout, tmp_path)
     assert config.grpc.port == 9091
@@ -230,7 +276,7 @@ def test_the_postgresql_layout_runs_two_replicas_with_the_store_from_a_secret(
     assert not _server_documents("postgresql", "PersistentVolumeClaim")
 
 
-@pytest.mark.parametrize("layout", SERVER_FOLDERS)
+@pytest.mark.parametrize("layout", SERVER_OVERLAYS)
 def test_the_server_exposes_grpc_and_rest_to_its_pods(layout: str) -> None:
     [service] = _server_documents(layout, "Service")
     ports = {p["port"]: p for p in service["spec"]["ports"]}
@@ -254,8 +300,8 @@ def test_the_sqlite_layout_is_one_replica_on_a_volume(tmp_path: Path) -> None:
 
 
 def test_agent_deployments_are_one_container_with_probes_and_a_live_config() -> None:
-    deployments = [(p, d) for p, d in _all("Deployment") if "agent" in d["metadata"]["name"]]
-    assert {p.parent.name for p, _ in deployments} == set(MODES)
+    deployments = [(o, d) for o, d in _all("Deployment") if "agent" in d["metadata"]["name"]]
+    assert sorted(o for o, _ in deployments) == sorted(AGENT_OVERLAYS)
     for path, deployment in deployments:
         pod = deployment["spec"]["template"]["spec"]
         [container] = pod["containers"]  # one container, no sidecars
@@ -270,3 +316,13 @@ def test_agent_deployments_are_one_container_with_probes_and_a_live_config() -> 
         assert volumes["tls"]["secret"]["secretName"] == "kubesvc-agent-tls", path
         assert volumes["token"]["secret"]["secretName"] == "kubesvc-agent-token", path
         assert pod["serviceAccountName"] == "kubesvc-agent", path
+        # Kubeconfig modes mount the kubeconfigs and need no token of their own ServiceAccount;
+        # the others reach their cluster with it.
+        [account] = [d for d in _rendered(path) if d["kind"] == "ServiceAccount"]
+        if path in KUBECONFIG_OVERLAYS:
+            assert volumes["kubeconfigs"]["secret"]["secretName"] == "kubesvc-agent-kubeconfigs"
+            assert mounts["kubeconfigs"]["mountPath"] == "/etc/kubesvc-kubeconfigs"
+            assert account["automountServiceAccountToken"] is False, path
+        else:
+            assert "kubeconfigs" not in volumes, path
+            assert account.get("automountServiceAccountToken", True), path
