@@ -42,9 +42,10 @@ def register(subparsers: Any) -> None:
 def with_store_url(config: server.ServerConfig, url: str) -> server.ServerConfig:
     """``config`` with the store at ``url`` (``--store``; a relative SQLite path is relative
     to the current folder). Only the URL is overridden (a Deployment passes it from a
-    Secret): the file's passwordFile and maxConnections still apply. Raises ConfigError."""
-    store = server.store_config(url, pathlib.Path.cwd(), password_file=config.store.password_file)
-    store = dataclasses.replace(store, max_connections=config.store.max_connections)
+    Secret): the file's passwordFile, maxConnections and the rest still apply. Raises
+    ConfigError."""
+    given = server.store_config(url, pathlib.Path.cwd(), password_file=config.store.password_file)
+    store = dataclasses.replace(config.store, url=given.url, password_file=given.password_file)
     return dataclasses.replace(config, store=store)
 
 

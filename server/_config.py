@@ -41,8 +41,8 @@ import yaml
 
 from ._auth import AuthSettings, ClientAuth, JwtSettings, TlsSettings
 from ._errors import ConfigError
+from .store import DEFAULT_STATEMENT_TIMEOUT_MS, parse_store_url, sqlite_url
 from .store import StoreConfig as StoreConfig
-from .store import parse_store_url, sqlite_url
 
 T = TypeVar("T")
 
@@ -374,6 +374,9 @@ def _store(s: _Section) -> StoreConfig:
     kind, path = s.text("type"), s.text("path")
     password_file = s.file_path("passwordFile")
     max_connections = s.integer("maxConnections", 4, low=1, high=1000)
+    statement_timeout_ms = s.integer(
+        "statementTimeoutMs", DEFAULT_STATEMENT_TIMEOUT_MS, low=0, high=3_600_000
+    )
     s.done()
     where = f"{s.path}.url"
     if url:
@@ -390,7 +393,7 @@ def _store(s: _Section) -> StoreConfig:
             )
         url = sqlite_url(path or "kubesvc.db")
     config = store_config(url, s.base, password_file=password_file, where=(s.file, where))
-    return StoreConfig(config.url, config.password_file, max_connections)
+    return StoreConfig(config.url, config.password_file, max_connections, statement_timeout_ms)
 
 
 def store_config(

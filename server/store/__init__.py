@@ -32,10 +32,11 @@ from ._records import (
 from ._schema import MIGRATIONS, Migration
 from ._secrets import is_secret, scrub_secret_object, scrub_secret_records
 from ._sqlite import SqliteStore, open_sqlite_store
-from ._url import StoreConfig, StoreUrl, parse_store_url, sqlite_url
+from ._url import DEFAULT_STATEMENT_TIMEOUT_MS, StoreConfig, StoreUrl, parse_store_url, sqlite_url
 
 __all__ = [
     "CHANGES_CHANNEL",
+    "DEFAULT_STATEMENT_TIMEOUT_MS",
     "MAX_PAYLOAD_BYTES",
     "MIGRATIONS",
     "PG_MIGRATIONS",

@@ -39,6 +39,7 @@ async def open_store(
             config.url,
             password_file=config.password_file,
             max_connections=config.max_connections,
+            statement_timeout_ms=config.statement_timeout_ms,
             now_ms=now_ms,
             replica_id=replica_id,
         ) as pg:

@@ -26,7 +26,7 @@ from ._pg_core import Conn, PgCore, connect, is_broken
 from ._records import Notification
 from ._sqlite_core import wall_clock_ms
 from ._threads import WorkerThreads
-from ._url import DEFAULT_MAX_CONNECTIONS, parse_store_url
+from ._url import DEFAULT_MAX_CONNECTIONS, DEFAULT_STATEMENT_TIMEOUT_MS, parse_store_url
 
 
 class PgStore(ThreadedStore[Conn]):
@@ -152,6 +152,7 @@ async def open_postgres_store(
     *,
     password_file: str = "",
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
     now_ms: Callable[[], int] = wall_clock_ms,
     replica_id: str = "",
 ) -> AsyncIterator[PgStore]:
@@ -159,8 +160,9 @@ async def open_postgres_store(
     apply its migrations under the migration lock.
 
     ``password_file`` (or the URL's ``passwordFile``) holds the password, read at each
-    connect. ``replica_id`` names the server replica using it in the change log (with a
-    suffix of this store's own: two stores never take each other's rows for their own).
+    connect. A statement running past ``statement_timeout_ms`` (0: no bound) fails.
+    ``replica_id`` names the server replica using it in the change log (with a suffix of this
+    store's own: two stores never take each other's rows for their own).
     Raises StoreError when the server cannot be reached or refuses us, SchemaError when the
     schema is newer or a migration fails. Every connection is closed on exit.
     """
@@ -174,10 +176,12 @@ async def open_postgres_store(
     secret_file = password_file or location.password_file
 
     def open_connection() -> Conn:
-        return connect(conninfo, secret_file)
+        return connect(conninfo, secret_file, statement_timeout_ms=statement_timeout_ms)
 
     def open_listen_connection() -> Conn:
-        return connect(conninfo, secret_file, ingest=False)
+        return connect(
+            conninfo, secret_file, ingest=False, statement_timeout_ms=statement_timeout_ms
+        )
 
     threads: WorkerThreads[Conn] = WorkerThreads(
         open_connection, lambda conn: conn.close(), max_connections, is_broken=is_broken

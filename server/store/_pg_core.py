@@ -144,10 +144,13 @@ _DELETE = (
 _DELETE_UID = _DELETE + " AND (%s = '' OR uid = '' OR uid = %s)"
 
 
-def connect(conninfo: str, password_file: str, *, ingest: bool = True) -> Conn:
+def connect(
+    conninfo: str, password_file: str, *, ingest: bool = True, statement_timeout_ms: int = 0
+) -> Conn:
     """A new autocommit connection; raises StoreError naming the server (never a password).
     ``ingest``: ready for batch ingest (lz4, the COPY's temporary table); a connection that
-    only listens or pings needs neither."""
+    only listens or pings needs neither. ``statement_timeout_ms`` (0: none) is the
+    connection's ``statement_timeout``; a URL's own ``options`` come after it, so theirs win."""
     params: dict[str, Any] = {}
     if password_file:
         try:
@@ -164,6 +167,9 @@ def connect(conninfo: str, password_file: str, *, ingest: bool = True) -> Conn:
         if "application_name" not in given:
             params["application_name"] = "kubesvc-server"
         params.update({k: v for k, v in _TCP_SETTINGS.items() if k not in given})
+        if statement_timeout_ms > 0:
+            ours = f"-c statement_timeout={statement_timeout_ms}"
+            params["options"] = f"{ours} {given['options']}" if given.get("options") else ours
         conn: Conn = psycopg.connect(conninfo, autocommit=True, **params)
         try:
             if ingest:

@@ -25,6 +25,10 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 MEMORY = ":memory:"
+# A statement still running after this long (waiting on a lock another replica holds, a
+# server that stopped answering in mid-statement) fails, so it cannot hold a worker or a
+# shutdown forever. Far above any statement's normal run (a batch's ingest takes milliseconds).
+DEFAULT_STATEMENT_TIMEOUT_MS = 60_000
 DEFAULT_MAX_CONNECTIONS = 4
 
 
@@ -35,12 +39,14 @@ class StoreConfig:
     ``url`` is one of the forms above (the loader resolves relative paths); ``password_file``
     a file holding the PostgreSQL password (also ``?passwordFile=`` in the URL);
     ``max_connections`` how many PostgreSQL connections (each with its worker thread) the
-    store keeps at most.
+    store keeps at most; ``statement_timeout_ms`` how long one PostgreSQL statement may run
+    (0: no bound) before it fails with a StoreError (see ``_pg_core.connect``).
     """
 
     url: str = "sqlite://kubesvc.db"
     password_file: str = ""
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS
 
     @property
     def location(self) -> StoreUrl:

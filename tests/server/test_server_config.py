@@ -95,6 +95,7 @@ operations: {waitMs: 1000}
         ("store: {url: 'sqlite://a.db', path: b.db}", "store.path", "not both"),
         ("store: {url: 'sqlite://a.db', passwordFile: x}", "store.passwordFile", "does not"),
         ("store: {maxConnections: 0}", "store.maxConnections", "1..1000"),
+        ("store: {statementTimeoutMs: -1}", "store.statementTimeoutMs", "0..3600000"),
         ("api: {httpServer: nginx}", "api.httpServer", "kubesvc, hypercorn"),
         ("shutdown: {drainSeconds: 0}", "shutdown.drainSeconds", "a number > 0"),
         # .nan passed every comparison: SIGTERM then raised in move_on_at, and a nan
@@ -161,11 +162,12 @@ def test_a_postgresql_password_comes_from_a_file_never_the_text(tmp_path: Path) 
         write(
             tmp_path,
             "store: {url: 'postgresql://kubesvc@db/kubesvc', passwordFile: pg-password,"
-            " maxConnections: 8}",
+            " maxConnections: 8, statementTimeoutMs: 5000}",
         )
     )
     assert config.store.password_file == str(tmp_path / "pg-password")
     assert config.store.max_connections == 8
+    assert config.store.statement_timeout_ms == 5000
     assert config.store.location.conninfo == "postgresql://kubesvc@db/kubesvc"
     # Also as an option of the URL (for --store), taken out before libpq sees the URL.
     config = load_server_config(

@@ -69,6 +69,32 @@ async def test_a_dropped_connection_fails_one_call_and_the_next_reconnects(
             assert await store.count_objects() == 2
 
 
+async def test_a_statement_held_past_the_statement_timeout_fails(pg_backend: StoreBackend) -> None:
+    # A lock another replica holds (here: a bare connection's open transaction) must not hold
+    # a store call, a worker thread and the server's shutdown forever.
+    config = StoreConfig(url=pg_backend.url, max_connections=1, statement_timeout_ms=300)
+    with trio.fail_after(20):
+        async with open_store(config) as store:
+            await store.apply_batch(ACCOUNT, [obj("a")])
+            with psycopg.connect(pg_backend.url) as holder:
+                holder.execute("LOCK TABLE objects IN ACCESS EXCLUSIVE MODE")
+                began = trio.current_time()
+                with pytest.raises(StoreError, match="statement timeout"):
+                    await store.count_objects()
+                assert trio.current_time() - began < 10
+            assert await store.count_objects() == 1  # the lock is gone: the store goes on
+
+
+def test_the_urls_own_statement_timeout_wins(pg_backend: StoreBackend) -> None:
+    conninfo = pg_backend.url
+    with connect(conninfo, "", statement_timeout_ms=300) as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("300ms",)
+    # The URL's options come after ours on the connection: an operator's setting wins.
+    given = psycopg.conninfo.make_conninfo(conninfo, options="-c statement_timeout=0")
+    with connect(given, "", statement_timeout_ms=300) as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
+
+
 def pg_backend_server_sql(backend: StoreBackend, statement: str, *params: object) -> None:
     assert backend.server is not None
     with psycopg.connect(backend.server.url(), autocommit=True) as conn:
