@@ -11,13 +11,15 @@
         await nursery.start(kubesim.Churn(sim, rate=50).run)
 
 What it serves, like a real API server: discovery (legacy and aggregated v2/v2beta1),
-``/version``, ``/healthz``; get/list/watch with resourceVersion rules, paging with expiring
-continue tokens (pages are snapshots at the list's resourceVersion), label and field
-selectors, bookmarks, the streaming list, PartialObjectMetadata; create/replace/patch (merge,
-JSON, strategic, server-side apply)/delete with propagation, the status, scale and pods/log
-subresources; CRDs; lite controllers (Deployment -> ReplicaSet -> Pod, StatefulSet,
-DaemonSet, Job, a kubelet that makes pods Running); bearer tokens and client certificates
-with per-kind verb grants; HTTP/1.1 and HTTP/2.
+OpenAPI (``/openapi/v3`` per group-version and ``/openapi/v2``, with the patch strategies
+kubectl's client-side apply reads), ``/version``, ``/healthz``; get/list/watch with
+resourceVersion rules, paging with expiring continue tokens (pages are snapshots at the
+list's resourceVersion), label and field selectors, bookmarks, the streaming list,
+PartialObjectMetadata; create/replace/patch (merge, JSON, strategic, server-side
+apply)/delete with propagation, the status, scale and pods/log subresources; CRDs; lite
+controllers (Deployment -> ReplicaSet -> Pod, StatefulSet, DaemonSet, Job, a kubelet that
+makes pods Running); bearer tokens and client certificates with per-kind verb grants;
+HTTP/1.1 and HTTP/2.
 
 Where it is simpler than a real cluster: one synchronous process (garbage collection,
 namespace deletion and controllers finish within the write that caused them); pods are

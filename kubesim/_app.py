@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import trio
@@ -21,6 +22,7 @@ from kubesim._faults import Faults, RequestCounters
 from kubesim._h_admin import serve_admin
 from kubesim._h_discovery import DiscoveryDocs, serve_discovery
 from kubesim._h_logs import serve_pod_log
+from kubesim._h_openapi import serve_openapi
 from kubesim._h_read import (
     ReadTarget,
     Wakeups,
@@ -32,6 +34,8 @@ from kubesim._h_read import (
 )
 from kubesim._h_write import serve_write
 from kubesim._http import Receive, Request, Scope, Send, negotiate_metadata, respond, respond_error
+from kubesim._openapi import OpenApiDocs
+from kubesim._resources import ResourceType
 from kubesim._watch import WatchCursor
 
 __all__ = ["ApiApp"]
@@ -62,6 +66,12 @@ class ApiApp:
         self.cut_connection = cut_connection  # shuts a client's TCP connection down
         self.wakeups = Wakeups()
         self.discovery = DiscoveryDocs(cluster)
+        self.openapi = OpenApiDocs(
+            lambda: list(cluster.registry),
+            self._crd_object,
+            lambda: cluster.registry.generation,
+            cluster.config.version.get("gitVersion", ""),
+        )
         self.server_address = ""
         self.unsubscribe = cluster.subscribe(self.wakeups.notify)
 
@@ -87,6 +97,12 @@ class ApiApp:
             # cut a response already under way).
             _log.exception("kubesim: unexpected error on %s %s", request.method, request.path)
             raise
+
+    def _crd_object(self, rtype: ResourceType) -> dict[str, Any] | None:
+        name = self.cluster.registry.crd_name(rtype)
+        if name is None:
+            return None
+        return self.cluster.get("apiextensions.k8s.io", "v1", "customresourcedefinitions", "", name)
 
     def _authenticate(self, request: Request) -> User:
         header = request.headers.get("authorization", "")
@@ -121,6 +137,9 @@ class ApiApp:
         parts = [p for p in path.split("/") if p]
         if not parts:
             raise _status.path_not_found(path)
+        if parts[0] == "openapi":
+            await serve_openapi(request, send, self.openapi, self.cluster.config.openapi)
+            return
         is_api = parts[:1] == ["api"] and len(parts) <= 2
         if parts in (["api"], ["apis"]) or is_api or (parts[:1] == ["apis"] and len(parts) <= 3):
             if request.method != "GET":
