@@ -8,6 +8,7 @@
         server.kubeconfig("kubeconfig.yaml")              # token auth for user "admin"
         server.faults.fail_next(2, status=429)            # inject faults
         server.requests.count("list", "pods")             # request counters
+        server.writes.recent("patch", "deployments.apps") # what clients wrote, bodies included
         await nursery.start(kubesim.Churn(sim, rate=50).run)
 
 What it serves, like a real API server: discovery (legacy and aggregated v2/v2beta1),
@@ -33,7 +34,7 @@ from kubesim._auth import ALL_VERBS, READ_VERBS, User, Users
 from kubesim._churn import Churn, ChurnStatistics
 from kubesim._cluster import Cluster, SimConfig
 from kubesim._errors import ApiError, ApplyConflict, InvalidObject, KubesimError, PatchError
-from kubesim._faults import Faults, RequestCounters
+from kubesim._faults import Faults, RequestCounters, Write, WriteLog
 from kubesim._loader import load_pods, realistic_pod
 from kubesim._resources import ResourceType
 from kubesim._server import Server, open_server
@@ -56,6 +57,8 @@ __all__ = [
     "SimConfig",
     "User",
     "Users",
+    "Write",
+    "WriteLog",
     "load_pods",
     "open_server",
     "realistic_pod",

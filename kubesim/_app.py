@@ -18,7 +18,7 @@ from kubesim import _status
 from kubesim._auth import User, Users
 from kubesim._cluster import Cluster
 from kubesim._errors import ApiError
-from kubesim._faults import Faults, RequestCounters
+from kubesim._faults import Faults, RequestCounters, Write, WriteLog
 from kubesim._h_admin import serve_admin
 from kubesim._h_discovery import DiscoveryDocs, serve_discovery
 from kubesim._h_logs import serve_pod_log
@@ -57,11 +57,13 @@ class ApiApp:
         counters: RequestCounters,
         peer_names: dict[tuple[str, int], str],
         cut_connection: Callable[[tuple[str, int]], None],
+        writes: WriteLog | None = None,
     ) -> None:
         self.cluster = cluster
         self.users = users
         self.faults = faults
         self.counters = counters
+        self.writes = writes if writes is not None else WriteLog()
         self.peer_names = peer_names  # client address -> client-certificate common name
         self.cut_connection = cut_connection  # shuts a client's TCP connection down
         self.wakeups = Wakeups()
@@ -228,7 +230,20 @@ class ApiApp:
                 fault=self.faults.take_watch_fault(),
             )
         else:
-            await serve_write(self.cluster, target, sub, request, send)
+            try:
+                await serve_write(self.cluster, target, sub, request, send)
+            finally:
+                self.writes.record(
+                    Write(
+                        verb,
+                        resource,
+                        request.path,
+                        dict(request.query),
+                        request.headers.get("content-type", ""),
+                        request.body_read,
+                        request.headers.get("user-agent", ""),
+                    )
+                )
 
 
 def _encode_version(cluster: Cluster) -> bytes:
