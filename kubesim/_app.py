@@ -140,6 +140,10 @@ class ApiApp:
         if not parts:
             raise _status.path_not_found(path)
         if parts[0] == "openapi":
+            self.counters.record("get", "openapi")
+            injected = self.faults.take_failure("get", "openapi", named_only=True)
+            if injected is not None:
+                raise injected[0]
             await serve_openapi(request, send, self.openapi, self.cluster.config.openapi)
             return
         is_api = parts[:1] == ["api"] and len(parts) <= 2

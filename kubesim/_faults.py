@@ -112,10 +112,16 @@ class Faults:
     def clear(self) -> None:
         self.__init__()  # type: ignore[misc]
 
-    def take_failure(self, verb: str, resource: str) -> tuple[ApiError, int | None] | None:
-        """The injected error for this request, if one is armed (and consume it)."""
+    def take_failure(
+        self, verb: str, resource: str, *, named_only: bool = False
+    ) -> tuple[ApiError, int | None] | None:
+        """The injected error for this request, if one is armed (and consume it).
+        ``named_only``: only a failure armed for this very ``resource`` (the OpenAPI
+        documents fail only when asked to, not with "the next API requests")."""
         for failure in self._failures:
             if failure.resource not in (None, resource) or failure.verb not in (None, verb):
+                continue
+            if named_only and failure.resource != resource:
                 continue
             failure.remaining -= 1
             if failure.remaining <= 0:
