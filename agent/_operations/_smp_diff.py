@@ -62,6 +62,12 @@ _DELTA = _DiffOptions(ignore_deletions=True)
 _DELETIONS = _DiffOptions(ignore_changes_and_additions=True)
 
 
+def _retaining(options: _DiffOptions, retain_keys: bool) -> _DiffOptions:
+    if options.build_retain_keys == retain_keys:
+        return options
+    return replace(options, build_retain_keys=retain_keys)
+
+
 def three_way_strategic_merge_patch(
     original: dict[str, Any] | None,
     modified: dict[str, Any],
@@ -107,6 +113,12 @@ def _diff_maps(
                 patch[key] = want
             continue
         have = original[key]
+        if have == want and same_type(have, want):
+            # Equal values give an empty patch (no order or retainKeys to send either); a
+            # deep comparison in C first keeps a re-apply of an unchanged manifest cheap.
+            # (Python's == takes a nested True for 1, which Go's DeepEqual does not: a
+            # manifest swapping those in one field keeps the live value.)
+            continue
         if key == DIRECTIVE:
             if not isinstance(have, str) or not isinstance(want, str):
                 raise fail(f"invalid value for special key: {DIRECTIVE}")
@@ -150,9 +162,7 @@ def _map_diff(
         if not options.ignore_changes_and_additions:
             patch[key] = want
         return
-    nested = _diff_maps(
-        have, want, schema, meta.node, replace(options, build_retain_keys=meta.retain_keys)
-    )
+    nested = _diff_maps(have, want, schema, meta.node, _retaining(options, meta.retain_keys))
     if nested:
         patch[key] = nested
 
@@ -177,7 +187,7 @@ def _slice_diff(
         schema,
         meta.node,
         meta.merge_key,
-        replace(options, build_retain_keys=meta.retain_keys),
+        _retaining(options, meta.retain_keys),
     )
     if added:
         patch[key] = added

@@ -51,18 +51,25 @@ def fail(message: str) -> SmpError:
 # -- Go's view of JSON values -------------------------------------------------------------
 
 
+_KINDS = {
+    dict: "map",
+    list: "slice",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "bool",
+    type(None): "nil",
+}
+
+
 def _kind(value: Any) -> str:
     """A value's type as Go's decoded JSON has it (integral numbers are int64 there)."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, dict):
-        return "map"
-    if isinstance(value, list):
-        return "slice"
+    kind = _KINDS.get(type(value))
+    if kind is not None:
+        return kind
+    for base, name in _KINDS.items():  # a subclass (decoded by something else)
+        if isinstance(value, base):
+            return "bool" if isinstance(value, bool) else name
     return "nil"
 
 

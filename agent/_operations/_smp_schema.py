@@ -44,23 +44,21 @@ _GVK = "x-kubernetes-group-version-kind"
 
 @dataclass(frozen=True, slots=True)
 class FieldPatch:
-    """One field's strategy: ``strategies`` (its ``x-kubernetes-patch-strategy`` split on
-    commas), ``merge_key``, and ``node``, the definition describing its value (a list's
-    items), or None when the schema says nothing more."""
+    """One field's ``x-kubernetes-patch-strategy``, split as kubectl splits it: ``strategy``
+    ("merge", "replace" or "" for none) and ``retain_keys``; its ``merge_key``; and
+    ``node``, the definition describing its value (a list's items), or None when the schema
+    says nothing more."""
 
-    strategies: tuple[str, ...] = ()
+    strategy: str = ""
+    retain_keys: bool = False
     merge_key: str = ""
     node: str | None = None
 
-    @property
-    def retain_keys(self) -> bool:
-        return "retainKeys" in self.strategies
-
-    @property
-    def strategy(self) -> str:
-        """The strategy besides retainKeys: "merge", "replace" or "" (none)."""
-        rest = [s for s in self.strategies if s != "retainKeys"]
-        return rest[0] if rest else ""
+    @classmethod
+    def parse(cls, strategies: str, merge_key: str, node: str | None) -> FieldPatch:
+        names = [s for s in strategies.split(",") if s]
+        rest = [s for s in names if s != "retainKeys"]
+        return cls(rest[0] if rest else "", len(rest) < len(names), merge_key, node)
 
 
 NO_PATCH_META: Final = FieldPatch()
@@ -141,10 +139,13 @@ class _Compiler:
         # The strategy sits on the property itself, beside the $ref (as kubectl reads it).
         strategy = prop.get("x-kubernetes-patch-strategy")
         merge_key = prop.get("x-kubernetes-patch-merge-key")
-        strategies = tuple(strategy.split(",")) if isinstance(strategy, str) and strategy else ()
         items = prop.get("items")
         target = self._target(where, items if isinstance(items, Mapping) else prop)
-        return FieldPatch(strategies, merge_key if isinstance(merge_key, str) else "", target)
+        return FieldPatch.parse(
+            strategy if isinstance(strategy, str) else "",
+            merge_key if isinstance(merge_key, str) else "",
+            target,
+        )
 
     def _target(self, where: str, schema: Mapping[str, Any]) -> str | None:
         """The node describing ``schema``'s value: its $ref's definition, or an inline one."""
