@@ -72,10 +72,10 @@ class PatchSchemas:
         self._checked_at = float("-inf")
         self._retry_at = float("-inf")
         self._v3_index: dict[str, str] | None = None
-        self._v3_documents: dict[str, PatchSchema] = {}
+        self._v3_index_read_at = float("-inf")
+        self._v3_documents: dict[str, PatchSchema | None] = {}  # None: listed, yet 404
         self._v2: PatchSchema | None = None
         self._unpublished = False  # neither v3 nor v2, for this server version
-        self.fetches = 0  # documents fetched (tests and metrics read it)
 
     async def for_kind(self, res: Resource) -> KindSchema | None:
         """The schema of ``res``'s kind, or None: not published, not described, or the
@@ -109,7 +109,7 @@ class PatchSchemas:
             return None
         if self._v3_index is None and self._v2 is None:
             try:
-                self._v3_index = v3_document_paths(await self._get_json("/openapi/v3"))
+                await self._read_v3_index()
             except _Unpublished:
                 try:
                     self._v2 = parse_v2(await self._get_json("/openapi/v2"))
@@ -132,20 +132,26 @@ class PatchSchemas:
         assert self._v3_index is not None
         path = f"apis/{res.group}/{res.version}" if res.group else f"api/{res.version}"
         url = self._v3_index.get(path)
-        if url is None:
-            # A group-version newer than the index (a CRD created since): read it again.
-            self._v3_index = v3_document_paths(await self._get_json("/openapi/v3"))
-            url = self._v3_index.get(path)
-            if url is None:
-                return None
-        found = self._v3_documents.get(url)
-        if found is None:
+        if url is None and trio.current_time() - self._v3_index_read_at >= self._retry:
+            # A group-version newer than the index (a CRD created since): read it again,
+            # at most every retry_seconds for one the cluster does not publish at all.
             try:
-                found = parse_v3(await self._get_json(url))
+                await self._read_v3_index()
             except _Unpublished:
                 return None
-            self._v3_documents[url] = found
-        return found
+            url = self._v3_index.get(path)
+        if url is None:
+            return None
+        if url not in self._v3_documents:
+            try:
+                self._v3_documents[url] = parse_v3(await self._get_json(url))
+            except _Unpublished:
+                self._v3_documents[url] = None
+        return self._v3_documents[url]
+
+    async def _read_v3_index(self) -> None:
+        self._v3_index = v3_document_paths(await self._get_json("/openapi/v3"))
+        self._v3_index_read_at = trio.current_time()
 
     def _forget(self, version: str) -> None:
         if self._version is not None:
@@ -157,6 +163,7 @@ class PatchSchemas:
             )
         self._version = version
         self._v3_index = None
+        self._v3_index_read_at = float("-inf")
         self._v3_documents = {}
         self._v2 = None
         self._unpublished = False
@@ -173,7 +180,6 @@ class PatchSchemas:
         403, KubeError for any other failure."""
         parts = urlsplit(url)
         params = dict(parse_qsl(parts.query)) or None
-        self.fetches += 1
         reply = await self._client.request("GET", parts.path, params=params, headers=_ACCEPT)
         if reply.status_code in (403, 404):
             raise _Unpublished(url)
