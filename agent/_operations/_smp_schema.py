@@ -103,8 +103,10 @@ class PatchSchema:
             return found.values or NO_PATCH_META
         return meta
 
-    def __len__(self) -> int:
-        return len(self._nodes)
+    def fields_of(self, node: str | None) -> list[str]:
+        """The fields of ``node`` the schema keeps (those that can carry a strategy)."""
+        found = self._nodes.get(node) if node is not None else None
+        return list(found.fields) if found is not None else []
 
 
 class _Compiler:

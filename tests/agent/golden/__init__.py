@@ -1,6 +1,10 @@
 """Golden results of real ``kubectl apply`` (recorded by ``record_kubectl_apply.py`` from the
 cases of ``kubectl_cases.py`` into ``kubectl_apply/``), replayed by
-``tests/agent/test_apply_golden.py``; and what the recorder and the replay share."""
+``tests/agent/test_apply_golden.py``; and what the recorder and the replay share.
+
+``kubernetes_openapi_v3_apps_v1.json`` is a real API server's ``/openapi/v3/apis/apps/v1``
+(kubernetes/kubectl's ``testdata/openapi/v3/apis/apps/v1.json``, Apache-2.0), reduced to the
+Deployment's definitions without descriptions, defaults and plain scalar properties."""
 
 from __future__ import annotations
 
@@ -10,9 +14,10 @@ from typing import Any
 
 import kubesim
 
-__all__ = ["RESULTS", "strip_volatile", "write_record"]
+__all__ = ["REAL_APPS_V1", "RESULTS", "strip_volatile", "write_record"]
 
 RESULTS = Path(__file__).parent / "kubectl_apply"
+REAL_APPS_V1 = Path(__file__).parent / "kubernetes_openapi_v3_apps_v1.json"
 VOLATILE_METADATA = ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields")
 
 
