@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import trio
@@ -17,10 +18,11 @@ from kubesim import _status
 from kubesim._auth import User, Users
 from kubesim._cluster import Cluster
 from kubesim._errors import ApiError
-from kubesim._faults import Faults, RequestCounters
+from kubesim._faults import Faults, RequestCounters, Write, WriteLog
 from kubesim._h_admin import serve_admin
 from kubesim._h_discovery import DiscoveryDocs, serve_discovery
 from kubesim._h_logs import serve_pod_log
+from kubesim._h_openapi import serve_openapi
 from kubesim._h_read import (
     ReadTarget,
     Wakeups,
@@ -32,6 +34,8 @@ from kubesim._h_read import (
 )
 from kubesim._h_write import serve_write
 from kubesim._http import Receive, Request, Scope, Send, negotiate_metadata, respond, respond_error
+from kubesim._openapi import OpenApiDocs
+from kubesim._resources import ResourceType
 from kubesim._watch import WatchCursor
 
 __all__ = ["ApiApp"]
@@ -53,15 +57,23 @@ class ApiApp:
         counters: RequestCounters,
         peer_names: dict[tuple[str, int], str],
         cut_connection: Callable[[tuple[str, int]], None],
+        writes: WriteLog | None = None,
     ) -> None:
         self.cluster = cluster
         self.users = users
         self.faults = faults
         self.counters = counters
+        self.writes = writes if writes is not None else WriteLog()
         self.peer_names = peer_names  # client address -> client-certificate common name
         self.cut_connection = cut_connection  # shuts a client's TCP connection down
         self.wakeups = Wakeups()
         self.discovery = DiscoveryDocs(cluster)
+        self.openapi = OpenApiDocs(
+            lambda: list(cluster.registry),
+            self._crd_object,
+            lambda: cluster.registry.generation,
+            cluster.config.version.get("gitVersion", ""),
+        )
         self.server_address = ""
         self.unsubscribe = cluster.subscribe(self.wakeups.notify)
 
@@ -87,6 +99,12 @@ class ApiApp:
             # cut a response already under way).
             _log.exception("kubesim: unexpected error on %s %s", request.method, request.path)
             raise
+
+    def _crd_object(self, rtype: ResourceType) -> dict[str, Any] | None:
+        name = self.cluster.registry.crd_name(rtype)
+        if name is None:
+            return None
+        return self.cluster.get("apiextensions.k8s.io", "v1", "customresourcedefinitions", "", name)
 
     def _authenticate(self, request: Request) -> User:
         header = request.headers.get("authorization", "")
@@ -121,6 +139,13 @@ class ApiApp:
         parts = [p for p in path.split("/") if p]
         if not parts:
             raise _status.path_not_found(path)
+        if parts[0] == "openapi":
+            self.counters.record("get", "openapi")
+            injected = self.faults.take_failure("get", "openapi", named_only=True)
+            if injected is not None:
+                raise injected[0]
+            await serve_openapi(request, send, self.openapi, self.cluster.config.openapi)
+            return
         is_api = parts[:1] == ["api"] and len(parts) <= 2
         if parts in (["api"], ["apis"]) or is_api or (parts[:1] == ["apis"] and len(parts) <= 3):
             if request.method != "GET":
@@ -209,7 +234,20 @@ class ApiApp:
                 fault=self.faults.take_watch_fault(),
             )
         else:
-            await serve_write(self.cluster, target, sub, request, send)
+            try:
+                await serve_write(self.cluster, target, sub, request, send)
+            finally:
+                self.writes.record(
+                    Write(
+                        verb,
+                        resource,
+                        request.path,
+                        dict(request.query),
+                        request.headers.get("content-type", ""),
+                        request.body_read,
+                        request.headers.get("user-agent", ""),
+                    )
+                )
 
 
 def _encode_version(cluster: Cluster) -> bytes:

@@ -57,6 +57,9 @@ class SimConfig:
     # before (e.g. the time in microseconds, as ``kubesvc sim`` does), or clients resuming
     # with a stored version get "Too large resource version" (504).
     first_resource_version: int = 0
+    # The OpenAPI documents published ("v3": /openapi/v3 and its per group-version documents,
+    # "v2": /openapi/v2), as a real API server does; fewer to play an older or stricter one.
+    openapi: tuple[str, ...] = ("v2", "v3")
     version: dict[str, str] = field(
         default_factory=lambda: {
             "major": "1",

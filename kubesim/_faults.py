@@ -1,4 +1,5 @@
-"""Injected faults and request counters, for tests (sans-I/O: the server asks, these answer).
+"""Injected faults, request counters and the write log, for tests (sans-I/O: the server asks,
+these answer).
 
 Faults are armed from Python (``server.faults``) or the admin endpoint and consumed by the
 requests they hit: ``fail_next(3, status=429)`` fails exactly the next three API requests.
@@ -7,12 +8,12 @@ requests they hit: ``fail_next(3, status=429)`` fails exactly the next three API
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from kubesim._errors import ApiError
 
-__all__ = ["Faults", "RequestCounters", "WatchFault"]
+__all__ = ["Faults", "RequestCounters", "WatchFault", "Write", "WriteLog"]
 
 _REASONS = {
     429: ("TooManyRequests", "Too many requests, please try again later."),
@@ -111,10 +112,16 @@ class Faults:
     def clear(self) -> None:
         self.__init__()  # type: ignore[misc]
 
-    def take_failure(self, verb: str, resource: str) -> tuple[ApiError, int | None] | None:
-        """The injected error for this request, if one is armed (and consume it)."""
+    def take_failure(
+        self, verb: str, resource: str, *, named_only: bool = False
+    ) -> tuple[ApiError, int | None] | None:
+        """The injected error for this request, if one is armed (and consume it).
+        ``named_only``: only a failure armed for this very ``resource`` (the OpenAPI
+        documents fail only when asked to, not with "the next API requests")."""
         for failure in self._failures:
             if failure.resource not in (None, resource) or failure.verb not in (None, verb):
+                continue
+            if named_only and failure.resource != resource:
                 continue
             failure.remaining -= 1
             if failure.remaining <= 0:
@@ -161,3 +168,37 @@ class RequestCounters:
 
     def reset(self) -> None:
         self._counts.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write request as it reached the server: what a client sent, to assert on."""
+
+    verb: str  # create, update, patch, delete, deletecollection
+    resource: str  # "deployments.apps"
+    path: str
+    query: dict[str, str]
+    content_type: str
+    body: bytes
+    user_agent: str = ""
+
+
+class WriteLog:
+    """The last ``size`` write requests (oldest first), whatever their answer."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._writes: deque[Write] = deque(maxlen=size)
+
+    def record(self, write: Write) -> None:
+        self._writes.append(write)
+
+    def recent(self, verb: str | None = None, resource: str | None = None) -> list[Write]:
+        """The kept writes of ``verb`` on ``resource`` (any when None), oldest first."""
+        return [
+            w
+            for w in self._writes
+            if (verb is None or w.verb == verb) and (resource is None or w.resource == resource)
+        ]
+
+    def clear(self) -> None:
+        self._writes.clear()

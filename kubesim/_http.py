@@ -57,6 +57,7 @@ class Request:
     verb: str = ""
     resource: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    _body: bytes | None = None
 
     @classmethod
     def from_scope(cls, scope: Scope, receive: Receive) -> Request:
@@ -81,8 +82,16 @@ class Request:
         except ValueError:
             raise ApiError(400, "BadRequest", f"{name}: invalid integer {text!r}") from None
 
+    @property
+    def body_read(self) -> bytes:
+        """What ``body()`` has read so far (b"" before it is called)."""
+        return self._body or b""
+
     async def body(self, limit: int = MAX_BODY) -> bytes:
-        """The whole request body; raises ApiError 413 past ``limit`` bytes."""
+        """The whole request body (read once, then kept); raises ApiError 413 past ``limit``
+        bytes."""
+        if self._body is not None:
+            return self._body
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -96,7 +105,8 @@ class Request:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        return b"".join(chunks)
+        self._body = b"".join(chunks)
+        return self._body
 
 
 def _headers(content_type: str, extra: list[tuple[str, str]] | None) -> list[tuple[bytes, bytes]]:

@@ -211,6 +211,13 @@ class Registry:
             self._by_gvr[(rtype.group, rtype.version, rtype.plural)] = rtype
         self.generation += 1
 
+    def crd_name(self, rtype: ResourceType) -> str | None:
+        """The name of the CustomResourceDefinition serving ``rtype``; None for a built-in kind."""
+        for name, types in self._crds.items():
+            if rtype in types:
+                return name
+        return None
+
     def remove_crd(self, name: str) -> list[ResourceType]:
         types = self._crds.pop(name, [])
         for rtype in types:

@@ -20,6 +20,7 @@ __all__ = [
     "ListType",
     "is_atomic_map",
     "smp_list_strategy",
+    "smp_patch_strategy",
     "ssa_list_type",
 ]
 
@@ -30,6 +31,7 @@ BUILTIN_KINDS: Final = frozenset(
         "HorizontalPodAutoscaler", "PersistentVolumeClaim", "Role", "RoleBinding", "ClusterRole",
         "ClusterRoleBinding", "CustomResourceDefinition", "Endpoints", "Event", "Node",
         "PersistentVolume", "ReplicationController", "PodTemplate", "LimitRange", "ResourceQuota",
+        "ControllerRevision",
     }
 )  # fmt: skip
 
@@ -73,6 +75,8 @@ _SSA_LISTS: Final[dict[str, ListType]] = {
     "hostAliases": _map("ip"),
     "conditions": _map("type"),
     "topologySpreadConstraints": _map("topologyKey", "whenUnsatisfiable"),
+    "schedulingGates": _BY_NAME,
+    "resourceClaims": _BY_NAME,
 }
 
 # Strategic merge patch keys (``patchMergeKey``); a list not named here is replaced whole.
@@ -88,7 +92,15 @@ _SMP_KEYS: Final[dict[str, str]] = {
     "hostAliases": "ip",
     "conditions": "type",
     "topologySpreadConstraints": "topologyKey",
+    "schedulingGates": "name",
+    "resourceClaims": "name",
 }
+
+# Keyed lists whose items also carry ``retainKeys`` (a volume has one source: the patch's
+# keys replace the item's other keys), and the one object field with it (a Deployment's
+# strategy: switching to Recreate drops rollingUpdate). From k8s.io/api's patchStrategy tags.
+_RETAIN_KEYS_LISTS: Final = frozenset({"volumes", "resourceClaims"})
+_RETAIN_KEYS_FIELDS: Final = frozenset({("Deployment", ("spec", "strategy"))})
 
 # Label selectors (LabelSelector is +structType=atomic wherever it appears), Service
 # selectors and node selectors (+mapType=atomic) are owned as one value.
@@ -97,10 +109,16 @@ _ATOMIC_MAPS: Final = frozenset(
 )
 
 
+def _in_object_meta(kind: str, names: tuple[str, ...]) -> bool:
+    """Whether ``names`` is a field of an ObjectMeta: the object's own ``metadata``, or (in a
+    built-in kind, where every ``metadata`` is one) a pod or claim template's."""
+    return names[-2:-1] == ("metadata",) and (len(names) == 2 or kind in BUILTIN_KINDS)
+
+
 def ssa_list_type(kind: str, names: tuple[str, ...]) -> ListType:
     """The server-side apply list type of the list at ``names`` in an object of ``kind``."""
     field = names[-1]
-    if len(names) == 2 and names[0] == "metadata":
+    if _in_object_meta(kind, names):
         if field == "finalizers":
             return SET
         if field == "ownerReferences":
@@ -114,6 +132,8 @@ def ssa_list_type(kind: str, names: tuple[str, ...]) -> ListType:
         if kind == "Service" and names == ("spec", "ports"):
             return _SERVICE_PORTS
         return ATOMIC
+    if kind == "ServiceAccount" and len(names) == 1:
+        return _BY_NAME if field == "secrets" else ATOMIC
     return _SSA_LISTS.get(field, ATOMIC)
 
 
@@ -124,7 +144,7 @@ def smp_list_strategy(kind: str, names: tuple[str, ...]) -> str | None:
     merged as a set (``metadata.finalizers``), or ``None`` for a list the patch replaces.
     """
     field = names[-1]
-    if len(names) == 2 and names[0] == "metadata":
+    if _in_object_meta(kind, names):
         if field == "finalizers":
             return ""
         if field == "ownerReferences":
@@ -138,7 +158,24 @@ def smp_list_strategy(kind: str, names: tuple[str, ...]) -> str | None:
         if kind == "Service" and names == ("spec", "ports"):
             return "port"
         return None
+    if kind == "ServiceAccount" and len(names) == 1:
+        # A ServiceAccount's secrets merge by name; its imagePullSecrets are atomic (unlike
+        # a pod's).
+        return "name" if field == "secrets" else None
     return _SMP_KEYS.get(field)
+
+
+def smp_patch_strategy(kind: str, names: tuple[str, ...], *, is_list: bool) -> str:
+    """``x-kubernetes-patch-strategy`` of the field at ``names`` ("" for none): "merge" for a
+    list merged by key or as a set, plus ",retainKeys" where the API has it; "retainKeys"
+    for the one object field that carries it."""
+    if not is_list:
+        return "retainKeys" if (kind, names) in _RETAIN_KEYS_FIELDS else ""
+    if smp_list_strategy(kind, names) is None:
+        return ""
+    if names[-1] in _RETAIN_KEYS_LISTS and kind in BUILTIN_KINDS:
+        return "merge,retainKeys"
+    return "merge"
 
 
 def is_atomic_map(kind: str, names: tuple[str, ...]) -> bool:

@@ -30,7 +30,7 @@ from kubesim._auth import User, Users
 from kubesim._certs import CertificateAuthority, KeyPair
 from kubesim._cluster import Cluster
 from kubesim._errors import KubesimError
-from kubesim._faults import Faults, RequestCounters
+from kubesim._faults import Faults, RequestCounters, WriteLog
 from kubesim._hypercorn import ConnectionServer
 
 __all__ = ["Server", "open_server"]
@@ -61,13 +61,20 @@ class Server:
         self.users = users
         self.faults = Faults()
         self.requests = RequestCounters()
+        self.writes = WriteLog()  # the last write requests, bodies included
         self.tls = tls
         self.host = host
         self.port = 0
         self._peer_names: dict[tuple[str, int], str] = {}
         self._sockets: dict[tuple[str, int], trio.socket.SocketType] = {}
         self.app = ApiApp(
-            cluster, users, self.faults, self.requests, self._peer_names, self._cut_connection
+            cluster,
+            users,
+            self.faults,
+            self.requests,
+            self._peer_names,
+            self._cut_connection,
+            self.writes,
         )
         self.ca = CertificateAuthority() if tls else None
         self._serving: KeyPair | None = None

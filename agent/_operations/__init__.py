@@ -4,9 +4,12 @@
 each ``messages.Operation``; it answers a ``messages.OperationResult`` whose ``result_json``
 is ``{"result", "phases", "objects", "deleted"}`` (docs/protocol.md §11.2).
 Modules: ``_executor`` (dedup, concurrency, deadlines, dispatch), ``_kinds`` (kind ->
-resource via discovery), ``_manifests`` (sans-I/O deploy preparation), ``_threeway``
-(client-side apply's patch), ``_apply`` / ``_deploy`` / ``_delete`` / ``_rollout`` (the
-operations), ``_kube`` (the calls, errors translated), ``_outcome`` (what is reported).
+resource via discovery), ``_manifests`` (sans-I/O deploy preparation), client-side apply's
+patches: ``_smp_diff`` + ``_smp_merge`` (kubectl's three-way strategic merge patch),
+``_smp_schema`` (the merge keys and strategies read from OpenAPI), ``_openapi`` (fetching and
+caching the cluster's OpenAPI), ``_threeway`` (the JSON merge patch for custom resources);
+``_apply`` / ``_deploy`` / ``_delete`` / ``_rollout`` (the operations), ``_kube`` (the calls,
+errors translated), ``_outcome`` (what is reported).
 """
 
 from ._context import OperationSettings
@@ -21,6 +24,8 @@ from ._errors import (
 from ._executor import OPERATIONS, OperationExecutor
 from ._kinds import KindResolver, Resource, match_kind
 from ._manifests import Strategy, bind_artifacts, deploy_order, flatten, next_version
+from ._smp_diff import three_way_strategic_merge_patch
+from ._smp_schema import PatchSchema, parse_v2, parse_v3
 from ._threeway import three_way_merge_patch
 
 __all__ = [
@@ -33,6 +38,7 @@ __all__ = [
     "OperationExecutor",
     "OperationSettings",
     "OperationTimeout",
+    "PatchSchema",
     "Resource",
     "Strategy",
     "UnsupportedOperation",
@@ -41,5 +47,8 @@ __all__ = [
     "flatten",
     "match_kind",
     "next_version",
+    "parse_v2",
+    "parse_v3",
     "three_way_merge_patch",
+    "three_way_strategic_merge_patch",
 ]

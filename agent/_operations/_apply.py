@@ -7,8 +7,12 @@ Server-side apply modes (Armory's ``always|never|allowed``): ``never`` never use
 ``strategy.spinnaker.io/server-side-apply`` (or ``agent-k8s.armory.io/serverside-apply``)
 annotation says ``true`` or ``force-conflicts``; ``force-conflicts`` takes fields over from
 other managers. Otherwise client-side apply, like ``kubectl apply``: the object carries the
-``kubectl.kubernetes.io/last-applied-configuration`` annotation and an update is the
-three-way merge patch of ``_threeway.py``.
+``kubectl.kubernetes.io/last-applied-configuration`` annotation and an update is a three-way
+patch, chosen as kubectl chooses it: a strategic merge patch (``_smp_diff.py``) for a kind
+whose PATCH accepts one in the cluster's OpenAPI (the built-in kinds), with the list merge
+keys the OpenAPI gives, so entries others added to a list (``kubectl set env``, an injected
+sidecar, a webhook's volume) stay; a JSON merge patch (``_threeway.py``, lists replaced
+whole) for custom resources, and for every kind when the cluster publishes no OpenAPI.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import trio
 from ._context import OperationContext
 from ._errors import KubernetesRefusal, OperationTimeout
 from ._kinds import Resource
-from ._kube import APPLY_PATCH, MERGE_PATCH
+from ._kube import APPLY_PATCH, MERGE_PATCH, STRATEGIC_PATCH
 from ._manifests import LAST_APPLIED, Strategy, annotations_of
+from ._smp_diff import three_way_strategic_merge_patch
 from ._threeway import three_way_merge_patch
 
 __all__ = ["apply_object", "uses_server_side_apply"]
@@ -44,20 +49,29 @@ def uses_server_side_apply(ctx: OperationContext, res: Resource, strategy: Strat
     return strategy.server_side_apply in ("true", "force-conflicts")
 
 
+# What Go's JSON encoder escapes that Python's leaves alone: kubectl's annotation is Go's.
+_GO_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
 def _with_last_applied(obj: dict[str, Any]) -> dict[str, Any]:
     """A new ``obj`` plus the last-applied annotation holding ``obj`` itself (without it).
 
-    The copy is the annotation decoded again (keys sorted, as the annotation has them): the
-    annotation must be encoded anyway, and decoding it costs a third of ``copy.deepcopy``."""
+    The annotation is written as kubectl writes it (``GetModifiedConfiguration``): the
+    object with ``metadata.annotations`` present (``{}`` when it had none), keys sorted,
+    Go's escaping, a final newline; so an object applied by kubectl and then by us (or the
+    other way round) reads the same last configuration. The copy returned is the annotation
+    decoded again: it must be encoded anyway, and decoding costs a third of
+    ``copy.deepcopy``."""
     meta = obj["metadata"]
     notes = meta.get("annotations")
-    clean = obj
-    if isinstance(notes, dict) and LAST_APPLIED in notes:
-        rest = {k: v for k, v in notes.items() if k != LAST_APPLIED}
-        clean = {**obj, "metadata": {**meta, "annotations": rest}}
-    applied = json.dumps(clean, sort_keys=True, separators=(",", ":"))
+    rest = {k: v for k, v in notes.items() if k != LAST_APPLIED} if isinstance(notes, dict) else {}
+    clean = {**obj, "metadata": {**meta, "annotations": rest}}
+    applied = json.dumps(clean, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    applied = applied.translate(_GO_ESCAPES) + "\n"
     out: dict[str, Any] = _DECODER.decode(applied)
-    out["metadata"].setdefault("annotations", {})[LAST_APPLIED] = applied
+    out["metadata"]["annotations"][LAST_APPLIED] = applied
     return out
 
 
@@ -127,7 +141,15 @@ async def apply_object(
             original = decoded if isinstance(decoded, dict) else None
         except ValueError:
             original = None  # a broken annotation: behave as if never applied
-    patch = three_way_merge_patch(original, desired, live)
+    found = await cluster.schemas.for_kind(res)
+    if found is not None and found.kind.strategic:
+        patch = three_way_strategic_merge_patch(
+            original, desired, live, found.schema, found.kind.root
+        )
+        patch_type = STRATEGIC_PATCH
+    else:
+        patch = three_way_merge_patch(original, desired, live)
+        patch_type = MERGE_PATCH
     if not patch:
         return live
-    return await cluster.patch(res, namespace, name, patch, MERGE_PATCH)
+    return await cluster.patch(res, namespace, name, patch, patch_type)

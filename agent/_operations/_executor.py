@@ -46,6 +46,7 @@ from ._errors import AgentUnavailable, OperationError, OperationTimeout, Unsuppo
 from ._kinds import KindResolver
 from ._kube import Cluster
 from ._logs import pod_logs
+from ._openapi import PatchSchemas
 from ._outcome import Outcome
 from ._rollout import (
     patch_manifest,
@@ -130,7 +131,9 @@ class OperationExecutor:
         self._running: dict[str, _Run] = {}
         self._max_run_seconds = max_run_seconds
         self.status = status
-        self._resolvers: dict[str, tuple[KubeClient, KindResolver]] = {}
+        # Per account, what its operations learn once about the cluster and keep while the
+        # account keeps its client: the kinds it serves and its OpenAPI.
+        self._resolvers: dict[str, tuple[KubeClient, KindResolver, PatchSchemas]] = {}
         self.runs = 0  # operations actually started (tests and metrics read it)
 
     # -- the link's entry point -----------------------------------------------------------
@@ -222,9 +225,9 @@ class OperationExecutor:
             raise AgentUnavailable(f"account {account!r} has no Kubernetes client on this agent")
         held = self._resolvers.get(account)
         if held is None or held[0] is not client:
-            held = (client, KindResolver(client))
+            held = (client, KindResolver(client), PatchSchemas(client, account))
             self._resolvers[account] = held
-        return Cluster(account, client, held[1])
+        return Cluster(account, client, held[1], held[2])
 
     async def _run(self, op: messages.Operation, deadline: float) -> messages.OperationResult:
         self.runs += 1

@@ -23,6 +23,7 @@ from .._kube_client import KubeClient
 from .._kube_response import KubeReply
 from ._errors import AgentUnavailable, KubernetesRefusal
 from ._kinds import KindResolver, Resource
+from ._openapi import PatchSchemas
 
 __all__ = ["APPLY_PATCH", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_PATCH", "Cluster"]
 
@@ -45,12 +46,16 @@ class Gone:
 
 
 class Cluster:
-    """One account's API server as operations see it."""
+    """One account's API server as operations see it: its client, its kinds and (for
+    client-side apply) its OpenAPI."""
 
-    def __init__(self, account: str, client: KubeClient, kinds: KindResolver) -> None:
+    def __init__(
+        self, account: str, client: KubeClient, kinds: KindResolver, schemas: PatchSchemas
+    ) -> None:
         self.account = account
         self.client = client
         self.kinds = kinds
+        self.schemas = schemas
 
     async def _call(
         self,

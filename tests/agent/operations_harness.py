@@ -63,10 +63,11 @@ async def open_ops_bench(
     *,
     user: str = "admin",
     sim: kubesim.Cluster | None = None,
+    tls: bool = False,
     **executor_options: Any,
 ) -> AsyncIterator[OpsBench]:
     sim = sim or kubesim.Cluster()
-    async with kubesim.open_server(sim, host="127.0.0.1", port=0) as server:
+    async with kubesim.open_server(sim, host="127.0.0.1", port=0, tls=tls) as server:
         if user != "admin":
             server.add_user(user, grants={"*": kubesim.READ_VERBS, "configmaps": kubesim.ALL_VERBS})
         path = server.kubeconfig(tmp_path / "kubeconfig", user=user)

@@ -176,7 +176,7 @@ async def test_unknown_paths_and_methods(http: httpx.AsyncClient) -> None:
     with trio.fail_after(10):
         for path in (
             "/",
-            "/openapi/v2",
+            "/openapi/v3/apis/nonsense/v1",
             "/api/v1/nonsense",
             "/api/v1/namespaces/default/pods/a/b/c",
         ):
