@@ -98,6 +98,9 @@ class Cluster:
         self._listeners: list[Callable[[tuple[str, str]], None]] = []
         # Objects the lite controllers must look at: (kind, namespace, name), insertion order.
         self._dirty: dict[tuple[str, str, str], None] = {}
+        # Pods the kubelet-lite holds back for a missing ConfigMap/Secret, per namespace: a
+        # write of either kind there makes them dirty again (kubesim._podconfig).
+        self._held: dict[str, set[str]] = {}
         for name in self.config.namespaces:
             self._seed_namespace(name)
 
@@ -190,9 +193,17 @@ class Cluster:
             for ref in meta.get("ownerReferences") or ():
                 if ref.get("kind") in _POD_OWNERS and ref.get("controller"):
                     self._dirty[(ref["kind"], meta.get("namespace", ""), ref["name"])] = None
+        elif rtype.group == "" and rtype.kind in ("ConfigMap", "Secret"):
+            namespace = meta.get("namespace", "")
+            for pod in sorted(self._held.pop(namespace, ())):
+                self._dirty[("Pod", namespace, pod)] = None
         for ref in meta.get("ownerReferences") or ():
             if ref.get("kind") == "Deployment" and rtype.kind == "ReplicaSet":
                 self._dirty[("Deployment", meta.get("namespace", ""), ref["name"])] = None
+
+    def hold_pod(self, namespace: str, name: str) -> None:
+        """Look at pod ``name`` again when a ConfigMap or Secret of ``namespace`` is written."""
+        self._held.setdefault(namespace, set()).add(name)
 
     def take_dirty(self) -> tuple[str, str, str] | None:
         """The oldest object the controllers still have to look at (and forget it)."""

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from kubesim._deletes import delete
-from kubesim._events import record_event
+from kubesim._events import WARNING, record_event
 from kubesim._meta import controller_ref, new_uid, now_rfc3339
+from kubesim._podconfig import config_problem, pending_status
 from kubesim._resources import ResourceType
 from kubesim._store import Stored
 
@@ -197,21 +198,49 @@ def get_live(
     return obj
 
 
+_KUBELET = "kubelet"
+
+
+def _waiting(status: dict[str, Any]) -> list[Any]:
+    return [
+        (c.get("state") or {}).get("waiting")
+        for key in ("initContainerStatuses", "containerStatuses")
+        for c in status.get(key) or ()
+    ]
+
+
 def kubelet(cluster: Cluster, namespace: str, name: str) -> None:
+    """Start a new pod, or one held back by a missing ConfigMap/Secret (``_podconfig``)."""
     pods = cluster.resolve("", "v1", "pods")
     pod = get_live(cluster, pods, namespace, name)
-    if pod is None or (pod.get("status") or {}).get("phase") == "Running":
+    status = (pod or {}).get("status") or {}
+    if pod is None or status.get("phase") == "Running":
         return
     new = msgspec.json.decode(msgspec.json.encode(pod))
-    new.setdefault("spec", {}).setdefault("nodeName", "kubesim-node-1")
-    new["status"] = pod_status(new["spec"], now(), _pod_ip(cluster), outcome_of(pod))
+    spec = new.setdefault("spec", {})
+    spec.setdefault("nodeName", "kubesim-node-1")
+    problem = config_problem(cluster, namespace, spec)
+    if problem is None:
+        new["status"] = pod_status(spec, now(), _pod_ip(cluster), outcome_of(pod))
+    else:
+        cluster.hold_pod(namespace, name)
+        # Every retry that fails is an event (a real kubelet's repeat, aggregated there).
+        record_event(
+            cluster, pod, problem.event_reason, problem.event_message,
+            component=_KUBELET, type_=WARNING,
+        )  # fmt: skip
+        fresh = pending_status(spec, status.get("startTime") or now(), _pod_ip(cluster), problem)
+        if _waiting(fresh) == _waiting(status):
+            return  # held back as it was: the pod itself has nothing new to say
+        new["status"] = fresh
     commit_if_changed(cluster, pods, pod, new)
 
 
 def new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[str, Any],
              extra_labels: dict[str, str]) -> dict[str, Any]:  # fmt: skip
     """Create a pod of ``owner`` from ``template``, already running (the kubelet-lite's work
-    done at once); returns it as stored."""
+    done at once), or Pending when a ConfigMap/Secret it needs is missing; returns it as
+    stored."""
     pods = cluster.resolve("", "v1", "pods")
     tmeta = template.get("metadata") or {}
     spec = msgspec.json.decode(msgspec.json.encode(template.get("spec") or {}))
@@ -230,11 +259,21 @@ def new_pod(cluster: Cluster, owner: dict[str, Any], name: str, template: dict[s
             "ownerReferences": [controller_ref(owner)],
         },
         "spec": spec,
-        "status": pod_status(spec, stamp, _pod_ip(cluster), outcome_of(template)),
     }
+    problem = config_problem(cluster, pod["metadata"]["namespace"], spec)
+    if problem is None:
+        pod["status"] = pod_status(spec, stamp, _pod_ip(cluster), outcome_of(template))
+    else:
+        pod["status"] = pending_status(spec, stamp, _pod_ip(cluster), problem)
     if tmeta.get("annotations"):
         pod["metadata"]["annotations"] = dict(tmeta["annotations"])
     cluster.commit(pods, pod, added=True)
+    if problem is not None:
+        cluster.hold_pod(pod["metadata"]["namespace"], name)
+        record_event(
+            cluster, pod, problem.event_reason, problem.event_message,
+            component=_KUBELET, type_=WARNING,
+        )  # fmt: skip
     return pod
 
 

@@ -4,10 +4,12 @@ On first sight a Job gets what the API server's defaulting would have given it (
 ``batch.kubernetes.io/controller-uid`` selector and the job labels on its template,
 ``completions``/``parallelism`` 1, ``backoffLimit`` 6). Then, synchronously: a pod is created,
 and the kubelet-lite ends it at once as its template's ``kubesim.io/outcome`` says (absent:
-exit 0, ``fail``: exit 1, ``running``: never ends). The Job completes (conditions
-SuccessCriteriaMet + Complete) when ``completions`` pods succeeded, and fails (FailureTarget +
-Failed, reason BackoffLimitExceeded) when more than ``backoffLimit`` pods failed, as a real
-controller does; so a failing Job leaves ``backoffLimit + 1`` Failed pods behind.
+exit 0, ``fail``: exit 1, ``running``: never ends); a pod held back by a missing ConfigMap or
+Secret stays Pending (active) until the kubelet-lite starts it, and then ends. The Job
+completes (conditions SuccessCriteriaMet + Complete) when ``completions`` pods succeeded, and
+fails (FailureTarget + Failed, reason BackoffLimitExceeded) when more than ``backoffLimit``
+pods failed, as a real controller does; so a failing Job leaves ``backoffLimit + 1`` Failed
+pods behind.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ def _copy(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _end_pod(cluster: Cluster, pod: dict[str, Any], outcome: str) -> None:
-    """The kubelet-lite runs a Job's pod to its end: Succeeded (exit 0) or Failed (exit 1)."""
-    if outcome == "running":
+    """The kubelet-lite runs a Job's pod to its end: Succeeded (exit 0) or Failed (exit 1).
+    A pod not Running (held back by a missing ConfigMap/Secret) is left as it is."""
+    if outcome == "running" or (pod.get("status") or {}).get("phase") != "Running":
         return
     pods_type = cluster.resolve("", "v1", "pods")
     failed = outcome == "fail"
@@ -84,6 +87,9 @@ def job(cluster: Cluster, namespace: str, name: str) -> None:
     outcome = outcome_of(template)
     uid = current["metadata"]["uid"]
     started = (current.get("status") or {}).get("startTime") or now()
+    # A pod the kubelet-lite started late (its ConfigMap/Secret appeared) runs to its end now.
+    for stored in owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-"):
+        _end_pod(cluster, stored.decode(), outcome)
     while True:
         pods = [s.decode() for s in owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")]
         phases = [(p.get("status") or {}).get("phase") for p in pods]

@@ -13,6 +13,7 @@ from kubesim._controllers import (
     get_live,
     new_pod,
     owned_by,
+    pod_ready,
 )
 from kubesim._deletes import delete
 from kubesim._revisions import sync_revision
@@ -26,6 +27,15 @@ __all__ = ["daemonset", "statefulset"]
 def _copy(obj: dict[str, Any]) -> dict[str, Any]:
     copied: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(obj))
     return copied
+
+
+def _ready(cluster: Cluster, namespace: str, uid: str, name: str) -> int:
+    """How many of the set's pods are Ready (not those a missing ConfigMap holds back)."""
+    pods_type = cluster.resolve("", "v1", "pods")
+    return sum(
+        1 for s in owned_by(cluster, pods_type, namespace, uid, prefix=f"{name}-")
+        if pod_ready(s.decode())
+    )  # fmt: skip
 
 
 def statefulset(cluster: Cluster, namespace: str, name: str) -> None:
@@ -54,14 +64,15 @@ def statefulset(cluster: Cluster, namespace: str, name: str) -> None:
         if suffix.isdigit() and int(suffix) >= desired:
             delete(cluster, pods_type, namespace, pod_name, grace_period=0)
     count = min(desired, len(existing | {f"{name}-{i}" for i in range(desired)}))
+    ready = _ready(cluster, namespace, uid, name)
     new = _copy(sts)
     new["status"] = {
         "observedGeneration": sts["metadata"].get("generation", 1),
         "replicas": count,
-        "readyReplicas": count,
+        "readyReplicas": ready,
         "currentReplicas": count,
         "updatedReplicas": count,
-        "availableReplicas": count,
+        "availableReplicas": ready,
         "currentRevision": revision,
         "updateRevision": revision,
         "collisionCount": 0,
@@ -87,13 +98,14 @@ def daemonset(cluster: Cluster, namespace: str, name: str) -> None:
     if not current:
         labels = {"controller-revision-hash": digest, "pod-template-generation": "1"}
         new_pod(cluster, ds, f"{name}-{digest[:5]}", template, labels)
+    ready = _ready(cluster, namespace, uid, name)
     new = _copy(ds)
     new["status"] = {
         "currentNumberScheduled": 1,
         "desiredNumberScheduled": 1,
-        "numberAvailable": 1,
+        "numberAvailable": ready,
         "numberMisscheduled": 0,
-        "numberReady": 1,
+        "numberReady": ready,
         "observedGeneration": ds["metadata"].get("generation", 1),
         "updatedNumberScheduled": 1,
     }

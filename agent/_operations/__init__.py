@@ -4,7 +4,8 @@
 each ``messages.Operation``; it answers a ``messages.OperationResult`` whose ``result_json``
 is ``{"result", "phases", "objects", "deleted"}`` (docs/protocol.md §11.2).
 Modules: ``_executor`` (dedup, concurrency, deadlines, dispatch), ``_kinds`` (kind ->
-resource via discovery), ``_manifests`` (sans-I/O deploy preparation), client-side apply's
+resource via discovery), ``_manifests`` (sans-I/O deploy preparation), ``_binding`` (artifact
+binding: Clouddriver's replacers as a table), ``_reuse`` (version reuse), client-side apply's
 patches: ``_smp_diff`` + ``_smp_merge`` (kubectl's three-way strategic merge patch),
 ``_smp_schema`` (the merge keys and strategies read from OpenAPI), ``_openapi`` (fetching and
 caching the cluster's OpenAPI), ``_threeway`` (the JSON merge patch for custom resources);
@@ -12,6 +13,7 @@ caching the cluster's OpenAPI), ``_threeway`` (the JSON merge patch for custom r
 errors translated), ``_outcome`` (what is reported).
 """
 
+from ._binding import REPLACERS, Replacer, bind
 from ._context import OperationSettings
 from ._errors import (
     AgentUnavailable,
@@ -23,13 +25,14 @@ from ._errors import (
 )
 from ._executor import OPERATIONS, OperationExecutor
 from ._kinds import KindResolver, Resource, match_kind
-from ._manifests import Strategy, bind_artifacts, deploy_order, flatten, next_version
+from ._manifests import Strategy, deploy_order, flatten, next_version
 from ._smp_diff import three_way_strategic_merge_patch
 from ._smp_schema import PatchSchema, parse_v2, parse_v3
 from ._threeway import three_way_merge_patch
 
 __all__ = [
     "OPERATIONS",
+    "REPLACERS",
     "AgentUnavailable",
     "InvalidOperation",
     "KindResolver",
@@ -39,10 +42,11 @@ __all__ = [
     "OperationSettings",
     "OperationTimeout",
     "PatchSchema",
+    "Replacer",
     "Resource",
     "Strategy",
     "UnsupportedOperation",
-    "bind_artifacts",
+    "bind",
     "deploy_order",
     "flatten",
     "match_kind",

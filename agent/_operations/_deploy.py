@@ -3,8 +3,11 @@
 Versioning reads the cluster: the next ``-vNNN`` is one past the highest version of the
 same base name and kind in the namespace (listed live, so two deploys of different content
 give ``-v000`` then ``-v001``); a version whose content equals the new manifest's is reused
-instead, and versioned ConfigMaps/Secrets are bound into later manifests (``_reuse.py``).
-``use-source-capacity`` copies ``spec.replicas`` from the newest
+instead (``_reuse.py``). Binding (``_binding.py``): every manifest, versioned or not, once
+deployed is an artifact of its kind that later manifests of the deploy bind (a Deployment
+naming ConfigMap ``web-config`` gets ``web-config-v000``), with the stage's required and
+optional artifacts; a required artifact that cannot bind fails the stage before anything is
+applied. ``use-source-capacity`` copies ``spec.replicas`` from the newest
 existing version (or the live object of an unversioned kind). Traffic: each
 ``traffic.spinnaker.io/load-balancers`` entry ("service name") adds that Service's selector
 to the pod template's labels when ``enableTraffic`` (default true).
@@ -18,6 +21,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._apply import apply_object
+from ._binding import (
+    ARTIFACT_KINDS,
+    ArtifactKey,
+    artifact_key,
+    bind,
+    references,
+    required_key,
+    upstream_bound,
+)
 from ._context import OperationContext
 from ._errors import InvalidOperation
 from ._kinds import Resource, lower_camel
@@ -27,7 +39,6 @@ from ._manifests import (
     RECREATE,
     Strategy,
     annotations_of,
-    bind_artifacts,
     deploy_order,
     flatten,
     is_versioned,
@@ -38,14 +49,7 @@ from ._manifests import (
     version_of,
 )
 from ._outcome import DeployResult
-from ._reuse import (
-    BINDABLE,
-    artifact_names,
-    bind_config_refs,
-    bind_scale_target,
-    config_refs,
-    matching_version,
-)
+from ._reuse import matching_version
 
 __all__ = ["cleanup_artifacts", "deploy_manifest", "run_job"]
 
@@ -55,13 +59,37 @@ CLEANUP = "CLEANUP_KUBERNETES_ARTIFACTS"
 RUN_JOB_REFUSAL = "Only kind of Job is accepted for the Run Job operation."
 
 
-def _artifacts(ctx: OperationContext) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+Pool = dict[ArtifactKey, Mapping[str, Any]]
+
+
+def _artifacts(ctx: OperationContext) -> tuple[list[Mapping[str, Any]], Pool]:
+    """The required artifacts, and the pool binding starts from: required then optional,
+    the first of a key kept (Clouddriver's initializeArtifacts). With
+    ``enableArtifactBinding: false`` neither binds nor is checked; the deploy's own
+    manifests still bind into each other."""
     d = ctx.description
+    if not d.flag("enableArtifactBinding", True):
+        return [], {}
     required = [a for a in d.items("requiredArtifacts") if isinstance(a, Mapping)]
     optional = [a for a in d.items("optionalArtifacts") if isinstance(a, Mapping)]
-    if d.flag("enableArtifactBinding", True):
-        return required, required + optional
-    return required, required
+    pool: Pool = {}
+    for artifact in required + optional:
+        pool.setdefault(artifact_key(artifact), artifact)
+    return required, pool
+
+
+def _check_required(
+    required: Sequence[Mapping[str, Any]], bound: Sequence[Mapping[str, Any]]
+) -> None:
+    done = {required_key(a) for a in bound}
+    unbound = [a for a in required if required_key(a) not in done]
+    if unbound:
+        names = ", ".join(str(a.get("reference") or a.get("name")) for a in unbound)
+        raise InvalidOperation(
+            f"The following required artifacts could not be bound: '[{names}]'. Check that "
+            "the Docker image name above matches the name used in the image field of your "
+            "manifest. Failing the stage as this is likely a configuration error."
+        )
 
 
 async def _traffic(
@@ -116,12 +144,11 @@ async def _deploy_one(
     ctx: OperationContext,
     obj: dict[str, Any],
     result: DeployResult,
-    artifacts: Sequence[Mapping[str, Any]],
+    pool: Pool,
     *,
     namespace_override: str,
     moniker: Mapping[str, Any],
     versioned: bool | None,
-    config_names: dict[tuple[str, str, str], str],
 ) -> None:
     meta = obj.setdefault("metadata", {})
     res: Resource = await ctx.cluster.kinds.resolve(
@@ -134,30 +161,16 @@ async def _deploy_one(
     if not base:
         raise InvalidOperation(f"{res.kind}: metadata.name is required")
     if res.namespaced:
-        namespace = (
-            namespace_override
-            or str(meta.get("namespace") or "")
-            or ctx.description.namespace
-            or "default"
-        )
+        namespace = _namespace_of(ctx, obj, namespace_override)
         meta["namespace"] = namespace
     else:
         namespace = ""
         meta.pop("namespace", None)
     strategy = Strategy.of(obj)
-    upstream = artifact_names(artifacts, namespace=namespace, account=ctx.account)
-    names = {key: str(a["reference"]) for key, a in upstream.items()}
-    names.update({(k, b): n for (ns, k, b), n in config_names.items() if ns == namespace})
-    used = config_refs(obj)
-    target = bind_scale_target(obj, names)
-    if target is not None:
-        used.add(target)
-    bind_config_refs(obj, names)
-    bound = bind_artifacts(obj, artifacts)
-    for key in used:
-        # An upstream artifact bound where this deploy did not write that name itself.
-        if key in upstream and (namespace, key[0], key[1]) not in config_names:
-            bound.append(dict(upstream[key]))
+    # Bound before versioning and before kubesvc's additions, as Clouddriver binds.
+    for artifact in bind(obj, pool.values(), namespace=namespace, account=ctx.account):
+        if artifact not in result.bound_artifacts:
+            result.bound_artifacts.append(dict(artifact))
     given = copy.deepcopy(obj)  # what reuse compares: before kubesvc's additions below
     sequence: int | None = None
     name = base
@@ -217,27 +230,31 @@ async def _deploy_one(
         applied = await apply_object(ctx, res, obj, strategy, expect_new=expect_new)
         name = str(applied["metadata"]["name"])  # the API server's, for a generateName
     version = f"v{sequence:03d}" if sequence is not None else ""
-    if sequence is not None and res.kind in BINDABLE.values():
-        config_names[(namespace, res.kind, base)] = name
     if res.kind == "CustomResourceDefinition":
         ctx.cluster.kinds.invalidate()  # its custom resources may follow in this deploy
     # ``applied`` was decoded from the API server's answer for this call alone: no copy.
     result.manifests.append(ctx.outcome.wrote(applied, owned=True))
     result.add_name(namespace, f"{res.spinnaker_kind} {name}")
-    result.created_artifacts.append(
-        {
-            "type": artifact_type,
-            "customKind": res.spinnaker_kind != lower_camel(res.kind),
-            "name": base,
-            "version": version,
-            "location": namespace,
-            "reference": name,
-            "metadata": {"account": ctx.account},
-        }
-    )
-    for artifact in bound:
-        if artifact not in result.bound_artifacts:
-            result.bound_artifacts.append(artifact)
+    artifact = {
+        "type": artifact_type,
+        "customKind": res.spinnaker_kind != lower_camel(res.kind),
+        "name": base,
+        "version": version,
+        "location": namespace,
+        "reference": name,
+        "metadata": {"account": ctx.account},
+    }
+    result.created_artifacts.append(artifact)
+    if not generated:  # nothing can name what the API server named
+        # It replaces an upstream artifact of its key (Clouddriver's allArtifacts.put).
+        pool[artifact_key(artifact)] = artifact
+
+
+def _namespace_of(ctx: OperationContext, obj: Mapping[str, Any], override: str) -> str:
+    """Where a namespaced manifest goes: the override, its own, the description's, default."""
+    meta = obj.get("metadata")
+    own = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return override or str(own or "") or ctx.description.namespace or "default"
 
 
 async def _deploy(
@@ -248,29 +265,31 @@ async def _deploy(
     moniker: Mapping[str, Any],
     versioned: bool | None,
 ) -> DeployResult:
-    required, artifacts = _artifacts(ctx)
+    required, pool = _artifacts(ctx)
     result = DeployResult()
     ctx.outcome.result = result
-    config_names: dict[tuple[str, str, str], str] = {}  # see bind_config_refs
-    for obj in deploy_order(manifests):
+    ordered = deploy_order(manifests)
+    if required:
+        _check_required(
+            required,
+            upstream_bound(
+                ordered,
+                pool,
+                namespace_of=lambda obj: _namespace_of(ctx, obj, namespace_override),
+                account=ctx.account,
+            ),
+        )
+    for obj in ordered:
         await _deploy_one(
             ctx,
             obj,
             result,
-            artifacts,
+            pool,
             namespace_override=namespace_override,
             moniker=moniker,
             versioned=versioned,
-            config_names=config_names,
         )
-    unbound = [a for a in required if dict(a) not in result.bound_artifacts]
-    if unbound:
-        names = ", ".join(str(a.get("reference") or a.get("name")) for a in unbound)
-        raise InvalidOperation(
-            f"The following required artifacts could not be bound: '[{names}]'. Check that "
-            "the Docker image name above matches the name used in the image field of your "
-            "manifest. Failing the stage as this is likely a configuration error."
-        )
+    _check_required(required, result.bound_artifacts)
     return result
 
 
@@ -353,15 +372,20 @@ async def cleanup_artifacts(ctx: OperationContext) -> None:
     result = DeployResult(include_manifests=False)
     ctx.outcome.result = result
     ctx.outcome.say(f"Beginning cleanup of artifacts in account {ctx.account}")
-    # What the deploy answered (Orca passes its manifests): those versions, and the
-    # ConfigMaps/Secrets their pods mount, stay whatever their number (a reused version is
+    # What the deploy answered (Orca passes its manifests): those versions, and what they
+    # reference (the ConfigMaps/Secrets their pods mount, an HPA's target), stay whatever
+    # their number (a reused version is
     # the oldest; deleting it would take the config from under the new pods).
     kept: set[tuple[str, str, str]] = set()
     for obj in manifests:
         meta = obj.get("metadata") or {}
         ns = str(meta.get("namespace") or d.namespace or "default")
         kept.add((ns, str(obj.get("kind") or ""), str(meta.get("name") or "")))
-        kept.update((ns, kind, name) for kind, name in config_refs(obj))
+        kept.update(
+            (ns, ARTIFACT_KINDS[kind], name)
+            for kind, name in references(obj)
+            if kind in ARTIFACT_KINDS
+        )
     for obj in manifests:
         strategy = Strategy.of(obj)
         if strategy.max_version_history is None:

@@ -3,8 +3,8 @@
 ``flatten`` (``kind: List`` entries flattened, nulls skipped), ``deploy_order`` (namespaces and
 CRDs first, then config, services, workloads), :class:`Strategy` (the ``strategy.spinnaker.io``
 and ``traffic.spinnaker.io`` annotations and the Armory server-side-apply ones), moniker
-annotations and labels, versioning (``<name>-vNNN``), docker-image artifact binding and the
-``artifact.spinnaker.io/*`` annotations. Every function takes and returns plain dicts; the
+annotations and labels, versioning (``<name>-vNNN``) and the ``artifact.spinnaker.io/*``
+annotations (binding is ``_binding.py``). Every function takes and returns plain dicts; the
 deploy step (``_deploy.py``) does the I/O around them.
 """
 
@@ -22,7 +22,6 @@ from ._errors import InvalidOperation
 __all__ = [
     "Strategy",
     "annotations_of",
-    "bind_artifacts",
     "deploy_order",
     "flatten",
     "is_versioned",
@@ -312,36 +311,3 @@ def set_artifact_annotations(
             ("version", version),
         ):
             inner.setdefault(ARTIFACT + key, value)
-
-
-def _image_name(image: str) -> str:
-    """``gcr.io/app:1.2`` / ``gcr.io/app@sha256:..`` -> ``gcr.io/app`` (a port is kept)."""
-    image = image.split("@", 1)[0]
-    slash = image.rfind("/")
-    colon = image.rfind(":")
-    return image[:colon] if colon > slash else image
-
-
-def bind_artifacts(
-    obj: dict[str, Any], artifacts: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """Replace container images named by ``docker/image`` artifacts with their reference.
-
-    An image binds when it equals the artifact's ``name`` or is that name with a tag or
-    digest. Returns the artifacts that bound (each once)."""
-    bound: list[dict[str, Any]] = []
-    docker = [a for a in artifacts if a.get("type") == "docker/image" and a.get("name")]
-    for spec in pod_specs(obj):
-        for key in ("containers", "initContainers", "ephemeralContainers"):
-            for container in spec.get(key) or ():
-                if not isinstance(container, dict) or not isinstance(container.get("image"), str):
-                    continue
-                for artifact in docker:
-                    name = str(artifact["name"])
-                    image = container["image"]
-                    if image == name or _image_name(image) == name:
-                        container["image"] = str(artifact.get("reference") or name)
-                        if artifact not in bound:
-                            bound.append(dict(artifact))
-                        break
-    return bound

@@ -13,11 +13,12 @@ import copy
 import datetime
 from typing import Any
 
+from ._binding import bind
 from ._context import OperationContext
 from ._errors import InvalidOperation, KubernetesRefusal, UnsupportedOperation
 from ._kinds import Resource
 from ._kube import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
-from ._manifests import annotations_of, bind_artifacts
+from ._manifests import annotations_of
 from ._outcome import DeployResult
 
 __all__ = [
@@ -103,7 +104,8 @@ async def patch_manifest(ctx: OperationContext) -> None:
             if isinstance(a, dict)
         ]
         shaped = {**copy.deepcopy(body), "kind": res.kind}
-        result.bound_artifacts.extend(bind_artifacts(shaped, artifacts))
+        bound = bind(shaped, artifacts, namespace=namespace, account=ctx.account)
+        result.bound_artifacts.extend(dict(a) for a in bound)
         shaped.pop("kind")
         body = shaped
     ctx.outcome.say(f"Patching {res.spinnaker_kind} {name} in {namespace} ({strategy})")

@@ -66,6 +66,8 @@ async def open_ops_bench(
     tls: bool = False,
     **executor_options: Any,
 ) -> AsyncIterator[OpsBench]:
+    """kubesim on loopback (``tls``: over HTTPS with its CA and the user's token, as a real
+    cluster is) and an executor whose one account ``k1`` is a real KubeClient to it."""
     sim = sim or kubesim.Cluster()
     async with kubesim.open_server(sim, host="127.0.0.1", port=0, tls=tls) as server:
         if user != "admin":

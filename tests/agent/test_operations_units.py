@@ -11,7 +11,7 @@ from agent import KindInfo
 from agent._operations import (
     InvalidOperation,
     Strategy,
-    bind_artifacts,
+    bind,
     deploy_order,
     flatten,
     match_kind,
@@ -148,7 +148,7 @@ def test_docker_images_bind_by_name_with_or_without_tag() -> None:
         {"type": "docker/image", "name": "reg:5000/init", "reference": "reg:5000/init:1"},
         {"type": "docker/image", "name": "unused", "reference": "unused:1"},
     ]
-    bound = bind_artifacts(obj, artifacts)
+    bound = bind(obj, artifacts, namespace="default", account="k1")
     spec = obj["spec"]["template"]["spec"]
     assert spec["containers"][0]["image"] == "reg:5000/app:2"
     assert spec["initContainers"][0]["image"] == "reg:5000/init:1"
