@@ -208,7 +208,9 @@ class Reflector:
     lists. ``send`` is the reflector's own clone of the channel's sender; the reflector never
     closes it. ``budget_capacity`` is the capacity of the channel's ByteBudget (a group of
     entries larger than it is sent in chunks; unknown, every group of several entries is
-    sent the awaited way). ``run`` returns only by cancellation or when the channel is closed (then
+    sent the awaited way). ``log_book`` and ``nudge`` are the account's (what was logged of its
+    kinds' availability; the wake-up of unavailable kinds' retries: agent/_kind_availability.py).
+    ``run`` returns only by cancellation or when the channel is closed (then
     trio.BrokenResourceError / ClosedResourceError / budget.BudgetClosed propagate).
     """
 

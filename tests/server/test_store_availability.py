@@ -174,3 +174,23 @@ async def test_deleting_the_account_drops_its_marks(store_backend: StoreBackend)
             await store.apply_kind_changes([forbidden()])
             assert await store.delete_account(ACCOUNT)
             assert await store.unavailable_kinds() == []
+
+
+async def test_another_replica_reads_the_removals_in_the_change_log(
+    pg_backend: StoreBackend,
+) -> None:
+    # Several replicas (PostgreSQL): the objects a KindStatus or a WatchScope removed reach
+    # the other replicas' feeds through the change log; the mark is read by any of them.
+    with trio.fail_after(30):
+        async with pg_backend.open() as a, pg_backend.open() as b:
+            await a.apply_batch(ACCOUNT, [obj("p1"), obj("cm", kind="ConfigMap", namespace="x")])
+            cursor = (await b.read_changes(None)).cursor
+            marked = await a.apply_kind_changes([forbidden()])
+            scoped = await a.apply_account_scope(AccountScope(ACCOUNT, (("v1", "Pod"),)))
+            nothing = await a.apply_account_scope(AccountScope(ACCOUNT, (("v1", "Pod"),)))
+            assert nothing.change_seq == 0  # nothing removed: no row
+            page = await b.read_changes(cursor)
+            assert [c.seq for c in page.changes] == [marked.change_seq, scoped.change_seq]
+            assert [[r.name for r in c.swept] for c in page.changes] == [["p1"], ["cm"]]
+            assert [c.records for c in page.changes] == [(), ()]
+            assert [m.kind for m in await b.unavailable_kinds(ACCOUNT)] == ["Pod"]
