@@ -5,6 +5,13 @@ or restart it). It discovers the kinds, applies the account's filters, starts on
 per watch target in its own cancel scope, and every ``discovery_interval`` seconds discovers
 again: new targets (a CRD installed) start, vanished ones (a CRD removed) are cancelled.
 A failed rediscovery keeps the running reflectors as they are.
+
+What the server may show follows (docs/protocol.md §7.4, §7.5): after each discovery that
+changed what the account watches (and after the first), a ScopeNotice goes into the channel,
+so the server removes what is outside (a narrower ``namespaces`` or ``kinds`` after a config
+reload); a kind that left discovery is reported unavailable (KindNotice, "gone from
+discovery") and kept in the scope until it comes back, so reads of it say why. Every
+discovery nudges the reflectors of unavailable kinds to try again at once.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ from ._backoff import Backoff
 from ._config_schema import AccountConfig
 from ._discovery import KindFilter, WatchTarget, diff_targets, discover, select_targets
 from ._errors import KubeError
+from ._kind_availability import AvailabilityLog, Nudge, target_key
 from ._reflector import Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
 from ._seam import KubeTransport
 from ._tasks import ListCaps
 from ._watch_errors import WatchDecodeError
+from ._watch_notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice, notice_entry
 from ._watch_retry import LogLimiter
 
 __all__ = ["AccountWatchStatus", "ResumeKey", "run_account"]
@@ -73,6 +82,8 @@ async def run_account(
     hooks: ReflectorHooks | None = None,
     discovery_interval: float = 120.0,
     budget_capacity: int | None = None,
+    log_book: AvailabilityLog | None = None,
+    nudge: Nudge | None = None,
     task_status: trio.TaskStatus[AccountWatchStatus] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Watch every selected kind of ``account`` until cancelled.
@@ -82,7 +93,9 @@ async def run_account(
     reflector and not closed here; ``budget_capacity`` is its ByteBudget's capacity (see
     Reflector). ``task_status.started(status)`` is called once the first
     discovery succeeded and its reflectors started. Discovery failures are retried with
-    backoff and reported in ``status.discovery_error``.
+    backoff and reported in ``status.discovery_error``. ``log_book`` and ``nudge`` are the
+    account's (they outlive this call: see agent/_kind_availability.py); ``nudge`` also
+    wakes the unavailable kinds' retries after every discovery.
     """
     status = status or AccountWatchStatus(account.name)
     kind_filter = KindFilter.from_account(account)
@@ -91,6 +104,9 @@ async def run_account(
     running: dict[WatchTarget, _Running] = {}
     backoff = Backoff(base=1.0, max_delay=60.0)
     quiet = LogLimiter()  # one discovery-failure line per 30 s
+    log_book = log_book if log_book is not None else AvailabilityLog()
+    nudge = nudge or Nudge()
+    watched = _Scope(account.name, kind_filter)
 
     async def reflect(reflector: Reflector, own: EventSender, scope: trio.CancelScope) -> None:
         # The task owns its sender clone from its first instant, so it is closed however
@@ -99,7 +115,7 @@ async def run_account(
             with scope:
                 await reflector.run()
 
-    async with trio.open_nursery() as nursery:
+    async with send.clone() as notices, trio.open_nursery() as nursery:
         started = False
         while True:
             try:
@@ -132,6 +148,9 @@ async def run_account(
             for target in diff.removed:
                 running.pop(target).scope.cancel()
                 status.reflectors.pop(target, None)
+            # Behind the stopped reflectors' last events: what left discovery, then the scope.
+            for notice in watched.update(targets, diff.removed, log_book):
+                await notices.send(notice_entry(notice))
             for target in diff.added:
                 info = target.kind
                 own = send.clone()
@@ -145,13 +164,73 @@ async def run_account(
                     resume_from=resume.pop((info.api_version, info.kind, target.scope), None),
                     hooks=hooks,
                     budget_capacity=budget_capacity,
+                    log_book=log_book,
+                    nudge=nudge,
                 )
                 scope = trio.CancelScope()
                 running[target] = _Running(scope, reflector)
                 status.reflectors[target] = reflector.state
                 nursery.start_soon(reflect, reflector, own, scope)
             status.discovered = True
+            nudge.nudge()  # a kind refused before may be readable now: try it at once
             if not started:
                 started = True
                 task_status.started(status)
             await trio.sleep(discovery_interval)
+
+
+class _Scope:
+    """What one account watches, as the server is told it (ScopeNotice), and the kinds that
+    left discovery (reported unavailable, kept in the scope until they come back)."""
+
+    def __init__(self, account: str, kind_filter: KindFilter) -> None:
+        self._account = account
+        self._filter = kind_filter
+        self._gone: dict[tuple[str, str], tuple[str, str]] = {}  # (group, kind) -> (v, kind)
+        self._sent: ScopeNotice | None = None
+
+    def update(
+        self,
+        targets: list[WatchTarget],
+        removed: tuple[WatchTarget, ...],
+        log_book: AvailabilityLog,
+    ) -> list[KindNotice | ScopeNotice]:
+        """The notices for a discovery that selected ``targets`` and stopped ``removed``."""
+        notices: list[KindNotice | ScopeNotice] = []
+        served = {(t.kind.group, t.kind.kind) for t in targets}
+        for key in served:
+            self._gone.pop(key, None)  # back: its reflector reports it available when listed
+        for target in removed:
+            info = target.kind
+            if (info.group, info.kind) in served:
+                continue  # another version of it is watched now: not gone
+            self._gone[(info.group, info.kind)] = (info.api_version, info.kind)
+            if log_book.unavailable(target_key(target), 0):
+                log.info(
+                    "account %s: %s is %s: no longer watched",
+                    self._account,
+                    target.describe(),
+                    GONE_FROM_DISCOVERY,
+                )
+            notices.append(
+                KindNotice(
+                    self._account,
+                    info.api_version,
+                    info.kind,
+                    target.scope,
+                    False,
+                    0,
+                    GONE_FROM_DISCOVERY,
+                )
+            )
+        kinds = {(t.kind.api_version, t.kind.kind) for t in targets} | set(self._gone.values())
+        scope = ScopeNotice(
+            self._account,
+            tuple(sorted(kinds)),
+            self._filter.namespaces,
+            tuple(sorted(self._filter.omit_namespaces)),
+        )
+        if scope != self._sent:
+            self._sent = scope
+            notices.append(scope)
+        return notices

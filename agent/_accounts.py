@@ -28,6 +28,7 @@ from ._config_load import parse_config
 from ._config_reload import diff_config
 from ._config_schema import AccountConfig, Config
 from ._errors import AgentError, ConfigError
+from ._kind_availability import AvailabilityLog, Nudge
 from ._kube_client import ClusterIdentity, KubeClient, open_kube_client
 from ._link import ResumeKey
 from ._reflector import ReflectorSettings
@@ -48,6 +49,10 @@ class AccountState:
     error: str = ""
     watch: AccountWatchStatus | None = None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    # Outlive the account's sessions (not a config change): what was logged of its kinds'
+    # availability, and the wake-up of its unavailable kinds' retries.
+    log_book: AvailabilityLog = field(default_factory=AvailabilityLog)
+    nudge: Nudge = field(default_factory=Nudge)
 
 
 class AccountSet:
@@ -130,9 +135,15 @@ class AccountSet:
         stopped = [account.name for account in (*diff.removed, *diff.changed)]
         if stopped and self.on_change is not None:
             await self.on_change([], stopped)
+        started = {account.name for account in (*diff.changed, *diff.added)}
         for account in (*diff.changed, *diff.added):
             log.info("account %s: starting it", account.name)
             self._start(account)
+        # The others go on; a kind they could not read is tried again now (the reload may
+        # come with new RBAC, say), not at its next retry.
+        for name, state in self.accounts.items():
+            if name not in started:
+                state.nudge.nudge()
 
     async def _hold_client(self, state: AccountState) -> None:
         backoff = Backoff(base=1.0, max_delay=60.0)
@@ -248,6 +259,8 @@ class AccountSet:
             status=state.watch,
             discovery_interval=self._config.kubernetes.discovery_interval_seconds,
             budget_capacity=self._config.budget.bytes,
+            log_book=state.log_book,
+            nudge=state.nudge,
         )
 
 

@@ -13,7 +13,10 @@ a ``Session`` runs these tasks in the session's nursery, and they all end with i
   server's Ack, which releases their bytes in the budget; with ``max_batches_in_flight``
   unacknowledged it waits for an Ack, so a server that falls behind receives fewer, larger
   batches. An object too large for a message travels as its metadata, marked
-  OVERSIZE_ANNOTATION;
+  OVERSIZE_ANNOTATION. A watch notice in the channel (a kind unavailable or back, an
+  account's watch scope: agent/_watch_notices.py) cuts the batch: the records before it go
+  as one EventBatch, then the notice as its own message, then the rest; the budget's batch
+  is released by the Ack of its last EventBatch;
 * the *receiver*: Acks, Assignments, Operations and Heartbeats from the server; any message
   pushes the inactivity deadline forward; a message kind or field this version does not know
   is skipped (agent/_link_edge.py); an Ack of a batch not in flight, an empty message or a
@@ -49,6 +52,7 @@ from wire import messages
 from ._link_drain import Drain
 from ._link_edge import known_role, skipped_unknown
 from ._link_settings import AccountRunner, LinkSettings, LinkStatus, ResumeKey
+from ._watch_notices import KindNotice, Notice, ScopeNotice, notice_messages
 
 __all__ = [
     "MAX_RESULTS_PER_WRITE",
@@ -109,6 +113,14 @@ class LinkState:
             await self._changed.wait()
 
 
+@dataclass(slots=True)
+class _Part:
+    """A run of a batch's entries: records (one EventBatch) or notices (their messages)."""
+
+    records: list[wire.EventRecord] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+
+
 class SessionEnded(Exception):
     """The session ended for a reason of the protocol (not the network): reconnect."""
 
@@ -142,7 +154,9 @@ class Session:
         self._events = send
         self._receive = receive
         self._send_lock = trio.Lock()
-        self._unacked: dict[int, Batch] = {}
+        # seq -> the budget's batch its Ack releases (None: a batch cut by a notice, whose
+        # later part's Ack releases it)
+        self._unacked: dict[int, Batch | None] = {}
         self._in_flight = trio.Semaphore(max(settings.max_batches_in_flight, 1))
         self._seq = 0
         self._accounts: dict[str, trio.CancelScope] = {}
@@ -249,22 +263,32 @@ class Session:
                 # wait_pending also returns when a sender is blocked on the budget; with the
                 # whole budget in flight nothing is pending until an Ack makes room.
                 batch = await self._receive.receive_batch(max_events, max_bytes)
-            records = self._records_of(batch, limits)
-            if not records:
+            parts = self._parts_of(batch, limits)
+            last = max((i for i, part in enumerate(parts) if part.records), default=-1)
+            for index, part in enumerate(parts):
+                if part.notices:
+                    # After the records before them: the server applies a session's
+                    # messages in order (agent/_watch_notices.py).
+                    async with self._send_lock:
+                        for message in notice_messages(part.notices):
+                            await self._stream.send(message)
+                    continue
+                records = part.records
+                self._seq += 1
+                # The budget's batch is acknowledged with its last EventBatch.
+                self._unacked[self._seq] = batch if index == last else None
+                payload = wire.encode_events(records, limits)
+                # The envelope is encoded without betterproto objects (~0.1 ms each per batch).
+                async with self._send_lock:
+                    await self._stream.send_event_batch(self._seq, payload, len(records))
+                status.batches_sent += 1
+                status.events_sent += len(records)
+                status.bytes_sent += len(payload)
+                self._count_by_kind(records)
+            if last < 0:  # nothing to acknowledge: the batch was notices only (or nothing)
                 self._receive.acknowledge(batch)
                 self._in_flight.release()
                 self._state.poke()
-                continue
-            self._seq += 1
-            self._unacked[self._seq] = batch
-            payload = wire.encode_events(records, limits)
-            # The envelope is encoded without betterproto objects (~0.1 ms each per batch).
-            async with self._send_lock:
-                await self._stream.send_event_batch(self._seq, payload, len(records))
-            status.batches_sent += 1
-            status.events_sent += len(records)
-            status.bytes_sent += len(payload)
-            self._count_by_kind(records)
 
     def _count_by_kind(self, records: Sequence[wire.EventRecord]) -> None:
         """Add a batch to the per-kind counters: one dict update per run of one kind (a batch
@@ -307,31 +331,42 @@ class Session:
                 return
             before = stats.pending_entries
 
-    def _records_of(self, batch: Batch, limits: wire.RecordLimits) -> list[wire.EventRecord]:
+    def _parts_of(self, batch: Batch, limits: wire.RecordLimits) -> list[_Part]:
+        """The batch's entries as runs of records and runs of notices, in order."""
+        parts: list[_Part] = []
+        for entry in batch.entries:
+            value = entry.value
+            if isinstance(value, wire.EventRecord):
+                if not parts or parts[-1].notices:
+                    parts.append(_Part())
+                parts[-1].records.append(self._record_of(value, limits))
+            else:
+                assert isinstance(value, KindNotice | ScopeNotice)
+                if not parts or parts[-1].records:
+                    parts.append(_Part())
+                parts[-1].notices.append(value)
+        return parts
+
+    def _record_of(self, record: wire.EventRecord, limits: wire.RecordLimits) -> wire.EventRecord:
         # An object bigger than a message can never travel whole. Dropping it would be worse
         # than wrong: a listing's SYNC_END would sweep it from the cache although it exists.
         # So it travels as its metadata, marked, and the operator is told.
         room = limits.max_object_bytes - 4096
-        records: list[wire.EventRecord] = []
-        for entry in batch.entries:
-            record = entry.value
-            assert isinstance(record, wire.EventRecord)
-            if len(record.object) > room:
-                self._state.status.oversize_dropped += 1
-                log.error(
-                    "%s %s/%s in account %s is %d bytes, more than a message may carry (%d): "
-                    "sending its metadata only, marked %s",
-                    record.kind,
-                    record.namespace or "-",
-                    record.name,
-                    record.account,
-                    len(record.object),
-                    room,
-                    OVERSIZE_ANNOTATION,
-                )
-                record = oversize_stand_in(record, room)
-            records.append(record)
-        return records
+        if len(record.object) <= room:
+            return record
+        self._state.status.oversize_dropped += 1
+        log.error(
+            "%s %s/%s in account %s is %d bytes, more than a message may carry (%d): "
+            "sending its metadata only, marked %s",
+            record.kind,
+            record.namespace or "-",
+            record.name,
+            record.account,
+            len(record.object),
+            room,
+            OVERSIZE_ANNOTATION,
+        )
+        return oversize_stand_in(record, room)
 
     async def send_account_changes(self) -> None:
         """Announce queued account changes; this task is the only writer of AccountsChanged."""
@@ -390,9 +425,11 @@ class Session:
             raise SessionEnded("an empty message from the server")
 
     def _acknowledged(self, seq: int) -> None:
-        batch = self._unacked.pop(seq, None)
-        if batch is None:
+        if seq not in self._unacked:
             raise SessionEnded(f"the server acknowledged unknown batch {seq}")
+        batch = self._unacked.pop(seq)
+        if batch is None:
+            return
         self._receive.acknowledge(batch)
         self._in_flight.release()
         self._state.poke()

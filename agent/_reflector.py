@@ -13,13 +13,15 @@ Theory of operation (DESIGN section 3):
 3. The watch ends: a timeout or a disconnect resumes from the last version (no list); 410 or
    an ERROR event with 410 forgets the version and lists again; 429/5xx and network errors
    back off with jitter (honouring Retry-After); 401/403/404/406 mark the kind unavailable
-   (state + hook) and retry slowly. Every other KubeError (a credential source failed, the
-   client was closed under us by a config reload) is recorded in ``state.last_error`` and
-   retried with backoff too. Nothing here ends the reflector but cancellation or a closed
-   channel. How long to wait, and when the backoff starts over (a watch that delivered or
-   lived past the cap, a completed list), is ``RetryPolicy``'s decision
-   (``agent._watch_retry``); every retry is counted by reason in ``state.retries`` and
-   logged, at most one line per ``retry_log_interval``.
+   (state, hook, a KindNotice to the server and one WARNING: agent/_kind_availability.py)
+   and retry it from ~10 s up to ~2 min, at once when the account nudges. Every other
+   KubeError (a credential source failed, the client was closed under us by a config
+   reload) is recorded in ``state.last_error`` and retried with backoff too. Nothing here
+   ends the reflector but cancellation or a closed channel. How long to wait, and when the
+   backoff starts over (a watch that delivered or lived past the cap, a completed list), is
+   ``RetryPolicy``'s decision (``agent._watch_retry``); every retry is counted by reason in
+   ``state.retries`` and logged, at most one line per ``retry_log_interval`` (an
+   unavailable kind's retries are not: it was said once).
 4. An inactivity deadline (one cancel scope, pushed forward by every read that yields
    events, suspended while the channel applies backpressure) ends a watch whose connection
    went silent; the watch then resumes.
@@ -44,17 +46,14 @@ from wire import EventRecord, EventType
 from ._backoff import Backoff
 from ._discovery import WatchTarget
 from ._errors import (
-    KubeClosedError,
-    KubeCredentialError,
     KubeError,
     KubeForbiddenError,
     KubeGoneError,
     KubeNotFoundError,
-    KubeServerError,
     KubeStatusError,
-    KubeTooManyRequestsError,
     KubeUnauthorizedError,
 )
+from ._kind_availability import AvailabilityLog, KindAvailability, Nudge
 from ._listing import (
     DEFAULT_MAX_PAGE_BYTES,
     DEFAULT_PAGE_LIMIT,
@@ -67,7 +66,15 @@ from ._scrub import Scrubber
 from ._seam import KubeTransport
 from ._tasks import AccountListCaps
 from ._watch_errors import WatchDecodeError
-from ._watch_retry import LogLimiter, Retry, RetryPolicy, RetryReason
+from ._watch_retry import (
+    LogLimiter,
+    Retry,
+    RetryPolicy,
+    RetryReason,
+    error_reason,
+    resource_version_too_large,
+    status_reason,
+)
 from ._watchline import DEFAULT_MAX_LINE_BYTES, ListPage, WatchDecoder, WatchEvent
 
 __all__ = [
@@ -111,8 +118,10 @@ class ReflectorSettings:
     #: ends the watch before the initial-events-end bookmark makes this reflector list+watch.
     streaming_list: bool = True
     strip_managed_fields: bool = True
-    #: After a 401/403/404/406 the kind is retried this often (±20 % jitter).
-    unavailable_retry_seconds: float = 300.0
+    #: After a 401/403/404/406 the kind is retried after this many seconds, the delay then
+    #: doubling (±jitter) up to ``unavailable_retry_max`` while it stays unavailable.
+    unavailable_retry_seconds: float = 10.0
+    unavailable_retry_max: float = 120.0
     backoff_base: float = 1.0
     backoff_max: float = 60.0
     #: Each delay is spread by ±this fraction, so reflectors cut together do not return
@@ -199,7 +208,9 @@ class Reflector:
     lists. ``send`` is the reflector's own clone of the channel's sender; the reflector never
     closes it. ``budget_capacity`` is the capacity of the channel's ByteBudget (a group of
     entries larger than it is sent in chunks; unknown, every group of several entries is
-    sent the awaited way). ``run`` returns only by cancellation or when the channel is closed (then
+    sent the awaited way). ``log_book`` and ``nudge`` are the account's (what was logged of its
+    kinds' availability; the wake-up of unavailable kinds' retries: agent/_kind_availability.py).
+    ``run`` returns only by cancellation or when the channel is closed (then
     trio.BrokenResourceError / ClosedResourceError / budget.BudgetClosed propagate).
     """
 
@@ -215,6 +226,8 @@ class Reflector:
         resume_from: str | None = None,
         hooks: ReflectorHooks | None = None,
         budget_capacity: int | None = None,
+        log_book: AvailabilityLog | None = None,
+        nudge: Nudge | None = None,
     ) -> None:
         self.account = account
         self.target = target
@@ -249,13 +262,29 @@ class Reflector:
                 multiplier=1.6,
                 jitter=settings.backoff_jitter,
                 max_delay=settings.backoff_max,
-            )
+            ),
+            unavailable=Backoff(
+                base=settings.unavailable_retry_seconds,
+                multiplier=2.0,
+                jitter=settings.backoff_jitter,
+                max_delay=max(settings.unavailable_retry_max, settings.unavailable_retry_seconds),
+            ),
         )
+        self._nudge = nudge or Nudge()
         self._log_limiter = LogLimiter(settings.retry_log_interval)
         self._retrying = False  # a retry was logged (or held back) and no recovery since
         group = f".{info.group}" if info.group else ""
         where = f" in namespace {target.namespace}" if target.namespace else ""
         self._name = f"{info.kind}{group}{where}"
+        self._availability = KindAvailability(
+            account=account,
+            target=target,
+            name=self._name,
+            state=self.state,
+            hooks=self._hooks,
+            send=send,
+            log_book=log_book,
+        )
 
     @property
     def resource_version(self) -> str | None:
@@ -274,7 +303,6 @@ class Reflector:
 
     async def _attempt(self) -> tuple[Retry, str] | None:
         """One list and/or watch; what to do next (None: go on at once), and why."""
-        settings = self._settings
         policy = self._retry
         try:
             if self._tracker.needs_list and self._streaming:
@@ -293,22 +321,12 @@ class Reflector:
             self.state.relists += 1
             return self._failed(policy.gone(trio.current_time()), exc)
         except _UNAVAILABLE as exc:
-            self._mark_unavailable(exc)
-            self._tracker.expired()
-            spread = settings.unavailable_retry_seconds * 0.2
-            delay = settings.unavailable_retry_seconds + self._random.uniform(-spread, spread)
-            return self._failed(
-                policy.fixed(RetryReason.UNAVAILABLE, delay, trio.current_time()), exc
-            )
+            return await self._unavailable(exc)
         except KubeStatusError as exc:
             now = trio.current_time()
             if exc.code == 406:
-                self._mark_unavailable(exc)
-                retry = policy.fixed(
-                    RetryReason.UNAVAILABLE, settings.unavailable_retry_seconds, now
-                )
-                return self._failed(retry, exc)
-            if _resource_version_too_large(exc):
+                return await self._unavailable(exc)
+            if resource_version_too_large(exc):
                 # Our version is from the future of this API server (restored from a
                 # backup, or a fresh simulator): waiting will not help, list again as
                 # client-go does.
@@ -325,7 +343,7 @@ class Reflector:
                     exc,
                 )
                 return None
-            retry = policy.failed(_status_reason(exc), now, at_least=exc.retry_after or 0.0)
+            retry = policy.failed(status_reason(exc), now, at_least=exc.retry_after or 0.0)
             return self._failed(retry, exc)
         except _StreamingUnsupported:
             self._streaming = False
@@ -336,7 +354,19 @@ class Reflector:
             # none of these may end the reflector, let alone the agent. A closed client
             # fails at once without a request, so retrying it costs nothing and the kind
             # still shows why it is stuck if no restart cancels us.
-            return self._failed(policy.failed(_error_reason(exc), trio.current_time()), exc)
+            return self._failed(policy.failed(error_reason(exc), trio.current_time()), exc)
+
+    async def _unavailable(self, exc: KubeStatusError) -> tuple[Retry, str]:
+        """The kind is unavailable: report it, forget the version (the server removes the
+        kind's objects, so it must be listed when back), and wait on the slow backoff."""
+        settings = self._settings
+        await self._availability.unavailable(
+            exc,
+            retry_from=settings.unavailable_retry_seconds,
+            retry_to=settings.unavailable_retry_max,
+        )
+        self._tracker.expired()
+        return self._failed(self._retry.unavailable(trio.current_time()), exc)
 
     def _failed(self, retry: Retry, exc: Exception) -> tuple[Retry, str]:
         if retry.reason is not RetryReason.GONE:
@@ -348,13 +378,22 @@ class Reflector:
         state = self.state
         state.retries[retry.reason] = state.retries.get(retry.reason, 0) + 1
         state.last_retry = retry
-        self._retrying = True
-        self._log_retry(retry, why)
+        unavailable = retry.reason is RetryReason.UNAVAILABLE
+        if unavailable:
+            # Said once when it became unavailable (KindAvailability), not at every retry.
+            log.debug("account %s: %s: retry %d in %.1f s", self.account, self._name,
+                      retry.attempt, retry.delay)  # fmt: skip
+        else:
+            self._retrying = True
+            self._log_retry(retry, why)
         if retry.delay <= 0:
             return
         state.backoff_seconds = retry.delay
         try:
-            await trio.sleep(retry.delay)
+            if unavailable:
+                await self._nudge.sleep(retry.delay)  # a rediscovery or reload: try now
+            else:
+                await trio.sleep(retry.delay)
         finally:
             state.backoff_seconds = 0.0
 
@@ -414,7 +453,7 @@ class Reflector:
             )
             await self._send.send(self._marker(EventType.SYNC_END, resource_version))
         self._tracker.listed(resource_version)
-        self._synced(resource_version)
+        await self._synced(resource_version)
         self._retry.listed()
         self._recovered()
 
@@ -474,7 +513,7 @@ class Reflector:
                     # Resumed from a stored resourceVersion (no list this time): the server
                     # accepted it, so the receiver holds this kind up to it and the watch
                     # brings the rest; otherwise /ready would wait for ever after a resume.
-                    self._synced(self._tracker.current or "")
+                    await self._synced(self._tracker.current or "", idle)
                 if initial is not None:
                     self.state.streaming = True
                     await self._send.send(self._marker(EventType.SYNC_BEGIN, ""))
@@ -530,7 +569,7 @@ class Reflector:
                     initial.done = True
                     initial.caps.release(initial.holder)
                     self._tracker.listed(event.resource_version)
-                    self._synced(event.resource_version)
+                    await self._synced(event.resource_version, idle)
                     self._retry.listed()
                     self._recovered()
             else:
@@ -631,57 +670,16 @@ class Reflector:
 
     # --- state --------------------------------------------------------------------------
 
-    def _synced(self, resource_version: str) -> None:
+    async def _synced(self, resource_version: str, idle: trio.CancelScope | None = None) -> None:
         self.state.synced = True
         self.state.resource_version = resource_version
-        if not self.state.available:
-            self.state.available = True
-            self.state.reason = ""
-            self._hooks.kind_available(self.account, self.target)
-
-    def _mark_unavailable(self, exc: KubeStatusError) -> None:
-        reason = f"{exc.code} {exc.reason}: {exc.message}".strip()
-        self.state.last_error = reason
-        if self.state.available or self.state.reason != reason:
-            self.state.available = False
-            self.state.reason = reason
-            self._hooks.kind_unavailable(self.account, self.target, reason)
-
-
-def _resource_version_too_large(exc: KubeStatusError) -> bool:
-    """The API server's 504 for a resourceVersion newer than anything it has seen.
-
-    client-go looks for the ResourceVersionTooLarge cause; the Status we keep may carry only
-    its message, whose wording the API server has used since 1.18.
-    """
-    if exc.code != 504:
-        return False
-    if "Too large resource version" in str(exc):
-        return True
-    if not isinstance(exc.status, dict):
-        return False
-    details = exc.status.get("details")
-    causes = details.get("causes") if isinstance(details, dict) else None
-    return isinstance(causes, list) and any(
-        isinstance(cause, dict) and cause.get("reason") == "ResourceVersionTooLarge"
-        for cause in causes
-    )
-
-
-def _status_reason(exc: KubeStatusError) -> RetryReason:
-    if isinstance(exc, KubeTooManyRequestsError):
-        return RetryReason.THROTTLED
-    if isinstance(exc, KubeServerError):
-        return RetryReason.SERVER_ERROR
-    return RetryReason.STATUS
-
-
-def _error_reason(exc: KubeError | WatchDecodeError) -> RetryReason:
-    if isinstance(exc, WatchDecodeError):
-        return RetryReason.DECODE
-    if isinstance(exc, KubeCredentialError):
-        return RetryReason.CREDENTIALS
-    if isinstance(exc, KubeClosedError):
-        return RetryReason.CLIENT_CLOSED
-    # KubeConnectionError, or another KubeError: the exchange with the API server failed.
-    return RetryReason.NETWORK
+        if self._availability.settled:
+            return
+        # Waiting for room in the budget is not inactivity (as in _deliver).
+        if idle is not None:
+            idle.deadline = math.inf
+        try:
+            await self._availability.available()
+        finally:
+            if idle is not None:
+                idle.deadline = trio.current_time() + self._settings.inactivity_seconds

@@ -15,6 +15,11 @@ after each of these (so one bad hour does not make every later blip wait minutes
 * a 410: the API server answered, so the relist that follows (and its retries, should the
   list fail) starts from the smallest delay.
 
+An unavailable kind (401/403/404/406) waits on a backoff of its own (``unavailable``,
+from ~10 s to ~2 min by default): RBAC or a CRD comes back on a human's time, not the
+network's, and its retries must not spend the network backoff. A completed list or a
+delivering watch starts it over.
+
 A 410 is answered by a relist at once. A relist whose watch meets 410 again before it
 delivered anything (a loop a list cannot fix) backs off on its own counter, which only a
 watch that delivered resets: a list cannot reset it, or the loop would list once a second.
@@ -30,8 +35,25 @@ import math
 from dataclasses import dataclass
 
 from ._backoff import Backoff
+from ._errors import (
+    KubeClosedError,
+    KubeCredentialError,
+    KubeError,
+    KubeServerError,
+    KubeStatusError,
+    KubeTooManyRequestsError,
+)
+from ._watch_errors import WatchDecodeError
 
-__all__ = ["LogLimiter", "Retry", "RetryPolicy", "RetryReason"]
+__all__ = [
+    "LogLimiter",
+    "Retry",
+    "RetryPolicy",
+    "RetryReason",
+    "error_reason",
+    "resource_version_too_large",
+    "status_reason",
+]
 
 
 class RetryReason(enum.StrEnum):
@@ -76,14 +98,21 @@ class RetryPolicy:
         "_gone_streak",
         "_opened_at",
         "_relist_backoff",
+        "_unavailable",
         "min_watch",
         "reset_after",
     )
 
     def __init__(
-        self, backoff: Backoff, *, reset_after: float | None = None, min_watch: float = 1.0
+        self,
+        backoff: Backoff,
+        *,
+        reset_after: float | None = None,
+        min_watch: float = 1.0,
+        unavailable: Backoff | None = None,
     ) -> None:
         self._backoff = backoff
+        self._unavailable = unavailable or Backoff(base=10.0, multiplier=2.0, max_delay=120.0)
         self._relist_backoff = Backoff(
             base=backoff.base,
             multiplier=backoff.multiplier,
@@ -106,6 +135,7 @@ class RetryPolicy:
     def listed(self) -> None:
         """A list (paged, or a streaming list's initial events) completed: start over."""
         self._backoff.reset()
+        self._unavailable.reset()
 
     def watch_opened(self, now: float) -> None:
         """The API server accepted a watch (its response headers arrived) at ``now``."""
@@ -158,10 +188,11 @@ class RetryPolicy:
             return Retry(RetryReason.GONE, 0.0, self._gone_streak)
         return Retry(RetryReason.GONE, self._relist_backoff.next_delay(), self._gone_streak)
 
-    def fixed(self, reason: RetryReason, delay: float, now: float) -> Retry:
-        """A retry at a fixed ``delay`` (an unavailable kind's slow retry); no backoff."""
+    def unavailable(self, now: float) -> Retry:
+        """The kind is unavailable (401/403/404/406): wait on the unavailable backoff."""
         self._close(now)
-        return Retry(reason, delay, 1)
+        delay = self._unavailable.next_delay()
+        return Retry(RetryReason.UNAVAILABLE, delay, self._unavailable.attempts)
 
     # --- inside -------------------------------------------------------------------------
 
@@ -173,6 +204,7 @@ class RetryPolicy:
         if delivered:
             self._gone_streak = 0
             self._relist_backoff.reset()
+            self._unavailable.reset()
         return (now - opened if opened is not None else 0.0), delivered
 
     def _retry(self, reason: RetryReason, *, at_least: float = 0.0) -> Retry:
@@ -207,3 +239,44 @@ class LogLimiter:
         closing line, e.g. "recovered", so no held-back retry goes unmentioned)."""
         suppressed, self._suppressed = self._suppressed, 0
         return suppressed
+
+
+def resource_version_too_large(exc: KubeStatusError) -> bool:
+    """The API server's 504 for a resourceVersion newer than anything it has seen.
+
+    client-go looks for the ResourceVersionTooLarge cause; the Status we keep may carry only
+    its message, whose wording the API server has used since 1.18.
+    """
+    if exc.code != 504:
+        return False
+    if "Too large resource version" in str(exc):
+        return True
+    if not isinstance(exc.status, dict):
+        return False
+    details = exc.status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return isinstance(causes, list) and any(
+        isinstance(cause, dict) and cause.get("reason") == "ResourceVersionTooLarge"
+        for cause in causes
+    )
+
+
+def status_reason(exc: KubeStatusError) -> RetryReason:
+    """The retry reason of an HTTP error status (not 410, not an unavailable kind)."""
+    if isinstance(exc, KubeTooManyRequestsError):
+        return RetryReason.THROTTLED
+    if isinstance(exc, KubeServerError):
+        return RetryReason.SERVER_ERROR
+    return RetryReason.STATUS
+
+
+def error_reason(exc: KubeError | WatchDecodeError) -> RetryReason:
+    """The retry reason of a failure that is not an HTTP status."""
+    if isinstance(exc, WatchDecodeError):
+        return RetryReason.DECODE
+    if isinstance(exc, KubeCredentialError):
+        return RetryReason.CREDENTIALS
+    if isinstance(exc, KubeClosedError):
+        return RetryReason.CLIENT_CLOSED
+    # KubeConnectionError, or another KubeError: the exchange with the API server failed.
+    return RetryReason.NETWORK

@@ -134,7 +134,7 @@ class ApiApp:
         if path.startswith("/kubesim/"):
             if not request.user.is_admin:
                 raise ApiError(403, "Forbidden", f'User "{request.user.name}" is not an admin')
-            await serve_admin(request, send, self.faults, self.counters, self.cluster)
+            await serve_admin(request, send, self.faults, self.counters, self.cluster, self.users)
             return
         parts = [p for p in path.split("/") if p]
         if not parts:
@@ -197,7 +197,7 @@ class ApiApp:
         resource = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
         request.verb, request.resource = verb, resource
         assert request.user is not None
-        if not request.user.allows(verb, rtype):
+        if not request.user.allows(verb, rtype, target.namespace):
             raise _status.forbidden(request.user.name, verb, rtype, target.namespace)
         self.counters.record(verb, resource)
         injected = self.faults.take_failure(verb, resource)

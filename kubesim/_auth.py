@@ -1,21 +1,27 @@
 """Who is calling, and may they: bearer tokens, client certificates, per-kind verb grants.
 
-A :class:`User` grants verbs per resource name (``"pods"``, ``"deployments.apps"`` or ``"*"``);
-the most specific entry wins, so ``{"*": ALL_VERBS, "secrets": ()}`` is "everything but
-Secrets". Anonymous requests are refused (401) except the health probes.
+A :class:`User` grants verbs per resource name (``"pods"``, ``"deployments.apps"`` or ``"*"``),
+and per namespace with the namespace in front (``"team-b/pods"``, as a RoleBinding in that
+namespace would); the most specific entry wins, so ``{"*": ALL_VERBS, "secrets": ()}`` is
+"everything but Secrets" and ``{"*": ALL_VERBS, "b/pods": ()}`` "everything but Pods in
+namespace b". Grants can change while clients run (``Users.set_grants``): what is already
+being served (an open watch) goes on, as on a real API server, and the next request is judged
+anew. Anonymous requests are refused (401) except the health probes.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from kubesim._resources import VERBS, ResourceType
 
-__all__ = ["ALL_VERBS", "READ_VERBS", "User", "Users"]
+__all__ = ["ALL_VERBS", "READ_VERBS", "VERBS_ANY", "User", "Users"]
 
 ALL_VERBS: frozenset[str] = frozenset(VERBS)
+#: What a grant may list: any verb, or "*".
+VERBS_ANY: frozenset[str] = ALL_VERBS | {"*"}
 READ_VERBS: frozenset[str] = frozenset({"get", "list", "watch"})
 
 
@@ -30,9 +36,12 @@ class User:
     )
     groups: tuple[str, ...] = ("system:authenticated",)
 
-    def allows(self, verb: str, rtype: ResourceType) -> bool:
+    def allows(self, verb: str, rtype: ResourceType, namespace: str | None = None) -> bool:
         qualified = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
-        for key in (qualified, rtype.plural, "*"):
+        keys: tuple[str, ...] = (qualified, rtype.plural, "*")
+        if namespace:
+            keys = (f"{namespace}/{qualified}", f"{namespace}/{rtype.plural}", *keys)
+        for key in keys:
             if key in self.grants:
                 verbs = self.grants[key]
                 return verb in verbs or "*" in verbs
@@ -64,6 +73,12 @@ class Users:
 
     def __getitem__(self, name: str) -> User:
         return self._by_name[name]
+
+    def set_grants(self, name: str, grants: Mapping[str, Iterable[str]]) -> User:
+        """Give ``name`` these grants instead (its token and certificate name stay): RBAC
+        edited while its clients run. Raises KeyError for an unknown user."""
+        old = self._by_name[name]
+        return self.add(replace(old, grants={k: frozenset(v) for k, v in grants.items()}))
 
     def by_token(self, token: str) -> User | None:
         return self._by_token.get(token)

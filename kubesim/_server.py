@@ -116,6 +116,11 @@ class Server:
         user = User(name) if grants is None else User(name, grants=grants)
         return self.users.add(user)
 
+    def set_grants(self, name: str, grants: dict[str, Any]) -> User:
+        """Change what ``name`` may do, keeping its token (RBAC edited while it works); see
+        ``kubesim._auth``. Raises KeyError for an unknown user."""
+        return self.users.set_grants(name, grants)
+
     def client_certificate(self, user: str) -> KeyPair:
         """A client certificate for ``user`` signed by the server's CA (TLS servers only)."""
         if self.ca is None:

@@ -23,12 +23,15 @@ from ._errors import ServerError, StoreError
 from ._registry import Registry, RoleChange
 from .store import (
     AccountRecord,
+    AccountScope,
     AccountState,
     AgentRecord,
+    AvailabilityOutcome,
     BatchOutcome,
     ChangeCursor,
     ChangePage,
     DispatchRecord,
+    KindChange,
     LeaseOutcome,
     LeaseRecord,
     Notice,
@@ -40,6 +43,7 @@ from .store import (
     ResumePoint,
     Store,
     StoredObject,
+    UnavailableKind,
 )
 
 log = logging.getLogger("server.accounts")
@@ -417,6 +421,15 @@ class RegistryStore:
 
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._store.apply_operation_objects(records)
+
+    async def apply_kind_changes(self, changes: Sequence[KindChange]) -> AvailabilityOutcome:
+        return await self._store.apply_kind_changes(changes)
+
+    async def apply_account_scope(self, scope: AccountScope) -> AvailabilityOutcome:
+        return await self._store.apply_account_scope(scope)
+
+    async def unavailable_kinds(self, account: str | None = None) -> builtins.list[UnavailableKind]:
+        return await self._store.unavailable_kinds(account)
 
     async def get_object(
         self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str

@@ -42,6 +42,7 @@ from ._errors import AuthError, InvalidRecord, ServerError, StoreError
 from ._registry import Claim, Role, RoleChange
 from ._sessions import Session, claim_from_info
 from ._state import ServerState
+from ._watch_status import WatchStatusRefused, kind_status, log_restored, watch_scope
 from .store import scrub_secret_records
 
 log = logging.getLogger("server.grpc")
@@ -336,6 +337,8 @@ class ConnectHandler:
                 await self._accounts_changed(session, value, principal, peer)
             elif name == "operation_result":
                 await self._state.operations.on_result(session, value)
+            elif name in ("kind_status", "watch_scope"):
+                await self._watch_status(session, name, value, peer)
             elif name == "hello":
                 raise _refuse(wire.Status.FAILED_PRECONDITION, "Hello sent twice", peer)
             elif not skipped:  # a kind this version does not know was skipped above
@@ -405,9 +408,29 @@ class ConnectHandler:
                 ) from exc
             # Objects a relist found gone are deletions too, for the feed's subscribers.
             self._state.feed.publish(kept, swept=outcome.swept)
+            log_restored(outcome.restored)
         await session.outbound.send(messages.ServerMessage(ack=messages.Ack(seq=batch.seq)))
         seq: int = batch.seq
         return seq
+
+    async def _watch_status(
+        self,
+        session: Session,
+        name: str,
+        value: messages.KindStatus | messages.WatchScope,
+        peer: str,
+    ) -> None:
+        """A KindStatus or WatchScope (server/_watch_status.py), applied in stream order."""
+        try:
+            if isinstance(value, messages.KindStatus):
+                await kind_status(self._state, session, value)
+            else:
+                await watch_scope(self._state, session, value)
+        except WatchStatusRefused as exc:
+            raise _refuse(wire.Status[exc.status], str(exc), peer) from exc
+        except StoreError as exc:
+            log.error("session %s: store failed on %s: %s", session.session_id, name, exc)
+            raise wire.Refuse(wire.Status.UNAVAILABLE, "the server's store failed; retry") from exc
 
     def _served(
         self, session: Session, records: Sequence[wire.EventRecord], seq: int, peer: str

@@ -18,6 +18,8 @@ from ._generated.kubesvc.v1 import (
     Heartbeat,
     Hello,
     KindInfo,
+    KindState,
+    KindStatus,
     Limits,
     Operation,
     OperationResult,
@@ -25,6 +27,8 @@ from ._generated.kubesvc.v1 import (
     ResumePoint,
     Role,
     ServerMessage,
+    WatchedKind,
+    WatchScope,
     Welcome,
 )
 
@@ -39,6 +43,8 @@ __all__ = [
     "Heartbeat",
     "Hello",
     "KindInfo",
+    "KindState",
+    "KindStatus",
     "Limits",
     "Operation",
     "OperationResult",
@@ -46,6 +52,8 @@ __all__ = [
     "ResumePoint",
     "Role",
     "ServerMessage",
+    "WatchScope",
+    "WatchedKind",
     "Welcome",
 ]
 

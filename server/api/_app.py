@@ -63,6 +63,9 @@ _DEFINITION = (
 )
 _E400 = "a malformed body or parameter (the message names it)"
 _E404 = "unknown account, agent or object"
+# docs/protocol.md §7.4: what the agent cannot watch is answered for, not "not found".
+_E403 = "the agent is forbidden to watch this kind (unavailableKind says why and since when)"
+_E503 = "the agent cannot watch this kind now: not served, or gone from discovery (the reason)"
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     # Armory plugin: accounts.
@@ -209,7 +212,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "One object with moniker, status, artifacts and events",
         _CLOUDDRIVER,
         params=(_LOCATION, _NAME, _INCLUDE_EVENTS),
-        responses={200: "the manifest", 400: _E400, 404: _E404},
+        responses={200: "the manifest", 400: _E400, 403: _E403, 404: _E404, 503: _E503},
     ),
     Endpoint(
         "GET",
@@ -218,7 +221,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "One cluster-scoped object",
         _CLOUDDRIVER,
         params=(_NAME, _INCLUDE_EVENTS),
-        responses={200: "the manifest", 400: _E400, 404: _E404},
+        responses={200: "the manifest", 400: _E400, 403: _E403, 404: _E404, 503: _E503},
     ),
     Endpoint(
         "GET",
@@ -227,7 +230,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "The objects of a Spinnaker cluster, oldest first",
         _CLOUDDRIVER,
         params=(_LOCATION,),
-        responses={200: "a list of {kind, namespace, name}", 404: _E404},
+        responses={200: "a list of {kind, namespace, name}", 403: _E403, 404: _E404, 503: _E503},
     ),
     Endpoint(
         "GET",
@@ -239,7 +242,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         responses={
             200: "{kind, namespace, name}",
             400: "unknown criteria",
+            403: _E403,
             404: "unknown account or nothing fits",
+            503: _E503,
         },
     ),
     # Run Job's status, as Orca's WaitOnJobCompletion polls it (server/api/_jobs.py). Gate
@@ -255,7 +260,13 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                 _LOCATION,
                 Param("id", 'URL-encoded "job <name>", e.g. "job migrate"', where="path"),
             ),
-            responses={200: "the job status", 400: _E400, 404: "Job not found (...)"},
+            responses={
+                200: "the job status",
+                400: _E400,
+                403: _E403,
+                404: "Job not found (...)",
+                503: _E503,
+            },
         )
         for method in ("GET", "POST")
     ),
@@ -276,7 +287,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             Param("limit", "page size, 1..10000 (default 500)", type="integer"),
             Param("continue", "the token from the previous page"),
         ),
-        responses={200: "{items, continue}", 400: _E400},
+        responses={200: "{items, continue}", 400: _E400, 403: _E403, 503: _E503},
     ),
     Endpoint(
         "WEBSOCKET",

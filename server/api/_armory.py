@@ -19,6 +19,7 @@ from ..store import AccountRecord, AccountState, AgentRecord, ReplicaRecord
 from ._body import json_body
 from ._context import collect_objects, context
 from ._errors import BadRequest, Conflict, NotFound
+from ._unavailable import marks_by_account
 
 __all__ = ["account_json", "account_namespaces"]
 
@@ -32,9 +33,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def account_json(record: AccountRecord) -> dict[str, Any]:
-    """An account as the Armory plugin prints it."""
-    return {
+def account_json(record: AccountRecord, unavailable: list[Any] | None = None) -> dict[str, Any]:
+    """An account as the Armory plugin prints it; with ``unavailable`` (the reads that list
+    accounts pass it: ``_unavailable.marks_by_account``), the kinds the agent cannot watch."""
+    body = {
         "name": record.name,
         "kubeHost": record.kube_host,
         "certFingerprint": record.cert_fingerprint,
@@ -49,6 +51,9 @@ def account_json(record: AccountRecord) -> dict[str, Any]:
         "lastUpdated": record.last_updated_ms,
         "connections": record.connections,
     }
+    if unavailable is not None:
+        body["unavailableKinds"] = unavailable
+    return body
 
 
 async def _account_or_404(request: Request, name: str) -> AccountRecord:
@@ -87,8 +92,10 @@ def _unique_names(items: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 async def list_accounts(request: Request) -> Response:
-    records = await context(request).state.store.list_accounts()
-    return JSONResponse([account_json(r) for r in records])
+    store = context(request).state.store
+    records = await store.list_accounts()
+    marks = await marks_by_account(store)
+    return JSONResponse([account_json(r, marks.get(r.name, [])) for r in records])
 
 
 async def add_accounts(request: Request) -> Response:
@@ -163,7 +170,13 @@ async def delete_accounts(request: Request) -> Response:
 
 
 async def get_account(request: Request) -> Response:
-    return JSONResponse(account_json(await _account_or_404(request, request.path_params["name"])))
+    record = await _account_or_404(request, request.path_params["name"])
+    return JSONResponse(account_json(record, await _marks(request, record.name)))
+
+
+async def _marks(request: Request, name: str) -> list[Any]:
+    """The account's unavailable kinds as JSON."""
+    return (await marks_by_account(context(request).state.store, name)).get(name, [])
 
 
 async def delete_account(request: Request) -> Response:
@@ -370,7 +383,7 @@ async def account_namespaces(request: Request, record: AccountRecord) -> list[st
 
 async def kubernetes_account(request: Request) -> Response:
     record = await _account_or_404(request, request.path_params["name"])
-    body = account_json(record)
+    body = account_json(record, await _marks(request, record.name))
     body["namespaces"] = await account_namespaces(request, record)
     return JSONResponse(body)
 

@@ -26,6 +26,7 @@ from ._manifest_view import (
     parse_manifest_name,
     pick_by_criteria,
 )
+from ._unavailable import check_available, marks_by_account
 
 _decode = msgspec.json.decode
 
@@ -55,7 +56,9 @@ def _permissions(record: AccountRecord) -> dict[str, list[str]]:
     return {str(k).upper(): list(v) for k, v in raw.items() if isinstance(v, list) and v}
 
 
-async def _credential(request: Request, record: AccountRecord, *, expand: bool) -> dict[str, Any]:
+async def _credential(
+    request: Request, record: AccountRecord, *, expand: bool, unavailable: list[Any]
+) -> dict[str, Any]:
     props = record.properties
     body: dict[str, Any] = {
         "name": record.name,
@@ -70,6 +73,9 @@ async def _credential(request: Request, record: AccountRecord, *, expand: bool) 
     permissions = _permissions(record)
     if permissions:
         body["permissions"] = permissions
+    # Not Clouddriver's: the kinds the agent cannot watch now, and why (an operator's first
+    # question when an object is missing).
+    body["unavailableKinds"] = unavailable
     if expand:
         body["namespaces"] = await account_namespaces(request, record)
         body["spinnakerKindMap"] = dict(SPINNAKER_KIND_MAP)
@@ -81,13 +87,23 @@ async def _credential(request: Request, record: AccountRecord, *, expand: bool) 
 
 async def list_credentials(request: Request) -> Response:
     expand = _truthy(request.query_params.get("expand"), default=False, name="expand")
-    records = await context(request).state.store.list_accounts()
-    return JSONResponse([await _credential(request, r, expand=expand) for r in records])
+    store = context(request).state.store
+    records = await store.list_accounts()
+    marks = await marks_by_account(store)
+    return JSONResponse(
+        [
+            await _credential(request, r, expand=expand, unavailable=marks.get(r.name, []))
+            for r in records
+        ]
+    )
 
 
 async def get_credentials(request: Request) -> Response:
     record = await _account(request, request.path_params["account"])
-    return JSONResponse(await _credential(request, record, expand=True))
+    marks = await marks_by_account(context(request).state.store, record.name)
+    return JSONResponse(
+        await _credential(request, record, expand=True, unavailable=marks.get(record.name, []))
+    )
 
 
 async def _find(
@@ -128,6 +144,8 @@ async def _manifest(request: Request, location: str, raw_name: str) -> Response:
         name,
     )
     if stored is None:
+        # Not there: maybe because the agent cannot see the kind (403/503 then, not 404).
+        await check_available(store, account, ref.group, ref.kind, namespace)
         where = f"namespace {namespace}" if namespace else "cluster scope"
         raise NotFound(f"Manifest {ref.token} {name} not found in account {account} ({where})")
     obj = _decode(stored.body)
@@ -185,6 +203,8 @@ async def _cluster_members(
     ref = resolve_kind(p["kind"])
     namespace = "" if p["location"] == "_" else p["location"]
     store = context(request).state.store
+    # An empty cluster of a kind the agent cannot see would be a wrong answer: say why.
+    await check_available(store, account, ref.group, ref.kind, namespace)
     found, headers = await list_fresh(
         context(request).state.feed.freshness,
         lambda: collect_objects(

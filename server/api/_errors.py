@@ -25,7 +25,9 @@ __all__ = [
     "BadRequest",
     "Conflict",
     "ContentTooLarge",
+    "Forbidden",
     "NotFound",
+    "ServiceUnavailable",
     "error_body",
     "error_response",
 ]
@@ -37,9 +39,11 @@ class ApiError(ServerError):
     ServerError
     └── ApiError
         ├── BadRequest   400: a malformed body, field or query parameter (the message names it)
+        ├── Forbidden    403: a kind the agent is forbidden to watch (the reason says why)
         ├── NotFound     404: an unknown account, agent, object or route
         ├── Conflict     409: names that already exist (`extra` lists them)
-        └── ContentTooLarge  413: a request body over the limit (the message names it)
+        ├── ContentTooLarge  413: a request body over the limit (the message names it)
+        └── ServiceUnavailable  503: a kind the agent cannot watch now (not served, gone)
     """
 
     status = 500
@@ -54,6 +58,10 @@ class BadRequest(ApiError):
     status = 400
 
 
+class Forbidden(ApiError):
+    status = 403
+
+
 class NotFound(ApiError):
     status = 404
 
@@ -64,6 +72,10 @@ class Conflict(ApiError):
 
 class ContentTooLarge(ApiError):
     status = 413
+
+
+class ServiceUnavailable(ApiError):
+    status = 503
 
 
 # A message quotes what it refuses (``got [...]``); the quote is cut so that a refused 4 MiB

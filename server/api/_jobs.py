@@ -25,6 +25,7 @@ from .._kinds import resolve_kind
 from ._context import collect_objects, context
 from ._errors import BadRequest, NotFound
 from ._fresh import read_fresh
+from ._unavailable import check_available
 
 __all__ = ["get_job", "job_state", "job_status"]
 
@@ -227,6 +228,7 @@ async def get_job(request: Request) -> Response:
         name,
     )
     if stored is None:
+        await check_available(store, account, "batch", "Job", location)
         raise missing
     job = _decode(stored.body)
     selector = _mapping(_mapping(job.get("spec")).get("selector"))

@@ -11,6 +11,7 @@ from .._readiness import ReadinessAnswer
 from ..store import StoredObject
 from ._context import context
 from ._errors import BadRequest
+from ._unavailable import check_available
 
 __all__ = ["health", "metrics", "openapi", "query_objects", "ready"]
 
@@ -71,6 +72,13 @@ def _item(obj: StoredObject) -> bytes:
 
 async def query_objects(request: Request) -> Response:
     q = request.query_params
+    account, kind = q.get("account"), q.get("kind")
+    if account and kind:
+        # One kind of one account that the agent cannot watch: 403/503 with the reason,
+        # not an empty list that looks like "there are none".
+        await check_available(
+            context(request).state.store, account, None, kind, q.get("namespace") or ""
+        )
     page = await context(request).state.store.query_objects(
         account=q.get("account") or None,
         kind=q.get("kind") or None,

@@ -20,11 +20,14 @@ from ._notify import Notice, check_notices
 from ._queries import ObjectQuery
 from ._records import (
     AccountRecord,
+    AccountScope,
     AgentRecord,
+    AvailabilityOutcome,
     BatchOutcome,
     ChangeCursor,
     ChangePage,
     DispatchRecord,
+    KindChange,
     LeaseOutcome,
     LeaseRecord,
     ObjectPage,
@@ -33,6 +36,7 @@ from ._records import (
     ReplicaRecord,
     ResumePoint,
     StoredObject,
+    UnavailableKind,
 )
 from ._threads import WorkerThreads
 
@@ -63,6 +67,14 @@ class CoreOps(Protocol[H_contra]):
     def apply_operation_objects(
         self, h: H_contra, records: Sequence[EventRecord], /
     ) -> BatchOutcome: ...
+
+    def apply_kind_changes(
+        self, h: H_contra, changes: Sequence[KindChange], /
+    ) -> AvailabilityOutcome: ...
+
+    def apply_account_scope(self, h: H_contra, scope: AccountScope, /) -> AvailabilityOutcome: ...
+
+    def unavailable_kinds(self, h: H_contra, account: str | None, /) -> list[UnavailableKind]: ...
 
     def get_object(
         self,
@@ -199,6 +211,15 @@ class ThreadedStore(Generic[H]):
 
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
         return await self._write(batch_size(records), self._ops.apply_operation_objects, records)
+
+    async def apply_kind_changes(self, changes: Sequence[KindChange]) -> AvailabilityOutcome:
+        return await self._write(SMALL_WRITE, self._ops.apply_kind_changes, changes)
+
+    async def apply_account_scope(self, scope: AccountScope) -> AvailabilityOutcome:
+        return await self._write(SMALL_WRITE, self._ops.apply_account_scope, scope)
+
+    async def unavailable_kinds(self, account: str | None = None) -> list[UnavailableKind]:
+        return await self._run(self._ops.unavailable_kinds, account)
 
     async def get_object(
         self, account: str, api_version_or_group: str, kind: str, namespace: str, name: str

@@ -34,7 +34,7 @@ from wire import EventRecord, EventType
 
 from .._errors import StoreError
 from ._prepared import EPOCH_SLOT, TIME_SLOT, PreparedEvents
-from ._records import BatchOutcome, ObjectRef
+from ._records import BatchOutcome, ObjectRef, UnavailableKind
 
 log = logging.getLogger("server.store")
 
@@ -77,6 +77,11 @@ class BatchWriter(Protocol):
     def save_resume_points(self, rows: list[tuple[str, str, str, str, str, int]]) -> None:
         """Insert or replace (account, api_version, kind, scope, resourceVersion, now_ms)."""
 
+    def clear_unavailable(self, r: EventRecord, group: str) -> UnavailableKind | None:
+        """A SYNC_END completed a listing: drop the scope's unavailable mark (``_availability``);
+        returns it, if there was one."""
+        ...
+
 
 def apply_prepared(
     prepared: PreparedEvents,
@@ -94,6 +99,7 @@ def apply_prepared(
     # listing is open: a bracket left open in one namespace must not freeze the others.
     syncing = set(open_syncs)
     swept: list[ObjectRef] = []
+    restored: list[UnavailableKind] = []
     upserted = deleted = 0
 
     def flush() -> None:
@@ -145,6 +151,11 @@ def apply_prepared(
                 )
             else:
                 swept.extend(writer.end_sync(r, group, begin))
+            # A completed listing shows the kind is available there (again): the agent
+            # could read all of it.
+            mark = writer.clear_unavailable(r, group)
+            if mark is not None:
+                restored.append(mark)
             syncing = set(open_syncs)
             if r.resource_version:
                 rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version
@@ -152,7 +163,10 @@ def apply_prepared(
     points = [(*key, rv, now_ms) for key, rv in rvs.items() if rv]
     if points:
         writer.save_resume_points(points)
-    return BatchOutcome(upserted=upserted, deleted=deleted, swept=tuple(swept)), epoch
+    outcome = BatchOutcome(
+        upserted=upserted, deleted=deleted, swept=tuple(swept), restored=tuple(restored)
+    )
+    return outcome, epoch
 
 
 def apply_groups(

@@ -36,11 +36,12 @@ from psycopg import errors, pq
 from wire import EventRecord
 
 from .._errors import StoreError
+from . import _availability as availability
 from . import _pg_changes as changes
 from ._changes import CHANGES_CHANNEL, change_notice
 from ._ingest import DeletedKey, SyncKey, apply_prepared
 from ._pg_notify import notify
-from ._pg_records import PgRecordTables
+from ._pg_records import PgRecordTables, exec_of
 from ._pg_schema import migrate_pg
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
 from ._queries import (
@@ -55,13 +56,17 @@ from ._queries import (
     stale_objects_where,
 )
 from ._records import (
+    AccountScope,
+    AvailabilityOutcome,
     BatchOutcome,
     ChangeCursor,
     ChangePage,
+    KindChange,
     ObjectPage,
     ObjectRef,
     ResumePoint,
     StoredObject,
+    UnavailableKind,
     group_of,
 )
 from ._url import redact
@@ -289,6 +294,43 @@ class PgCore(PgRecordTables):
         self._announce(conn, outcome.change_seq)
         return outcome
 
+    # -- what the agent may see (the SQL is _availability's, shared with SQLite) ---------
+
+    def apply_kind_changes(self, conn: Conn, changes_: Sequence[KindChange]) -> AvailabilityOutcome:
+        now = self._now_ms()
+        return self._availability(
+            conn,
+            lambda cur: availability.apply_kind_changes(
+                exec_of(cur), POSTGRESQL.kind_key, changes_, now
+            ),
+        )
+
+    def apply_account_scope(self, conn: Conn, scope: AccountScope) -> AvailabilityOutcome:
+        return self._availability(
+            conn,
+            lambda cur: availability.apply_account_scope(exec_of(cur), POSTGRESQL.kind_key, scope),
+        )
+
+    def _availability(
+        self, conn: Conn, fn: Callable[[Cursor], AvailabilityOutcome]
+    ) -> AvailabilityOutcome:
+        """``fn`` in one transaction that ends, like every write of objects, with its change
+        row (the objects it removed, for the other replicas' feeds)."""
+
+        def write(cur: Cursor) -> AvailabilityOutcome:
+            outcome = fn(cur)
+            seq = changes.append_change(cur, self.writer, (), outcome.swept)
+            return replace(outcome, change_seq=seq)
+
+        outcome = self._tx(conn, write)
+        self._announce(conn, outcome.change_seq)
+        return outcome
+
+    def unavailable_kinds(self, conn: Conn, account: str | None) -> list[UnavailableKind]:
+        return availability.unavailable_kinds(
+            lambda sql, params: self._read(conn, sql.replace("?", "%s"), params), account
+        )
+
     def _announce(self, conn: Conn, seq: int) -> None:
         """NOTIFY the other replicas of the change row ``seq`` just committed (0: none), on
         the same connection right after the commit: no thread hop, no wait for the pool.
@@ -416,6 +458,9 @@ class _Writer:
             params,
         )
         return [ObjectRef(*row) for row in cur.fetchall()]
+
+    def clear_unavailable(self, r: EventRecord, group: str) -> UnavailableKind | None:
+        return availability.clear_on_sync(exec_of(self._cur), r.account, group, r.kind, r.scope)
 
     def save_resume_points(self, rows: list[tuple[str, str, str, str, str, int]]) -> None:
         self._cur.executemany(

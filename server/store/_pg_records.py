@@ -89,7 +89,7 @@ _INSERT_NEW_OPERATION = (
 _HISTORY = "INSERT INTO operation_history(operation_id, at_ms, state, message) VALUES (%s,%s,%s,%s)"
 
 
-def _exec(cur: Cursor) -> leases.Exec:
+def exec_of(cur: Cursor) -> leases.Exec:
     """``cur`` as the shared SQL's Exec (``?`` marks made psycopg's)."""
 
     def x(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -128,7 +128,7 @@ class PgRecordTables:
 
     def delete_account(self, conn: Conn, name: str) -> bool:
         def delete(cur: Cursor) -> bool:
-            for table in ("objects", "resource_versions", "sync_state"):
+            for table in ("objects", "resource_versions", "sync_state", "unavailable_kinds"):
                 cur.execute(f"DELETE FROM {table} WHERE account=%s", (name,))
             cur.execute("DELETE FROM accounts WHERE name=%s", (name,))
             return cur.rowcount > 0
@@ -264,7 +264,7 @@ class PgRecordTables:
     def _in(self, conn: Conn, fn: Callable[[leases.Exec], T]) -> T:
         """``fn`` in one transaction, its statements' ``?`` marks made psycopg's."""
 
-        return self._tx(conn, lambda cur: fn(_exec(cur)))
+        return self._tx(conn, lambda cur: fn(exec_of(cur)))
 
     def _reader(self, conn: Conn) -> leases.Exec:
         return lambda sql, params: self._read(conn, sql.replace("?", "%s"), params)

@@ -18,11 +18,14 @@ from .._errors import StoreError
 from ._notify import Notice
 from ._records import (
     AccountRecord,
+    AccountScope,
     AgentRecord,
+    AvailabilityOutcome,
     BatchOutcome,
     ChangeCursor,
     ChangePage,
     DispatchRecord,
+    KindChange,
     LeaseOutcome,
     LeaseRecord,
     Notification,
@@ -32,6 +35,7 @@ from ._records import (
     ReplicaRecord,
     ResumePoint,
     StoredObject,
+    UnavailableKind,
 )
 
 
@@ -65,6 +69,22 @@ class Store(Protocol):
     async def apply_operation_objects(self, records: Sequence[EventRecord]) -> BatchOutcome:
         """The objects an operation returned (issue 6): each upserted unless the stored one has
         a newer (integer) resourceVersion; DELETED records delete. No resume points change."""
+        ...
+
+    async def apply_kind_changes(self, changes: Sequence[KindChange]) -> AvailabilityOutcome:
+        """Apply the agent's KindStatus entries in order, in one transaction: an unavailable
+        (account, kind, scope) loses its objects and resume points there and is marked (with
+        its code and reason); an available one loses its mark (``_availability``)."""
+        ...
+
+    async def apply_account_scope(self, scope: AccountScope) -> AvailabilityOutcome:
+        """Delete the account's objects, resume points and unavailable marks outside what
+        the agent watches now (its WatchScope), in one transaction."""
+        ...
+
+    async def unavailable_kinds(self, account: str | None = None) -> list[UnavailableKind]:
+        """The unavailable marks of ``account`` (None: every account's), ordered by account,
+        group, kind and scope."""
         ...
 
     async def get_object(

@@ -98,14 +98,98 @@ class ResumePoint:
 
 
 @dataclass(frozen=True, slots=True)
+class UnavailableKind:
+    """A kind of an account that the agent cannot watch now, in ``scope`` ("" the whole
+    kind, else one namespace): the agent's KindStatus said so (docs/protocol.md §7.4).
+
+    ``code`` is the API server's HTTP status (401, 403, 404, 406), 0 when the kind is gone
+    from discovery; ``reason`` its message; ``since_ms`` when the store first marked it."""
+
+    account: str
+    api_version: str
+    kind: str
+    scope: str
+    code: int
+    reason: str
+    since_ms: int = 0
+
+    @property
+    def group(self) -> str:
+        return group_of(self.api_version)
+
+    @property
+    def forbidden(self) -> bool:
+        """The API server refused the agent (401/403), rather than not serving the kind."""
+        return self.code in (401, 403)
+
+    def covers(self, group: str | None, kind: str, namespace: str) -> bool:
+        """Whether this mark answers for an object of ``kind`` (``group`` None: any) in
+        ``namespace`` ("" cluster-scoped)."""
+        if kind.lower() != self.kind.lower() or group not in (None, self.group):
+            return False
+        return not self.scope or self.scope == namespace
+
+
+@dataclass(frozen=True, slots=True)
+class KindChange:
+    """One entry of the agent's KindStatus: (account, kind, scope) unavailable (``code``,
+    ``reason``) or available again."""
+
+    account: str
+    api_version: str
+    kind: str
+    scope: str
+    available: bool
+    code: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AccountScope:
+    """What the agent watches for one account now (its WatchScope): every kind, as
+    (api_version, kind), and the namespaces namespaced kinds are watched in (none: all but
+    ``omit_namespaces``)."""
+
+    account: str
+    kinds: tuple[tuple[str, str], ...]
+    namespaces: tuple[str, ...] = ()
+    omit_namespaces: tuple[str, ...] = ()
+
+    def holds_namespace(self, namespace: str) -> bool:
+        """Whether objects (or watches) in ``namespace`` are in scope ("": cluster-scoped
+        objects and cluster-wide watches always are)."""
+        if not namespace:
+            return True
+        if namespace in self.omit_namespaces:
+            return False
+        return not self.namespaces or namespace in self.namespaces
+
+
+@dataclass(frozen=True, slots=True)
+class AvailabilityOutcome:
+    """What a KindStatus or a WatchScope changed: the objects removed (for the feed), the
+    marks set or given a new reason, the marks cleared (available again) and the marks
+    dropped with their kind or namespace (out of scope)."""
+
+    swept: tuple[ObjectRef, ...] = ()
+    marked: tuple[UnavailableKind, ...] = ()
+    cleared: tuple[UnavailableKind, ...] = ()
+    dropped: tuple[UnavailableKind, ...] = ()
+    #: the change-log row the write appended (PostgreSQL; 0: none, or SQLite)
+    change_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class BatchOutcome:
-    """What one committed batch changed: counts, and the objects sync brackets swept away."""
+    """What one committed batch changed: counts, the objects sync brackets swept away, and
+    the unavailable marks their SYNC_END cleared (the kind listed again)."""
 
     upserted: int = 0
     deleted: int = 0
     swept: tuple[ObjectRef, ...] = ()
     #: the change-log row the write appended (PostgreSQL; 0: none, or SQLite)
     change_seq: int = 0
+    restored: tuple[UnavailableKind, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,19 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO change_trims VALUES (1, 0, 0, 0)",
         ),
     ),
+    Migration(
+        5,
+        "kinds the agent cannot watch (unavailable kinds) per account and scope",
+        (
+            # kind_key is the kind lower-cased by the store (both backends alike); kind and
+            # api_version as the agent named them, for the REST API.
+            """CREATE TABLE unavailable_kinds(
+                account TEXT NOT NULL, grp TEXT NOT NULL, kind_key TEXT NOT NULL,
+                scope TEXT NOT NULL, api_version TEXT NOT NULL, kind TEXT NOT NULL,
+                code INTEGER NOT NULL, reason TEXT NOT NULL, since_ms INTEGER NOT NULL,
+                PRIMARY KEY(account, grp, kind_key, scope))""",
+        ),
+    ),
 )
 
 

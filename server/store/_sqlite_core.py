@@ -16,6 +16,7 @@ import apsw
 from wire import EventRecord
 
 from .._errors import StoreError
+from . import _availability as availability
 from ._ingest import DeletedKey, apply_prepared
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
 from ._queries import (
@@ -30,13 +31,17 @@ from ._queries import (
     stale_objects_where,
 )
 from ._records import (
+    AccountScope,
+    AvailabilityOutcome,
     BatchOutcome,
     ChangeCursor,
     ChangePage,
+    KindChange,
     ObjectPage,
     ObjectRef,
     ResumePoint,
     StoredObject,
+    UnavailableKind,
     group_of,
 )
 from ._schema import migrate
@@ -176,6 +181,25 @@ class SqliteCore(RecordTables):
 
         return self._write(write)  # type: ignore[no-any-return]
 
+    # -- what the agent may see (the SQL is _availability's, shared with PostgreSQL) -------
+
+    def apply_kind_changes(self, changes: Sequence[KindChange]) -> AvailabilityOutcome:
+        outcome: AvailabilityOutcome = self._write(
+            lambda: availability.apply_kind_changes(
+                self._exec, SQLITE.kind_key, changes, self._now_ms()
+            )
+        )
+        return outcome
+
+    def apply_account_scope(self, scope: AccountScope) -> AvailabilityOutcome:
+        outcome: AvailabilityOutcome = self._write(
+            lambda: availability.apply_account_scope(self._exec, SQLITE.kind_key, scope)
+        )
+        return outcome
+
+    def unavailable_kinds(self, account: str | None) -> list[UnavailableKind]:
+        return availability.unavailable_kinds(self._read, account)
+
     # -- reads (the SQL is _queries', shared with PostgreSQL) ---------------------------
 
     def get_object(
@@ -257,6 +281,9 @@ class _Writer:
         self._conn.executemany(
             "INSERT OR REPLACE INTO resource_versions VALUES (?,?,?,?,?,?)", rows
         )
+
+    def clear_unavailable(self, r: EventRecord, group: str) -> UnavailableKind | None:
+        return availability.clear_on_sync(self._core._exec, r.account, group, r.kind, r.scope)
 
 
 _WAL_SWITCH_SECONDS = 5.0

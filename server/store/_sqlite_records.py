@@ -168,7 +168,7 @@ class RecordTables:
 
     def delete_account(self, name: str) -> bool:
         def delete() -> bool:
-            for table in ("objects", "resource_versions", "sync_state"):
+            for table in ("objects", "resource_versions", "sync_state", "unavailable_kinds"):
                 self._conn.execute(f"DELETE FROM {table} WHERE account=?", (name,))
             self._conn.execute("DELETE FROM accounts WHERE name=?", (name,))
             gone = self._conn.changes()

@@ -1,8 +1,9 @@
 """Test harness for the data path: a receiver at the end of the budget channel.
 
 ``Receiver`` drains a real budget channel, acknowledges every batch, keeps every record, and
-applies them the way the server does (sync brackets delete what a full listing did not see),
-so tests can assert on the converged view.
+applies them the way the server does (sync brackets delete what a full listing did not see;
+a kind reported unavailable loses its objects in its scope, a watch scope removes what is
+outside it), so tests can assert on the converged view.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from agent._watch_notices import KindNotice, Notice, ScopeNotice
 from budget import EventReceiver
 from wire import EventRecord, EventType
 
@@ -24,6 +26,7 @@ class Receiver:
     """Collects records from the channel and keeps the server-side view of them."""
 
     records: list[EventRecord] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
     objects: dict[ObjectKey, EventRecord] = field(default_factory=dict)
     _seen: dict[tuple[str, str, str], set[ObjectKey]] = field(default_factory=dict)
 
@@ -34,9 +37,33 @@ class Receiver:
             except trio.EndOfChannel:
                 return
             for entry in batch.entries:
-                assert isinstance(entry.value, EventRecord)
-                self._apply(entry.value)
+                if isinstance(entry.value, EventRecord):
+                    self._apply(entry.value)
+                else:
+                    assert isinstance(entry.value, KindNotice | ScopeNotice)
+                    self._notice(entry.value)
             receive.acknowledge(batch)
+
+    def _notice(self, notice: Notice) -> None:
+        self.notices.append(notice)
+        if isinstance(notice, KindNotice):
+            if not notice.available:
+                for key in [k for k in self.objects if k[1] == notice.kind]:
+                    if not notice.scope or key[2] == notice.scope:
+                        del self.objects[key]
+            return
+        kinds = {kind for _, kind in notice.kinds}
+        for key in list(self.objects):
+            namespace = key[2]
+            outside = bool(namespace) and (
+                namespace in notice.omit_namespaces
+                or (bool(notice.namespaces) and namespace not in notice.namespaces)
+            )
+            if key[1] not in kinds or outside:
+                del self.objects[key]
+
+    def kind_notices(self, kind: str) -> list[KindNotice]:
+        return [n for n in self.notices if isinstance(n, KindNotice) and n.kind == kind]
 
     def _apply(self, record: EventRecord) -> None:
         self.records.append(record)

@@ -145,11 +145,43 @@ def test_a_stall_resumes_at_once_and_resets_after_a_long_watch() -> None:
     assert p.stalled(150.0) == Retry(RetryReason.STALLED, 0.0, 0)
 
 
-def test_a_fixed_retry_does_not_touch_the_backoff() -> None:
-    p = policy()
+def unavailable_policy() -> RetryPolicy:
+    return RetryPolicy(
+        Backoff(base=1.0, multiplier=1.6, jitter=0.0, max_delay=60.0),
+        unavailable=Backoff(base=10.0, multiplier=2.0, jitter=0.0, max_delay=120.0),
+    )
+
+
+def test_an_unavailable_kind_backs_off_from_10_s_to_2_min_on_its_own_backoff() -> None:
+    p = unavailable_policy()
     grown(p, 2)
-    assert p.fixed(RetryReason.UNAVAILABLE, 300.0, 0.0) == Retry(RetryReason.UNAVAILABLE, 300.0, 1)
+    delays = [p.unavailable(0.0).delay for _ in range(6)]
+    assert delays == pytest.approx([10.0, 20.0, 40.0, 80.0, 120.0, 120.0])
+    assert p.unavailable(0.0) == Retry(RetryReason.UNAVAILABLE, 120.0, 7)
+    # The network backoff is not spent by them, nor reset.
     assert p.failed(NETWORK, 0.0).attempt == 3
+
+
+def test_a_listing_or_a_delivering_watch_starts_the_unavailable_backoff_over() -> None:
+    p = unavailable_policy()
+    for _ in range(4):
+        p.unavailable(0.0)
+    p.listed()
+    assert p.unavailable(0.0).delay == pytest.approx(10.0)
+    p.unavailable(0.0)
+    p.watch_opened(0.0)
+    p.delivered()
+    p.watch_ended(1.0)
+    assert p.unavailable(2.0) == Retry(RetryReason.UNAVAILABLE, 10.0, 1)
+
+
+def test_the_default_unavailable_backoff_is_10_s_to_2_min() -> None:
+    p = policy()
+    first = p.unavailable(0.0).delay
+    assert 8.0 <= first <= 12.0  # ±20 % jitter
+    for _ in range(10):
+        last = p.unavailable(0.0).delay
+    assert 96.0 <= last <= 120.0
 
 
 def test_the_log_limiter_allows_one_line_per_interval_and_counts_the_rest() -> None:

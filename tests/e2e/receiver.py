@@ -134,6 +134,29 @@ class Receiver:
                 )
             elif isinstance(body, messages.Heartbeat):
                 await stream.send(messages.ServerMessage(heartbeat=body))
+            elif isinstance(body, messages.KindStatus):
+                for state in body.kinds:
+                    if not state.available:
+                        self._forget(state.account, state.kind, state.scope)
+                self.changed.notify()
+            elif isinstance(body, messages.WatchScope):
+                kinds = {kind.kind for kind in body.kinds}
+                for key in [k for k in self.objects if k[0] == body.account]:
+                    namespace = key[3]
+                    outside = bool(namespace) and (
+                        namespace in body.omit_namespaces
+                        or (bool(body.namespaces) and namespace not in body.namespaces)
+                    )
+                    if key[2] not in kinds or outside:
+                        del self.objects[key]
+                self.changed.notify()
+
+    def _forget(self, account: str, kind: str, scope: str) -> None:
+        """Drop the objects of ``account``'s ``kind`` in ``scope`` ("" every namespace), as
+        the server does for an unavailable kind (docs/protocol.md §7.4)."""
+        for key in [k for k in self.objects if k[0] == account and k[2] == kind]:
+            if not scope or key[3] == scope:
+                del self.objects[key]
 
     def _assign(self, account: str) -> messages.AccountAssignment:
         resume = [

@@ -259,3 +259,31 @@ async def test_a_cut_resets_open_connections_and_new_ones_until_it_ends(
                 await http.get("/api/v1/pods")  # accepted, then reset at once
             await trio.sleep(0.5)  # the cut is over
             assert (await http.get("/api/v1/pods")).status_code == 200
+
+
+async def test_grants_change_at_runtime_per_namespace_and_through_the_admin_endpoint(
+    server: kubesim.Server, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        user = server.add_user("agent", grants={"*": kubesim.READ_VERBS})
+        headers = {"authorization": f"Bearer {user.token}"}
+        assert (await http.get("/api/v1/namespaces/b/pods", headers=headers)).status_code == 200
+        # A RoleBinding taken away in namespace b only: the token stays the same.
+        server.set_grants("agent", {"*": kubesim.READ_VERBS, "b/pods": ()})
+        refused = await http.get("/api/v1/namespaces/b/pods", headers=headers)
+        assert refused.status_code == 403
+        assert refused.json()["message"] == (
+            'pods is forbidden: User "agent" cannot list resource "pods" in API group "" '
+            'in the namespace "b"'
+        )
+        assert (await http.get("/api/v1/namespaces/a/pods", headers=headers)).status_code == 200
+        assert (await http.get("/api/v1/pods", headers=headers)).status_code == 200
+        # The admin endpoint does the same from outside the process (the admin's token).
+        revoke = await http.put("/kubesim/users/agent/grants", json={"*": [], "pods": ["list"]})
+        assert revoke.status_code == 200
+        assert (await http.get("/api/v1/pods", headers=headers)).status_code == 200
+        assert (await http.get("/api/v1/configmaps", headers=headers)).status_code == 403
+        bad = await http.put("/kubesim/users/agent/grants", json={"pods": ["fly"]})
+        assert bad.status_code == 400
+        unknown = await http.put("/kubesim/users/nobody/grants", json={})
+        assert unknown.status_code == 404

@@ -29,7 +29,9 @@ async def test_add_accounts_then_read_them(tmp_path: Path, standalone: bool) -> 
                 "name", "kubeHost", "certFingerprint", "kubeVersion", "status", "errorMessage",
                 "retryCount", "dynamic", "permissions", "properties", "zoneId", "lastUpdated",
                 "connections",
+                "unavailableKinds",  # ours: the kinds the agent cannot watch (none here)
             }  # fmt: skip
+            assert account["unavailableKinds"] == []
             r = await api.client.get("/armory/accounts/a2")
             assert r.json()["properties"] == {"kubeconfigFile": "/k/a2"}
             r = await api.client.get("/armory/accounts")

@@ -77,6 +77,7 @@ async def test_credentials(tmp_path: Path) -> None:
                 "permissions": {"READ": ["devs"]},
                 "challengeDestructiveActions": False,
                 "primaryAccount": False,
+                "unavailableKinds": [],  # ours: the kinds the agent cannot watch (none here)
             }
             assert by_name["open"]["environment"] == "staging"
             assert "permissions" not in by_name["open"]  # only when restricted

@@ -45,6 +45,8 @@ class AgentMessage(betterproto.Message):
     operation_result: "OperationResult" = betterproto.message_field(3, group="message")
     accounts_changed: "AccountsChanged" = betterproto.message_field(4, group="message")
     heartbeat: "Heartbeat" = betterproto.message_field(5, group="message")
+    kind_status: "KindStatus" = betterproto.message_field(6, group="message")
+    watch_scope: "WatchScope" = betterproto.message_field(7, group="message")
 
 
 @dataclass(eq=False, repr=False)
@@ -120,6 +122,63 @@ class AccountsChanged(betterproto.Message):
 @dataclass(eq=False, repr=False)
 class Heartbeat(betterproto.Message):
     sent_at_ms: int = betterproto.int64_field(1)
+
+
+@dataclass(eq=False, repr=False)
+class KindStatus(betterproto.Message):
+    """
+    Kinds of an account the agent can no longer watch, or can again (docs/protocol.md §7.4).
+     Sent in order with the event batches: it applies after every batch sent before it.
+    """
+
+    kinds: List["KindState"] = betterproto.message_field(1)
+
+
+@dataclass(eq=False, repr=False)
+class KindState(betterproto.Message):
+    account: str = betterproto.string_field(1)
+    api_version: str = betterproto.string_field(2)
+    kind: str = betterproto.string_field(3)
+    scope: str = betterproto.string_field(4)
+    """
+    "" = the kind's cluster-wide watch (all its namespaces), else the namespace of a
+     per-namespace watch.
+    """
+
+    available: bool = betterproto.bool_field(5)
+    code: int = betterproto.uint32_field(6)
+    """
+    The API server's HTTP status that made it unavailable (401, 403, 404, 406), or 0 when it
+     was no answer (the kind is gone from discovery); 0 when available.
+    """
+
+    reason: str = betterproto.string_field(7)
+    """Why, for people (the API server's message); empty when available."""
+
+
+@dataclass(eq=False, repr=False)
+class WatchScope(betterproto.Message):
+    """
+    What the agent watches for one account now (docs/protocol.md §7.5): the server removes the
+     account's objects outside it. Sent in order with the event batches.
+    """
+
+    account: str = betterproto.string_field(1)
+    namespaces: List[str] = betterproto.string_field(2)
+    """
+    Namespaced kinds are watched in these namespaces only; empty: in every namespace but
+     omit_namespaces. Cluster-scoped kinds are not affected by either.
+    """
+
+    omit_namespaces: List[str] = betterproto.string_field(3)
+    kinds: List["WatchedKind"] = betterproto.message_field(4)
+    """Every kind the agent watches (or keeps trying to) for the account."""
+
+
+@dataclass(eq=False, repr=False)
+class WatchedKind(betterproto.Message):
+    api_version: str = betterproto.string_field(1)
+    kind: str = betterproto.string_field(2)
 
 
 @dataclass(eq=False, repr=False)
