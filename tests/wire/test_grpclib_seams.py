@@ -7,10 +7,8 @@ before the pin in pyproject.toml is widened.
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import inspect
-import textwrap
 import tomllib
 from pathlib import Path
 
@@ -46,25 +44,6 @@ def test_the_installed_dependency_is_one_the_seams_were_checked_against(name: st
     assert pin.specifier, f"pyproject.toml must bound {name}: the bridge relies on its internals"
     installed = importlib.metadata.version(name)
     assert pin.specifier.contains(installed), f"{name} {installed} is outside {pin.specifier}"
-
-
-def _assigned_attributes(function: object) -> set[str]:
-    """The ``self.<name>`` and ``self._stream.connection.<name>`` attributes ``function``
-    assigns to, read from its source."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))  # type: ignore[arg-type]
-    names = set()
-    for node in ast.walk(tree):
-        targets = (
-            node.targets
-            if isinstance(node, ast.Assign)
-            else [node.target]
-            if isinstance(node, ast.AugAssign)
-            else []
-        )
-        for target in targets:
-            if isinstance(target, ast.Attribute):
-                names.add(ast.unparse(target))
-    return names
 
 
 # ---- install_fast_paths: the repr of received DATA frames --------------------------------------
@@ -158,30 +137,6 @@ async def test_both_ends_send_one_mib_data_frames() -> None:
                 # The server announced it too: the client may send frames that large.
                 assert h2_connection.max_outbound_frame_size == _grpclib.MAX_FRAME_SIZE
             nursery.cancel_scope.cancel()
-
-
-# ---- send_framed: grpclib's send_message for framed bytes --------------------------------------
-
-
-def test_send_framed_keeps_what_send_message_keeps() -> None:
-    """send_framed does what grpclib's client ``Stream.send_message`` does, minus the framing
-    and the event dispatch: the same state and counters, in the same attributes. If this
-    fails, grpclib's send_message changed: bring send_framed in line (or drop it)."""
-    theirs = _assigned_attributes(grpclib.client.Stream.send_message) - {"message"}
-    ours = {
-        name.replace("stream.", "self.", 1)
-        for name in _assigned_attributes(_grpclib.send_framed)
-        if name.startswith("stream.")
-    } | {
-        name.replace("connection.", "self._stream.connection.", 1)
-        for name in _assigned_attributes(_grpclib.send_framed)
-        if name.startswith("connection.")
-    }
-    # end=True (end_stream on the last DATA frame) is the one thing the bridge never asks for.
-    assert theirs - {"self._end_done", "end_stream"} == ours
-    source = inspect.getsource(grpclib.client.Stream.send_message)
-    for needed in ("self._send_request_done", "self._end_done", "self._wrapper"):
-        assert needed in source
 
 
 # ---- behaviour seams ---------------------------------------------------------------------------

@@ -2,12 +2,12 @@
 
 Theory of operation. :func:`open_connection` opens one HTTP/2 connection and one Connect
 call on it, and owns both until its block exits. Each operation crosses into asyncio once:
-``send`` encodes and frames the message on the trio side and hands grpclib the framed bytes
-(a batch, or up to 32 operation results, is one crossing and one write); ``receive`` gets a
-message's bytes and decodes them on the trio side. HTTP/2 credit goes back to the server when
-grpclib's read consumes the data, i.e. when the trio side calls ``receive()``: backpressure
-reaches the socket. One task may send while another receives; two sends (or two receives)
-are serialized, so their frames never interleave.
+``send`` encodes the message on the trio side and hands grpclib its bytes (a batch is one
+crossing; so are up to 32 operation results, one ``send_message`` each on the asyncio side);
+``receive`` gets a message's bytes and decodes them on the trio side. HTTP/2 credit goes back
+to the server when grpclib's read consumes the data, i.e. when the trio side calls
+``receive()``: backpressure reaches the socket. One task may send while another receives;
+two sends (or two receives) are serialized, so their frames never interleave.
 
 How a call ends: the first failure or end of stream seen on the asyncio side is settled once
 (:meth:`ClientStream._aio_finish`) into EndOfStream (the server said OK), RemoteRefused (any
@@ -38,17 +38,15 @@ from .._envelope import (
     encode_agent_message,
     encode_event_batch,
     encode_operation_result,
-    grpc_framed,
 )
-from .._errors import ConnectionLost, EndOfStream, MessageTooLarge, StreamClosed, WireError
+from .._errors import ConnectionLost, EndOfStream, StreamClosed, WireError
 from ..messages import CONNECT_METHOD, AgentMessage, OperationResult, ServerMessage
 from ._failures import BROKEN, CLOSED_AT_ONCE, again, closed_under_grpclib, lost, refused
-from ._grpclib import Channel, connect_first, send_framed
+from ._grpclib import Channel, connect_first
 from ._loop import require_loop
 from ._options import (
     DEFAULT_KEEPALIVE,
     DEFAULT_MAX_MESSAGE_SIZE,
-    GRPC_PREFIX,
     Keepalive,
     RawCodec,
     checked,
@@ -86,36 +84,31 @@ class ClientStream:
     async def send(self, message: AgentMessage) -> None:
         """Send one message. Raises MessageTooLarge (nothing sent, the stream stays usable),
         ConnectionLost, RemoteRefused, EndOfStream or StreamClosed."""
-        data = checked(encode_agent_message(message), self._limit)
-        await self._send_framed(grpc_framed(data))
+        await self._send([checked(encode_agent_message(message), self._limit)])
 
     async def send_event_batch(self, seq: int, records: bytes, count: int) -> None:
         """Send ``AgentMessage{event_batch{seq, records, count}}``, as ``send`` would, without
         building the betterproto objects (~0.1 ms each, once per batch). Raises what ``send``
         raises, and ValueError for a seq or count out of its field's range."""
-        framed = encode_event_batch(seq, records, count, grpc_prefix=True)
-        if framed is None:
+        data = encode_event_batch(seq, records, count)
+        if data is None:
             raise ValueError(f"EventBatch seq {seq} or count {count} is out of range")
-        if len(framed) - GRPC_PREFIX > self._limit:
-            raise MessageTooLarge(len(framed) - GRPC_PREFIX, self._limit, direction="outgoing")
-        await self._send_framed(framed)
+        await self._send([checked(data, self._limit)])
 
     async def send_operation_results(self, results: Sequence[OperationResult]) -> None:
         """Send ``AgentMessage{operation_result}`` for each of ``results``, in order, as
-        ``send`` would, in one write: one crossing into asyncio for all of them (a crossing
-        costs more than a small message), with no envelope object built. Raises what ``send``
-        raises; MessageTooLarge when any of them is too large (then none is sent)."""
-        framed = b"".join(
-            grpc_framed(checked(encode_operation_result(result), self._limit)) for result in results
-        )
-        if framed:
-            await self._send_framed(framed)
+        ``send`` would, with one crossing into asyncio for all of them (a crossing costs more
+        than a small message) and no envelope object built. Raises what ``send`` raises;
+        MessageTooLarge when any of them is too large (then none is sent)."""
+        messages = [checked(encode_operation_result(result), self._limit) for result in results]
+        if messages:
+            await self._send(messages)
 
-    async def _send_framed(self, framed: bytes) -> None:
+    async def _send(self, messages: Sequence[bytes]) -> None:
         async with self._send_lock:
             if self._ended and self._terminal is None:
                 raise StreamClosed("cannot send after end()")
-            await self._op(self._aio_send, framed)
+            await self._op(self._aio_send, messages)
 
     async def receive(self) -> ServerMessage:
         """Wait for the server's next message. Raises EndOfStream when the server ended the call
@@ -199,11 +192,12 @@ class ClientStream:
                 raise
             raise ConnectionLost(f"{where}: {CLOSED_AT_ONCE}") from exc
 
-    async def _aio_send(self, framed: bytes) -> None:
+    async def _aio_send(self, messages: Sequence[bytes]) -> None:
         grpc = self._grpc
         assert grpc is not None
         try:
-            await send_framed(grpc, framed)
+            for message in messages:
+                await grpc.send_message(message)
         except BROKEN as exc:
             await self._aio_finish(exc)
         except AttributeError as exc:

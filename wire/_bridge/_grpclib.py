@@ -19,8 +19,13 @@ client -> server process, CPU us per event; 4 alternating rounds at load 8-10 on
 - :class:`Channel`, :class:`Server`: both ends announce 1 MiB HTTP/2 DATA frames (h2 costs
   per frame; with the default 16 KiB a 0.9 MB batch takes 55 frames). Without: client
   21.7-23.3 us (+7-8), server 30.1-34.6 (+10-13).
-- :func:`send_framed`: grpclib's ``send_message`` for a message already framed, one copy of
-  a ~1 MiB batch less (added without a figure).
+
+Removed for want of a figure: ``send_framed``, grpclib's ``send_message`` rewritten on its
+private state to take a message already framed (one copy of a ~1 MiB batch less, and up to
+32 operation results in one write). bench_wire, 5 alternating pairs at load 7-8: with it,
+client 11.4-15.2 us per event and server 14.9-21.2; with ``send_message``, 11.9-15.4 and
+15.7-20.7. bench_ops, 4 pairs at load 6.5-7: agent CPU per concurrent deploy 5.5-7.9 ms with
+it, 5.6-7.0 without.
 
 Behaviour grpclib offers no public way to get:
 
@@ -36,12 +41,10 @@ Behaviour grpclib offers no public way to get:
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
 from typing import Any
 
 import grpclib.client
-import grpclib.exceptions
 import grpclib.server
 import h2.settings
 import hyperframe.frame
@@ -151,21 +154,3 @@ async def connect_first(channel: grpclib.client.Channel) -> bool:
     without giving the loop a turn, so nothing can close it in between."""
     protocol = await channel.__connect__()
     return not protocol.connection.is_closing()
-
-
-async def send_framed(stream: grpclib.client.Stream[Any, Any], framed: bytes) -> None:
-    """grpclib's ``Stream.send_message`` for messages already framed (their gRPC prefixes
-    included): its checks and its counters (the keepalive reads ``last_message_sent``), minus
-    the copy of the whole message it makes to put the prefix in front and its event dispatch,
-    which nothing here listens to."""
-    if not stream._send_request_done:
-        await stream.send_request()
-    if stream._end_done:
-        raise grpclib.exceptions.ProtocolError("Stream is ended")
-    with stream._wrapper:
-        await stream._stream.send_data(framed)
-        stream._send_message_done = True
-        stream._messages_sent += 1
-        connection = stream._stream.connection
-        connection.messages_sent += 1
-        connection.last_message_sent = time.monotonic()
