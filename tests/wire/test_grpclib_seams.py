@@ -7,6 +7,7 @@ before the pin in pyproject.toml is widened.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import inspect
 import tomllib
@@ -157,6 +158,33 @@ def test_the_server_keeps_its_asyncio_listener_as_server() -> None:
     assert "self._server = await self._loop.create_server(" in inspect.getsource(
         grpclib.server.Server.start
     )
+
+
+@in_loop
+async def test_a_drain_refuses_new_connections_while_the_open_call_goes_on() -> None:
+    """close_listener, seen from outside: once ``stop_listening`` is set, connecting is
+    refused, and the call already open still exchanges messages."""
+    stop = trio.Event()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(
+                functools.partial(wire.serve, echo_handler, "127.0.0.1", 0, stop_listening=stop)
+            )
+            async with wire.open_connection("127.0.0.1", port) as stream:
+                await stream.send_event_batch(1, b"", 0)
+                assert await stream.receive_ack_or_message() == 1
+                stop.set()
+                # The listener closes on serve's side of the bridge, soon after: until it
+                # has, a connection is still accepted (and dropped here).
+                while True:
+                    try:
+                        probe = await trio.open_tcp_stream("127.0.0.1", port)
+                    except OSError:
+                        break
+                    await probe.aclose()
+                await stream.send_event_batch(2, b"", 0)
+                assert await stream.receive_ack_or_message() == 2
+            nursery.cancel_scope.cancel()
 
 
 def test_channel_connects_through_its_connect_method() -> None:
