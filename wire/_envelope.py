@@ -66,13 +66,10 @@ def encode_operation_result(result: OperationResult) -> bytes:
     return encoded if encoded is not None else bytes(AgentMessage(operation_result=result))
 
 
-def encode_event_batch(
-    seq: int, records: bytes, count: int, *, grpc_prefix: bool = False
-) -> bytes | None:
+def encode_event_batch(seq: int, records: bytes, count: int) -> bytes | None:
     """``AgentMessage{event_batch{seq, records, count}}`` as protobuf, with no betterproto
     object built (they cost ~0.1 ms each here, a batch's envelope and its Ack two each); None
-    when a value is out of its field's range. ``grpc_prefix``: with gRPC's 5-byte message
-    prefix in front, made in the same copy of the records (grpc_framed)."""
+    when a value is out of its field's range."""
     if not (0 <= seq < 2**64 and 0 <= count < 2**32) or not isinstance(records, bytes):
         return None
     head = bytearray()
@@ -83,10 +80,7 @@ def encode_event_batch(
     tail = b"\x18" + varint(count) if count else b""
     inner_length = len(head) + len(records) + len(tail)
     tag_length = b"\x12" + varint(inner_length)
-    if not grpc_prefix:
-        return b"".join((tag_length, head, records, tail))
-    size = len(tag_length) + inner_length
-    return b"".join((_grpc_prefix(size), tag_length, head, records, tail))
+    return b"".join((tag_length, head, records, tail))
 
 
 def grpc_framed(message: bytes) -> bytes:

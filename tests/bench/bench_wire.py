@@ -7,7 +7,8 @@ The parent process is the agent side (wire.open_connection), a child process the
 objects. Two modes in the same run:
 
 - framed: EventBatch messages of 200 records (wire.encode_events), one bridge crossing and one
-  protobuf envelope per batch; the server decodes every batch and acks it.
+  protobuf envelope per batch; the server decodes every batch and acks it. The client sends
+  and reads acks as the agent does (``send_event_batch``, ``receive_ack_or_message``).
 - per-message: one EventBatch of one record per event, so one protobuf message and one
   bridge crossing per event on each side, acked per message (the design DESIGN section 4
   avoids).
@@ -161,12 +162,11 @@ async def pump(
         async def receive() -> None:
             nonlocal acked_events, acked_bytes
             while True:
-                name, message = betterproto.which_one_of(await stream.receive(), "message")
-                assert message is not None
-                if name == "heartbeat":
-                    await cpu_send.send(message.sent_at_ms)
+                received = await stream.receive_ack_or_message()
+                if not isinstance(received, int):
+                    await cpu_send.send(received.heartbeat.sent_at_ms)
                     continue
-                events, size = sizes.pop(message.seq)
+                events, size = sizes.pop(received)
                 acked_events += events
                 acked_bytes += size
                 in_flight.release()
@@ -189,11 +189,7 @@ async def pump(
                 seq += 1
                 data = wire.encode_events(chunk)
                 sizes[seq] = (len(chunk), len(data))
-                await stream.send(
-                    m.AgentMessage(
-                        event_batch=m.EventBatch(seq=seq, records=data, count=len(chunk))
-                    )
-                )
+                await stream.send_event_batch(seq, data, len(chunk))
             for _ in range(window):  # drain: every ack is in
                 await in_flight.acquire()
             elapsed = time.perf_counter() - started

@@ -9,7 +9,6 @@ import trio
 
 import wire
 from wire import messages as m
-from wire._envelope import grpc_framed
 
 from .._wait import wait_until
 from ._loop import in_loop
@@ -263,7 +262,7 @@ async def test_malformed_protobuf_from_the_client_is_refused() -> None:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(wire.serve, handler, "127.0.0.1", 0)
             async with wire.open_connection("127.0.0.1", port) as stream:
-                await stream._op(stream._aio_send, grpc_framed(b"\x12\x03\x08"))
+                await stream._op(stream._aio_send, [b"\x12\x03\x08"])
                 with pytest.raises(wire.RemoteRefused) as info:
                     await stream.receive()
                 assert info.value.status is wire.Status.INVALID_ARGUMENT
