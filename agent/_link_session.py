@@ -143,6 +143,7 @@ class Session:
         self._receive = receive
         self._send_lock = trio.Lock()
         self._unacked: dict[int, Batch] = {}
+        self._sent_at: dict[int, float] = {}  # seq -> when it went, for the Ack's latency
         self._in_flight = trio.Semaphore(max(settings.max_batches_in_flight, 1))
         self._seq = 0
         self._accounts: dict[str, trio.CancelScope] = {}
@@ -257,6 +258,7 @@ class Session:
                 continue
             self._seq += 1
             self._unacked[self._seq] = batch
+            self._sent_at[self._seq] = trio.current_time()
             payload = wire.encode_events(records, limits)
             # The envelope is encoded without betterproto objects (~0.1 ms each per batch).
             async with self._send_lock:
@@ -393,6 +395,7 @@ class Session:
         batch = self._unacked.pop(seq, None)
         if batch is None:
             raise SessionEnded(f"the server acknowledged unknown batch {seq}")
+        self._state.status.ack_latency.observe(trio.current_time() - self._sent_at.pop(seq))
         self._receive.acknowledge(batch)
         self._in_flight.release()
         self._state.poke()

@@ -140,6 +140,8 @@ class ReflectorState:
     target: WatchTarget
     available: bool = True
     reason: str = ""
+    #: the HTTP status that made the kind unavailable (401, 403, 404, 406; 0 while available)
+    unavailable_code: int = 0
     synced: bool = False
     resource_version: str = ""
     lists: int = 0
@@ -637,6 +639,7 @@ class Reflector:
         if not self.state.available:
             self.state.available = True
             self.state.reason = ""
+            self.state.unavailable_code = 0
             self._hooks.kind_available(self.account, self.target)
 
     def _mark_unavailable(self, exc: KubeStatusError) -> None:
@@ -645,6 +648,7 @@ class Reflector:
         if self.state.available or self.state.reason != reason:
             self.state.available = False
             self.state.reason = reason
+            self.state.unavailable_code = exc.code
             self._hooks.kind_unavailable(self.account, self.target, reason)
 
 
