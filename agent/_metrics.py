@@ -86,7 +86,7 @@ class AgentCollector:
         for message, label, count in link.unknown_fields.metric_rows():
             unknown.add_metric([message, label], count)
         yield unknown
-        yield histogram(
+        yield _histogram(
             "kubesvc_ack_latency_seconds",
             "Time from sending an event batch to the server's Ack (the server stored it).",
             link.ack_latency,
@@ -151,7 +151,7 @@ class AgentCollector:
         )
 
 
-def histogram(name: str, documentation: str, data: wire.LatencyHistogram) -> Metric:
+def _histogram(name: str, documentation: str, data: wire.LatencyHistogram) -> Metric:
     """``data`` as a Prometheus histogram family of one series."""
     return HistogramMetricFamily(
         name,
@@ -162,7 +162,8 @@ def histogram(name: str, documentation: str, data: wire.LatencyHistogram) -> Met
 
 
 def _retry_metrics(status: AgentStatus) -> Iterator[Metric]:
-    """Watch retries by account, kind and reason, and the delay each kind waits now.
+    """Watch retries by account, kind and reason, the delay each kind waits now, its relists
+    and, for a kind the API server refuses, the HTTP code.
 
     The reflectors of one kind in several namespaces are summed (retries) or their longest
     wait shown (delay), so the series stay one per account and kind.
