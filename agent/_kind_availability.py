@@ -136,6 +136,7 @@ class KindAvailability:
         if changed:
             state.available = False
             state.reason = reason
+            state.unavailable_code = exc.code
             self._hooks.kind_unavailable(self._account, self._target, reason)
         if self._log.unavailable(self._key, exc.code):
             # Refused (RBAC) is the operator's to fix; not served (a CRD deleted) is news.
@@ -161,6 +162,7 @@ class KindAvailability:
         if was_unavailable:
             state.available = True
             state.reason = ""
+            state.unavailable_code = 0
             self._hooks.kind_available(self._account, self._target)
         if self._log.available(self._key):
             log.info("account %s: %s is available again: watching it", self._account, self._name)

@@ -157,6 +157,7 @@ class Session:
         # seq -> the budget's batch its Ack releases (None: a batch cut by a notice, whose
         # later part's Ack releases it)
         self._unacked: dict[int, Batch | None] = {}
+        self._sent_at: dict[int, float] = {}  # seq -> when it went, for the Ack's latency
         self._in_flight = trio.Semaphore(max(settings.max_batches_in_flight, 1))
         self._seq = 0
         self._accounts: dict[str, trio.CancelScope] = {}
@@ -277,6 +278,7 @@ class Session:
                 self._seq += 1
                 # The budget's batch is acknowledged with its last EventBatch.
                 self._unacked[self._seq] = batch if index == last else None
+                self._sent_at[self._seq] = trio.current_time()
                 payload = wire.encode_events(records, limits)
                 # The envelope is encoded without betterproto objects (~0.1 ms each per batch).
                 async with self._send_lock:
@@ -427,6 +429,7 @@ class Session:
     def _acknowledged(self, seq: int) -> None:
         if seq not in self._unacked:
             raise SessionEnded(f"the server acknowledged unknown batch {seq}")
+        self._state.status.ack_latency.observe(trio.current_time() - self._sent_at.pop(seq))
         batch = self._unacked.pop(seq)
         if batch is None:
             return

@@ -99,3 +99,7 @@ class LinkStatus:
     events_by_kind: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     # Fields and message kinds from the server this version does not know (skipped).
     unknown_fields: wire.UnknownFieldCounter = field(default_factory=wire.UnknownFieldCounter)
+    # From an EventBatch's send to its Ack: how far behind the server's store is.
+    ack_latency: wire.LatencyHistogram = field(
+        default_factory=lambda: wire.LatencyHistogram(wire.ACK_BUCKETS)
+    )

@@ -7,10 +7,14 @@ Armory agent -- ``kubesvc_connection_count``, ``kubesvc_disconnection_total``,
 ``event_group``), ``kubesvc_resource_agent_total``, ``kubesvc_kubernetes_requests``,
 ``kubesvc_watches`` -- plus the watch retries (``kubesvc_watch_retries_total`` by account,
 kind, group and reason; ``kubesvc_watch_backoff_seconds``, the delay waited now), the
-budget's, the process's, and ``kubesvc_protocol_unknown_fields_total`` (labels ``message``,
-``field``: what the server sent that this version does not know, skipped). Nothing is counted
-twice: the
-numbers are the ones the link and the reflectors already keep.
+relists (``kubesvc_watch_relists_total``: a 410 or a resourceVersion from the future made a
+kind list again), the kinds the API server refuses (``kubesvc_watch_unavailable`` by account,
+kind, group and HTTP ``code``), the time from an event batch's send to its Ack
+(``kubesvc_ack_latency_seconds``, a histogram), the budget's, the process's, and
+``kubesvc_protocol_unknown_fields_total`` (labels ``message``, ``field``: what the server sent
+that this version does not know, skipped). Nothing is counted twice: the numbers are the ones
+the link, the reflectors and the budget already keep. docs/monitoring.md lists them all, and
+the dashboard and alerts built on them.
 """
 
 from __future__ import annotations
@@ -18,8 +22,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+import wire
 
 from ._status import AgentStatus
 
@@ -75,6 +86,11 @@ class AgentCollector:
         for message, label, count in link.unknown_fields.metric_rows():
             unknown.add_metric([message, label], count)
         yield unknown
+        yield _histogram(
+            "kubesvc_ack_latency_seconds",
+            "Time from sending an event batch to the server's Ack (the server stored it).",
+            link.ack_latency,
+        )
         yield CounterMetricFamily(
             "kubesvc_events_oversize_dropped_total",
             "Objects too large for one message, reported and not sent.",
@@ -111,10 +127,10 @@ class AgentCollector:
         yield requests
         yield watches
         yield from _retry_metrics(status)
-        waits = 0
+        waits, wait_seconds = 0, 0.0
         if status.budget is not None:
             stats = status.budget()
-            waits = stats.waits
+            waits, wait_seconds = stats.waits, stats.wait_seconds
             for name, help_text, value in (
                 ("kubesvc_budget_capacity_bytes", "The event byte budget.", stats.capacity),
                 ("kubesvc_budget_in_use_bytes", "Bytes of events in flight.", stats.in_use),
@@ -127,22 +143,45 @@ class AgentCollector:
             "Reservations that had to wait for room in the budget.",
             value=waits,
         )
+        yield CounterMetricFamily(
+            "kubesvc_budget_wait_seconds_total",
+            "Seconds reservations waited for room in the budget, added up (counted when each "
+            "wait ends).",
+            value=wait_seconds,
+        )
+
+
+def _histogram(name: str, documentation: str, data: wire.LatencyHistogram) -> Metric:
+    """``data`` as a Prometheus histogram family of one series."""
+    return HistogramMetricFamily(
+        name,
+        documentation,
+        buckets=data.cumulative(),
+        sum_value=data.total,
+    )
 
 
 def _retry_metrics(status: AgentStatus) -> Iterator[Metric]:
-    """Watch retries by account, kind and reason, and the delay each kind waits now.
+    """Watch retries by account, kind and reason, the delay each kind waits now, its relists
+    and, for a kind the API server refuses, the HTTP code.
 
     The reflectors of one kind in several namespaces are summed (retries) or their longest
     wait shown (delay), so the series stay one per account and kind.
     """
     retries: dict[tuple[str, str, str, str], int] = {}
     delays: dict[tuple[str, str, str], float] = {}
+    relists: dict[tuple[str, str, str], int] = {}
+    unavailable: dict[tuple[str, str, str, str], int] = {}
     for name, state in status.accounts.items():
         if state.watch is None:
             continue
         for r in state.watch.reflectors.values():
             kind = (name, r.target.kind.kind, r.target.kind.group or "core")
             delays[kind] = max(delays.get(kind, 0.0), r.backoff_seconds)
+            relists[kind] = relists.get(kind, 0) + r.relists
+            if not r.available:
+                key = (*kind, str(r.unavailable_code))
+                unavailable[key] = unavailable.get(key, 0) + 1
             for reason, count in r.retries.items():
                 key = (*kind, str(reason))
                 retries[key] = retries.get(key, 0) + count
@@ -162,6 +201,24 @@ def _retry_metrics(status: AgentStatus) -> Iterator[Metric]:
     )
     for kind, delay in sorted(delays.items()):
         gauge.add_metric(list(kind), delay)
+    yield gauge
+    counter = CounterMetricFamily(
+        "kubesvc_watch_relists_total",
+        "Lists of a kind after its first: a 410 Gone (the resourceVersion expired) or a "
+        "resourceVersion the API server has not reached.",
+        labels=["account", "kind", "group"],
+    )
+    for kind, count in sorted(relists.items()):
+        counter.add_metric(list(kind), count)
+    yield counter
+    gauge = GaugeMetricFamily(
+        "kubesvc_watch_unavailable",
+        "Watches of a kind the API server refuses (code 403: RBAC forbids list/watch; 401: "
+        "the credentials; 404/406: the kind is gone or not served as asked), retried slowly.",
+        labels=["account", "kind", "group", "code"],
+    )
+    for key, count in sorted(unavailable.items()):
+        gauge.add_metric(list(key), count)
     yield gauge
 
 

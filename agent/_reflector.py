@@ -149,6 +149,8 @@ class ReflectorState:
     target: WatchTarget
     available: bool = True
     reason: str = ""
+    #: the HTTP status that made the kind unavailable (401, 403, 404, 406; 0 while available)
+    unavailable_code: int = 0
     synced: bool = False
     resource_version: str = ""
     lists: int = 0

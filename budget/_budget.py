@@ -32,13 +32,16 @@ class BudgetStatistics:
     """A snapshot of a ByteBudget: bytes ``in_use`` out of ``capacity``, the most ever in
     use at once (``high_water``), how many reservations are parked now (``waiters``) and
     how many ever had to park (``waits``, a counter: each reservation that did not fit at
-    once counts one, however long it waited and whether or not it was granted)."""
+    once counts one, however long it waited and whether or not it was granted), and the
+    seconds they spent parked, added up (``wait_seconds``, a counter: two reservations
+    parked for one second count two; its rate is how many waited on average)."""
 
     capacity: int
     in_use: int
     high_water: int
     waiters: int
     waits: int
+    wait_seconds: float = 0.0
 
 
 def _check_size(what: str, n: int) -> None:
@@ -55,7 +58,7 @@ class BudgetCore(Generic[T]):
     caller wakes them. Nothing here blocks or knows about trio.
     """
 
-    __slots__ = ("_waiters", "capacity", "closed", "high_water", "in_use", "waits")
+    __slots__ = ("_waiters", "capacity", "closed", "high_water", "in_use", "wait_seconds", "waits")
 
     def __init__(self, capacity: int) -> None:
         _check_size("ByteBudget capacity", capacity)
@@ -65,6 +68,7 @@ class BudgetCore(Generic[T]):
         self.in_use = 0
         self.high_water = 0
         self.waits = 0  # reservations ever parked (statistics().waits)
+        self.wait_seconds = 0.0  # time they spent parked, added by the caller (waited())
         self.closed = False
         self._waiters: deque[tuple[int, T]] = deque()
 
@@ -102,6 +106,11 @@ class BudgetCore(Generic[T]):
             raise BudgetClosed("the byte budget is closed")
         self._waiters.append((n, token))
         self.waits += 1
+
+    def waited(self, seconds: float) -> None:
+        """Add the time one parked reservation waited, however its wait ended (the caller
+        owns the clock)."""
+        self.wait_seconds += max(seconds, 0.0)
 
     def cancel(self, token: T) -> list[T]:
         """Remove a parked ``token`` (it must be parked); returns tokens granted as a result."""
@@ -147,7 +156,12 @@ class BudgetCore(Generic[T]):
 
     def statistics(self) -> BudgetStatistics:
         return BudgetStatistics(
-            self.capacity, self.in_use, self.high_water, len(self._waiters), self.waits
+            self.capacity,
+            self.in_use,
+            self.high_water,
+            len(self._waiters),
+            self.waits,
+            self.wait_seconds,
         )
 
 
@@ -197,12 +211,16 @@ class ByteBudget:
             return
         task = trio.lowlevel.current_task()
         core.enqueue(n, task)
+        parked = trio.current_time()
 
         def abort(_: object) -> trio.lowlevel.Abort:
             self._wake(core.cancel(task))
             return trio.lowlevel.Abort.SUCCEEDED
 
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        try:
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        finally:
+            core.waited(trio.current_time() - parked)
 
     def release(self, n: int) -> None:
         """Give back ``n`` bytes and wake the waiters that now fit. Not a checkpoint.
@@ -231,5 +249,5 @@ class ByteBudget:
         return self._core.closed
 
     def statistics(self) -> BudgetStatistics:
-        """A frozen snapshot: capacity, in_use, high_water, waiters, waits."""
+        """A frozen snapshot: capacity, in_use, high_water, waiters, waits, wait_seconds."""
         return self._core.statistics()

@@ -5,6 +5,8 @@
 - The bridge (trio API over grpclib): :func:`open_loop`, :func:`open_connection`, :func:`serve`.
 - Forward compatibility: :func:`unknown_fields` names what a received message carries that
   this version does not know; :class:`UnknownFieldCounter` counts it (skip, count, log once).
+- Round-trip timing: :class:`LatencyHistogram` (batch -> Ack on the agent, operation -> result
+  on the server), exported by each side as a Prometheus histogram.
 - Errors: one tree rooted at :class:`WireError` (see wire._errors).
 """
 
@@ -35,6 +37,7 @@ from ._errors import (
     WireError,
     is_draining,
 )
+from ._latency import ACK_BUCKETS, OPERATION_BUCKETS, LatencyHistogram
 from ._records import (
     DEFAULT_LIMITS,
     EventRecord,
@@ -49,9 +52,11 @@ from ._unknown import OTHER_UNKNOWN, UnknownField, UnknownFieldCounter, unknown_
 PROTOCOL_VERSION: int = int(messages.ProtocolVersion.CURRENT)
 
 __all__ = [
+    "ACK_BUCKETS",
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DRAINING",
+    "OPERATION_BUCKETS",
     "OTHER_UNKNOWN",
     "PROTOCOL_VERSION",
     "CallInfo",
@@ -62,6 +67,7 @@ __all__ = [
     "EventType",
     "Handler",
     "Keepalive",
+    "LatencyHistogram",
     "MessageTooLarge",
     "ProtocolViolation",
     "RecordError",

@@ -34,7 +34,7 @@ from ._errors import EXCEPTION_HANDLERS
 from ._feed_ws import events_feed
 from ._hot import HotRoutes
 from ._http1 import serve_http1
-from ._metrics import ApiMetrics, MetricsMiddleware, ReplicaView
+from ._metrics import AccountsView, AgentsView, ApiMetrics, MetricsMiddleware, ReplicaView
 from ._routing import Endpoint, Param, openapi_document, routes_for
 
 __all__ = ["DEFAULT_PORT", "ENDPOINTS", "MAX_BODY_BYTES", "build_app", "serve_api"]
@@ -347,17 +347,24 @@ def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> 
     unknown = getattr(state, "unknown_fields", None)  # ServerState has it, StandaloneState not
     replicas = getattr(state, "replicas", None)  # ServerState's ReplicaService, if any
     follower = getattr(state, "follower", None)  # ServerState's, on PostgreSQL
+    accounts = getattr(state, "accounts", None)  # ServerState's AccountService
+    sessions = getattr(state, "sessions", None)  # ServerState's SessionManager
+
+    def operations() -> OperationService | None:
+        service = getattr(state, "operations", None)
+        return service if isinstance(service, OperationService) else None
+
+    service = operations()
     metrics = ApiMetrics(
         registry,
         state.feed,
         unknown if isinstance(unknown, wire.UnknownFieldCounter) else None,
         replicas if isinstance(replicas, ReplicaView) else None,
         follower if isinstance(follower, ChangeFollower) else None,
+        accounts=accounts if isinstance(accounts, AccountsView) else None,
+        agents=sessions if isinstance(sessions, AgentsView) else None,
+        operations=service.statistics if service is not None else None,
     )
-
-    def operations() -> OperationService | None:
-        service = getattr(state, "operations", None)
-        return service if isinstance(service, OperationService) else None
 
     app = ApiApp(
         HotRoutes(operations, metrics, MAX_BODY_BYTES),

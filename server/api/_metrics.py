@@ -1,14 +1,22 @@
-"""The REST API's Prometheus metrics, in a registry per server, and the middleware that
-counts requests by route template."""
+"""The server's Prometheus metrics, in a registry per server, and the middleware that counts
+REST requests by route template.
+
+Besides the REST API's own, the collectors read the running server at scrape time: accounts
+by state (``kubesvc_server_account_state``, one series per account: its state now), the
+agents connected to this replica (``kubesvc_server_agent_sessions``), the operations it ran
+(``kubesvc_server_operations_total`` by account and outcome, and
+``kubesvc_server_operation_duration_seconds`` by type), the change feed, the replicas and the
+process. docs/monitoring.md lists them all, and the dashboard and alerts built on them."""
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,7 +24,9 @@ import wire
 
 from .._feed import ChangeFeed
 from .._feed_follower import ChangeFollower
-from ..store import ReplicaRecord
+from .._sessions import AgentView
+from ..ops import OperationStatistics
+from ..store import AccountRecord, ReplicaRecord
 
 __all__ = ["ApiMetrics", "MetricsMiddleware"]
 
@@ -119,6 +129,85 @@ class _ReplicaCollector(Collector):
         yield primaries
 
 
+@runtime_checkable
+class AccountsView(Protocol):
+    """What the metrics read of the accounts (AccountService): every account as this
+    replica's registry holds it."""
+
+    def list(self) -> builtins.list[AccountRecord]: ...
+
+
+@runtime_checkable
+class AgentsView(Protocol):
+    """What the metrics read of the agents (SessionManager): the sessions open here."""
+
+    def agents(self) -> list[AgentView]: ...
+
+
+class _ServerCollector(Collector):
+    """Accounts by state, the agents connected here and the operations run here."""
+
+    def __init__(
+        self,
+        accounts: AccountsView | None,
+        agents: AgentsView | None,
+        operations: OperationStatistics | None,
+    ) -> None:
+        self._accounts = accounts
+        self._agents = agents
+        self._operations = operations
+
+    def collect(self) -> Any:
+        accounts = self._accounts.list() if self._accounts is not None else []
+        if self._accounts is not None:
+            # One series per account (its state now), not one per state: the alert on an
+            # ORPHANED account names it; "accounts by state" is a count by state of these.
+            states = GaugeMetricFamily(
+                "kubesvc_server_account_state",
+                "1 for each account, labelled with its state (ACTIVE, ORPHANED, ...)",
+                labels=["account", "state"],
+            )
+            for record in accounts:
+                states.add_metric([record.name, str(record.status)], 1)
+            yield states
+        if self._agents is not None:
+            sessions = GaugeMetricFamily(
+                "kubesvc_server_agent_sessions",
+                "Agent sessions open on this replica, by agent id and version",
+                labels=["agent_id", "version"],
+            )
+            counts: dict[tuple[str, str], int] = {}
+            for view in self._agents.agents():
+                key = (view.agent_id, view.agent_version)
+                counts[key] = counts.get(key, 0) + 1
+            for key, count in sorted(counts.items()):
+                sessions.add_metric(list(key), count)
+            yield sessions
+        if self._operations is not None:
+            yield from _operation_metrics(self._operations, [r.name for r in accounts])
+
+
+def _operation_metrics(stats: OperationStatistics, accounts: list[str]) -> Any:
+    ended = CounterMetricFamily(
+        "kubesvc_server_operations",
+        "Operations this replica ran, by account and outcome (succeeded; failed: the agent "
+        "or Kubernetes said no; timeout, no_agent, agent_disconnected, replica_stopped: "
+        "kubesvc did not deliver it)",
+        labels=["account", "outcome"],
+    )
+    for key, count in stats.counts_for(accounts):
+        ended.add_metric(list(key), count)
+    yield ended
+    durations = HistogramMetricFamily(
+        "kubesvc_server_operation_duration_seconds",
+        "Time from receiving an operation to its end (the agent's result, or giving up)",
+        labels=["type"],
+    )
+    for type_, histogram in sorted(stats.durations.items()):
+        durations.add_metric([type_], histogram.cumulative(), histogram.total)
+    yield durations
+
+
 class ApiMetrics:
     """The REST API's metrics, in a registry of their own (one per server, not the global)."""
 
@@ -129,6 +218,10 @@ class ApiMetrics:
         unknown_fields: wire.UnknownFieldCounter | None = None,
         replicas: ReplicaView | None = None,
         follower: ChangeFollower | None = None,
+        *,
+        accounts: AccountsView | None = None,
+        agents: AgentsView | None = None,
+        operations: OperationStatistics | None = None,
     ) -> None:
         self.registry = registry
         self.requests = Counter(
@@ -153,6 +246,8 @@ class ApiMetrics:
             registry.register(_ReplicaCollector(replicas))
         if follower is not None:
             registry.register(_FollowerCollector(follower))
+        registry.register(_ServerCollector(accounts, agents, operations))
+        ProcessCollector(registry=registry)  # memory and CPU, as the agent's /metrics has
         # labels() takes a lock and builds a key each call; a request notes through these
         # (as many entries as the metrics have label sets: the registry holds them anyway).
         self._counters: dict[tuple[str, str, str], Any] = {}

@@ -21,10 +21,12 @@ from ._errors import (
 from ._results import AgentResult, cache_records, parse_result
 from ._rules import RULE_CONTEXTS, AccountRules, rule_errors
 from ._service import OperationOutcome, OperationService
+from ._stats import OUTCOMES, OperationStatistics, outcome_label
 from ._task import Task, TaskState
 
 __all__ = [
     "OPERATIONS",
+    "OUTCOMES",
     "POD_LOGS",
     "RULE_CONTEXTS",
     "AccountRules",
@@ -35,6 +37,7 @@ __all__ = [
     "OperationOutcome",
     "OperationService",
     "OperationSpec",
+    "OperationStatistics",
     "OperationsUnavailable",
     "RulesViolated",
     "Task",
@@ -44,6 +47,7 @@ __all__ = [
     "cache_records",
     "normalize",
     "operation_spec",
+    "outcome_label",
     "parse_request",
     "parse_result",
     "rule_errors",

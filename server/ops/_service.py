@@ -65,6 +65,7 @@ from ._redact import (
 )
 from ._results import cache_records, error_name, parse_result
 from ._rules import rule_errors
+from ._stats import OperationStatistics
 from ._task import Task
 
 __all__ = ["OperationOutcome", "OperationService"]
@@ -110,6 +111,8 @@ class OperationService:
         self._running = 0
         self._nursery: trio.Nursery | None = None
         self._journal = OperationJournal(store)
+        #: what the operations run here came to (the metrics read it)
+        self.statistics = OperationStatistics()
         self._link = AgentLink(sessions, max_in_flight=max_in_flight, wait_ms=wait_ms)
         self.dispatcher = (
             Dispatcher(
@@ -352,16 +355,18 @@ class OperationService:
         if not recorded:
             await self._journal.write(record, "received")
         ended = self._ending(record, finals, objects)
-        deadline = trio.current_time() + self.wait_ms / 1000
+        started = trio.current_time()
+        deadline = started + self.wait_ms / 1000
         outcome = await self._send_local(ended, payload_json, deadline)
         if outcome is None and self.dispatcher is not None:
             outcome = await self.dispatcher.remote(ended, payload_json, deadline)
         if outcome is None:
-            return await ended.failed(
+            outcome = await ended.failed(
                 "NoAgent",
                 f"no agent serves account {account} now (its agent is disconnected); "
                 "nothing was sent",
             )
+        self.statistics.note(account, spec.name, outcome, trio.current_time() - started)
         return outcome
 
     def _ending(

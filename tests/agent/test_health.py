@@ -36,7 +36,7 @@ def _status() -> tuple[AgentStatus, ByteBudget]:
     for kind, state in (
         (PODS, {"synced": True, "lists": 1, "watches": 2, "events": 10, "resource_version": "42"}),
         (DEPLOYMENTS, {"synced": False, "lists": 1}),
-        (SECRETS, {"available": False, "reason": "403 Forbidden"}),
+        (SECRETS, {"available": False, "reason": "403 Forbidden", "unavailable_code": 403}),
     ):
         target = WatchTarget(kind)
         watch.reflectors[target] = ReflectorState(target=target, **state)
@@ -167,6 +167,34 @@ async def test_two_agents_in_one_process_have_separate_registries() -> None:
     two = metrics_registry(second, process=False)
     assert one.get_sample_value("kubesvc_disconnection_total") == 2
     assert two.get_sample_value("kubesvc_disconnection_total") == 9
+
+
+async def test_relists_refused_kinds_ack_latency_and_budget_wait_time() -> None:
+    """The metrics the dashboard and alerts need beyond Armory's (docs/monitoring.md)."""
+    status, budget = _status()
+    pods = status.accounts["prod"].watch.reflectors[WatchTarget(PODS)]  # type: ignore[union-attr]
+    pods.relists = 4
+    for seconds in (0.002, 0.002, 0.3, 45.0):
+        status.link.ack_latency.observe(seconds)
+    registry = metrics_registry(status, process=False)
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    kind = {"account": "prod", "group": "core"}
+    assert value("kubesvc_watch_relists_total", **kind, kind="Pod") == 4
+    assert value("kubesvc_watch_relists_total", **kind, kind="Secret") == 0
+    assert value("kubesvc_watch_unavailable", **kind, kind="Secret", code="403") == 1
+    assert value("kubesvc_watch_unavailable", **kind, kind="Pod", code="0") is None
+    assert value("kubesvc_ack_latency_seconds_bucket", le="0.001") == 0
+    assert value("kubesvc_ack_latency_seconds_bucket", le="0.0025") == 2
+    assert value("kubesvc_ack_latency_seconds_bucket", le="0.5") == 3
+    assert value("kubesvc_ack_latency_seconds_bucket", le="30.0") == 3
+    assert value("kubesvc_ack_latency_seconds_bucket", le="+Inf") == 4
+    assert value("kubesvc_ack_latency_seconds_count") == 4
+    assert value("kubesvc_ack_latency_seconds_sum") == pytest.approx(45.304)
+    assert value("kubesvc_budget_wait_seconds_total") == 0
+    budget.release(1000)
 
 
 async def test_the_health_port_serves_tls_when_server_ssl_is_enabled(tmp_path: Path) -> None:

@@ -146,7 +146,9 @@ async def test_reserve_waits_fifo_and_release_wakes_in_order() -> None:
             assert order == ["a"]
             budget.release(50)
         assert order == ["a", "b"]
-        assert budget.statistics() == BudgetStatistics(100, 55, 100, 0, waits=2)
+        stats = budget.statistics()
+        assert stats.wait_seconds > 0
+        assert dataclasses.replace(stats, wait_seconds=0) == BudgetStatistics(100, 55, 100, 0, 2)
 
 
 async def test_cancelled_reserve_changes_nothing() -> None:
@@ -160,8 +162,10 @@ async def test_cancelled_reserve_changes_nothing() -> None:
                 await trio.testing.wait_all_tasks_blocked()
                 assert budget.statistics().waiters == 1
                 scope.cancel()
-        # Nothing taken; the wait is counted all the same (it did wait).
-        after = dataclasses.replace(before, waits=before.waits + 1)
+        # Nothing taken; the wait is counted all the same (it did wait), and its time too.
+        waited = budget.statistics().wait_seconds
+        assert waited > 0
+        after = dataclasses.replace(before, waits=before.waits + 1, wait_seconds=waited)
         assert budget.statistics() == after
         # An already-cancelled reserve takes nothing even when it would fit, nor waits.
         with trio.CancelScope() as scope:
@@ -232,7 +236,8 @@ async def test_close_fails_waiters_and_refuses_new_reservations() -> None:
         with pytest.raises(BudgetClosed):
             await budget.reserve(1)
         budget.release(4)  # still counted after close
-        assert budget.statistics() == BudgetStatistics(4, 0, 4, 0, waits=1)
+        stats = dataclasses.replace(budget.statistics(), wait_seconds=0)
+        assert stats == BudgetStatistics(4, 0, 4, 0, waits=1)
         assert budget.closed
 
 
@@ -265,3 +270,23 @@ async def test_waits_count_the_reservations_that_parked_and_only_those() -> None
             budget.release(6)
         assert budget.statistics().waits == 3
         assert budget.statistics().in_use == 10
+
+
+async def test_wait_seconds_add_up_the_time_each_parked_reservation_waited(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``wait_seconds`` (kubesvc_budget_wait_seconds_total) adds each parked reservation's
+    wait, granted or cancelled: its rate is how many reflectors waited for room on average."""
+    budget = ByteBudget(10)
+    with trio.fail_after(60):
+        budget.reserve_nowait(10)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(budget.reserve, 5)
+            nursery.start_soon(budget.reserve, 5)
+            await trio.sleep(3)
+            budget.release(10)  # both granted after 3 s: 6 s of waiting
+        assert budget.statistics().wait_seconds == pytest.approx(6)
+        with trio.move_on_after(2):
+            await budget.reserve(1)  # the budget is full: parked, then cancelled
+        assert budget.statistics().wait_seconds == pytest.approx(8)
+        assert budget.statistics().waits == 3

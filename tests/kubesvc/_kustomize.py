@@ -8,8 +8,10 @@ kubectl is present.
 
 The features: ``resources`` (YAML files, or folders holding a kustomization.yaml),
 ``components`` (folders of ``kind: Component``), ``namespace`` (set on every namespaced
-object), and ``patches`` given inline as a JSON 6902 list (``add``/``replace``/``remove``)
-with a ``target`` of ``kind`` and ``name``.
+object), ``patches`` given inline as a JSON 6902 list (``add``/``replace``/``remove``)
+with a ``target`` of ``kind`` and ``name``, and ``configMapGenerator`` entries made of
+``files`` inside the kustomization's folder, with ``disableNameSuffixHash: true`` (this reader
+computes no hashes) and optional ``labels``/``annotations``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import yaml
 __all__ = ["KustomizeError", "kubectl_render", "render", "rendered_files"]
 
 KUSTOMIZATION = "kustomization.yaml"
-_KNOWN_FIELDS = frozenset({"apiVersion", "kind", "resources", "components", "namespace", "patches"})
+_KNOWN_FIELDS = frozenset(
+    {"apiVersion", "kind", "resources", "components", "namespace", "patches", "configMapGenerator"}
+)
 # The kinds manifests/ has that are not namespaced (kustomize's list is longer).
 _CLUSTER_SCOPED = frozenset({"Namespace", "ClusterRole", "ClusterRoleBinding"})
 
@@ -88,6 +92,9 @@ def _build(folder: Path, seen: set[Path]) -> list[Document]:
         if _load(component / KUSTOMIZATION).get("kind") != "Component":
             raise KustomizeError(f"{component}: a component must say kind: Component")
         objects = _apply_component(component, objects, seen)
+    for index, generator in enumerate(spec.get("configMapGenerator", [])):
+        where = f"{path}: configMapGenerator[{index}]"
+        objects.append(_generated_configmap(folder, generator, where, seen))
     for index, patch in enumerate(spec.get("patches", [])):
         objects = _patched(objects, patch, f"{path}: patches[{index}]")
     namespace = spec.get("namespace")
@@ -96,6 +103,33 @@ def _build(folder: Path, seen: set[Path]) -> list[Document]:
             if obj["kind"] not in _CLUSTER_SCOPED:
                 obj["metadata"]["namespace"] = namespace
     return objects
+
+
+def _generated_configmap(
+    folder: Path, generator: Document, where: str, seen: set[Path]
+) -> Document:
+    """The ConfigMap a configMapGenerator entry makes: one data key per file (its name, or
+    the ``key=`` before it), the options' labels and annotations on it."""
+    options = generator.get("options") or {}
+    if set(generator) - {"name", "files", "options"} or not generator.get("files"):
+        raise KustomizeError(f"{where}: only name, files and options are read")
+    if set(options) - {"disableNameSuffixHash", "labels", "annotations"}:
+        raise KustomizeError(f"{where}: options other than labels and annotations")
+    if options.get("disableNameSuffixHash") is not True:
+        raise KustomizeError(f"{where}: needs disableNameSuffixHash: true (no hashes here)")
+    data: dict[str, str] = {}
+    for entry in generator["files"]:
+        key, _, name = entry.rpartition("=")
+        target = (folder / name).resolve()
+        if not target.is_relative_to(folder.resolve()):
+            raise KustomizeError(f"{where}: {entry} is outside {folder} (kustomize refuses it)")
+        seen.add(target)
+        data[key or target.name] = target.read_text()
+    metadata: Document = {"name": generator["name"]}
+    for field in ("labels", "annotations"):
+        if options.get(field):
+            metadata[field] = dict(options[field])
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
 
 
 def _apply_component(folder: Path, objects: list[Document], seen: set[Path]) -> list[Document]:

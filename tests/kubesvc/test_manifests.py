@@ -20,6 +20,7 @@ from kubesvc._cmd_server import with_store_url
 from manifests import ROOT
 from server._app import SHUTDOWN_SLACK_SECONDS
 
+from ._crds import CUSTOM_KINDS, check_custom_resource
 from ._kustomize import kubectl_render, render, rendered_files
 
 K8S_VERSION = "1.30"  # kubernetes-validate ships the schemas: no network needed
@@ -28,7 +29,9 @@ AGENT_OVERLAYS = ("agent-mode", "agent-namespaced", "infrastructure-mode", "serv
 KUBECONFIG_OVERLAYS = ("infrastructure-mode", "service-mode")
 # The server's two layouts: replicas on PostgreSQL (the default), one replica on SQLite.
 SERVER_OVERLAYS = {"postgresql": "server", "sqlite": "server-sqlite"}
-ALL_OVERLAYS = (*AGENT_OVERLAYS, *SERVER_OVERLAYS.values())
+# Prometheus operator resources and the Grafana dashboard (docs/monitoring.md).
+MONITORING_OVERLAY = "monitoring"
+ALL_OVERLAYS = (*AGENT_OVERLAYS, *SERVER_OVERLAYS.values(), MONITORING_OVERLAY)
 # The kinds the server caches by default (armory-compat.md) -> (API group, resource).
 CACHED_KINDS = {
     "ReplicaSet": ("apps", "replicasets"),
@@ -86,9 +89,10 @@ def test_every_mode_has_an_overlay_and_the_image_has_a_containerfile() -> None:
     assert 'ENTRYPOINT ["kubesvc"]' in (ROOT / "Containerfile").read_text()
 
 
-def test_every_yaml_file_is_part_of_an_overlay() -> None:
+def test_every_yaml_and_json_file_is_part_of_an_overlay() -> None:
     used = set().union(*(rendered_files(OVERLAYS / o) for o in ALL_OVERLAYS))
-    assert sorted(set(ROOT.rglob("*.yaml")) - used) == []
+    shipped = {*ROOT.rglob("*.yaml"), *ROOT.rglob("*.json")}
+    assert sorted(shipped - used) == []
 
 
 @pytest.mark.parametrize("overlay", ALL_OVERLAYS)
@@ -112,8 +116,26 @@ def test_validates_against_the_kubernetes_schemas(overlay: str) -> None:
     documents = _rendered(overlay)
     assert len(set(map(_key, documents))) == len(documents)  # nothing twice
     for document in documents:
-        # strict: unknown fields are errors too (a typo in a manifest must not pass)
-        kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+        try:
+            # strict: unknown fields are errors too (a typo in a manifest must not pass)
+            kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            # A custom resource (the Prometheus operator's): no schema ships for it, so it is
+            # checked field by field, and a custom kind without a check fails there.
+            check_custom_resource(document, f"{overlay}: {'/'.join(_key(document))}")
+
+
+def test_the_custom_resources_shipped_are_the_ones_with_their_own_checks() -> None:
+    custom = {
+        (d["apiVersion"], d["kind"])
+        for o in ALL_OVERLAYS
+        for d in _rendered(o)
+        if d["apiVersion"].split("/")[0].endswith(".coreos.com")
+    }
+    assert custom == set(CUSTOM_KINDS)
+    for api_version, kind in custom:  # each would be refused unchecked by kubernetes_validate
+        with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+            kubernetes_validate.validate({"apiVersion": api_version, "kind": kind}, K8S_VERSION)
 
 
 def _allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
