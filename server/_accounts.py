@@ -12,7 +12,8 @@ from __future__ import annotations
 import builtins
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import trio
@@ -75,6 +76,10 @@ class AccountService:
         self._store = store
         self._now_ms = now_ms
         self._lock = trio.Lock()
+        # One settle at a time: a settle takes the registry's new heads, so one running
+        # between a session's register and its own settle would take that session's head
+        # (its Welcome would say STANDBY, the PRIMARY coming after in an Assignment).
+        self._settling = trio.Lock()
         self._wake = trio.Event()
         self.on_role_changes: RoleChangeHandler | None = None
         # Several replicas (a registry with leases): how long a granted lease lasts, whether
@@ -204,6 +209,17 @@ class AccountService:
     async def settle(self) -> builtins.list[RoleChange]:
         """Release the leases no local session needs, and ask for the lease of each account
         whose local head changed; returns the role changes (not yet announced)."""
+        async with self._settling:
+            return await self._settle()
+
+    @asynccontextmanager
+    async def settling(self) -> AsyncIterator[Callable[[], Awaitable[builtins.list[RoleChange]]]]:
+        """Hold every other settle off while the caller changes the registry's heads and then
+        settles them itself with the function given (``settle`` would wait for this block)."""
+        async with self._settling:
+            yield self._settle
+
+    async def _settle(self) -> builtins.list[RoleChange]:
         if not self.uses_leases:
             return []
         for name, session_id in self.registry.take_lease_releases():

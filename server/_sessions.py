@@ -202,17 +202,19 @@ class SessionManager:
         await self.accounts.refresh(c.name for c in claims)
         decisions = []
         promotions: list[RoleChange] = []
-        for claim in claims:
-            session.declared.add(claim.name)
-            if registry.moved(session.session_id, claim):
-                # Same name, another cluster: the account (its cache and resume points) stays
-                # bound to the cluster it was registered with, so this session lets go of it
-                # (a standby of that cluster takes over) and the claim is judged afresh,
-                # which rejects it with the reason.
-                promotions += registry.unregister(session.session_id, claim.name, now)
-            decisions.append(registry.register(session.session_id, claim, now))
-        # With leases: a head is PRIMARY only once the store grants it the account's lease.
-        settled = await self.accounts.settle()
+        # Registered and settled in one block: no other settle takes this session's heads.
+        async with self.accounts.settling() as settle:
+            for claim in claims:
+                session.declared.add(claim.name)
+                if registry.moved(session.session_id, claim):
+                    # Same name, another cluster: the account (its cache and resume points)
+                    # stays bound to the cluster it was registered with, so this session lets
+                    # go of it (a standby of that cluster takes over) and the claim is judged
+                    # afresh, which rejects it with the reason.
+                    promotions += registry.unregister(session.session_id, claim.name, now)
+                decisions.append(registry.register(session.session_id, claim, now))
+            # With leases: a head is PRIMARY only once the store grants it the lease.
+            settled = await settle()
         mine = {c.account: c for c in settled if c.session_id == session.session_id}
         promotions += [c for c in settled if c.session_id != session.session_id]
         decisions = [self._decided(d, mine) for d in decisions]
