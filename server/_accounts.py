@@ -281,33 +281,35 @@ class AccountService:
         primary on the other replica lapsed). Persists and announces what changed."""
         now, me = self._now_ms(), self.registry.replica_id
         rows = {lease.account: lease for lease in leases}
-        held = self.registry.held_leases()
         changes: builtins.list[RoleChange] = []
-        for name, mine in rows.items():
-            if mine.replica_id == me and held.get(name) != mine.session_id:
-                await self._store.release_lease(name, mine.session_id)
-        for name in held:
-            row = rows.get(name)
-            if row is not None and row.replica_id != me and row.expires_ms > now:
-                self._lease_holder[name] = row.replica_id
-                reason = f"demoted: replica {row.replica_id} holds the lease now"
-                changes += self.registry.lost(name, reason)
-            elif row is None or (row.replica_id != me and row.expires_ms <= now):
-                # Cleaned by housekeeping, or another replica's lapsed (our heartbeats
-                # stalled, it took the lease, then it died too): take it again, or step down.
-                outcome = await self._acquire(name, held[name])
-                if outcome is not None and not outcome.granted:
-                    changes += self.registry.lost(name, "demoted: the lease lapsed")
-        for name, head in self.registry.lease_wanted():
-            row = rows.get(name)
-            if row is not None and row.replica_id != me and row.expires_ms > now:
-                self._lease_holder[name] = row.replica_id
-                continue
-            if row is None or row.replica_id == me:
-                reason = "promoted: no replica held the lease"
-            else:
-                reason = f"promoted: the primary on replica {row.replica_id} lapsed"
-            changes += await self.try_lease(name, head, reason)
+        # As a settle: a head granted here must not be one a register is settling itself.
+        async with self._settling:
+            held = self.registry.held_leases()
+            for name, mine in rows.items():
+                if mine.replica_id == me and held.get(name) != mine.session_id:
+                    await self._store.release_lease(name, mine.session_id)
+            for name in held:
+                row = rows.get(name)
+                if row is not None and row.replica_id != me and row.expires_ms > now:
+                    self._lease_holder[name] = row.replica_id
+                    reason = f"demoted: replica {row.replica_id} holds the lease now"
+                    changes += self.registry.lost(name, reason)
+                elif row is None or (row.replica_id != me and row.expires_ms <= now):
+                    # Cleaned by housekeeping, or another replica's lapsed (our heartbeats
+                    # stalled, it took the lease, then it died too): take it again, or step down.
+                    outcome = await self._acquire(name, held[name])
+                    if outcome is not None and not outcome.granted:
+                        changes += self.registry.lost(name, "demoted: the lease lapsed")
+            for name, head in self.registry.lease_wanted():
+                row = rows.get(name)
+                if row is not None and row.replica_id != me and row.expires_ms > now:
+                    self._lease_holder[name] = row.replica_id
+                    continue
+                if row is None or row.replica_id == me:
+                    reason = "promoted: no replica held the lease"
+                else:
+                    reason = f"promoted: the primary on replica {row.replica_id} lapsed"
+                changes += await self.try_lease(name, head, reason)
         if changes or self.registry.has_changes():
             await self.changed(changes)
 
