@@ -40,7 +40,10 @@ from .store import (
     ResumePoint,
     Store,
     StoredObject,
+    ViewQuery,
+    ViewRow,
 )
+from .views import SearchHits
 
 log = logging.getLogger("server.accounts")
 _RETRY_SECONDS = 5.0  # between attempts to write registry changes while the store fails
@@ -543,6 +546,14 @@ class RegistryStore:
 
     async def trim_changes(self, keep_ms: int, max_rows: int) -> int:
         return await self._store.trim_changes(keep_ms, max_rows)
+
+    async def read_views(self, queries: Sequence[ViewQuery]) -> builtins.list[list[ViewRow]]:
+        return await self._store.read_views(queries)
+
+    async def search_views(
+        self, kinds: Sequence[str], q: str, limit: int, *, app_clusters: bool = False
+    ) -> SearchHits:
+        return await self._store.search_views(kinds, q, limit, app_clusters=app_clusters)
 
     async def notify(self, channel: str, payload: str) -> None:
         await self._store.notify(channel, payload)

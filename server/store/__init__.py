@@ -33,6 +33,7 @@ from ._schema import MIGRATIONS, Migration
 from ._secrets import is_secret, scrub_secret_object, scrub_secret_records
 from ._sqlite import SqliteStore, open_sqlite_store
 from ._url import StoreConfig, StoreUrl, parse_store_url, sqlite_url
+from ._views import ViewQuery, ViewRow
 
 __all__ = [
     "CHANGES_CHANNEL",
@@ -64,6 +65,8 @@ __all__ = [
     "StoreConfig",
     "StoreUrl",
     "StoredObject",
+    "ViewQuery",
+    "ViewRow",
     "channel_for",
     "cluster_refusal",
     "group_of",

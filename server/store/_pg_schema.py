@@ -24,6 +24,7 @@ from __future__ import annotations
 import psycopg
 
 from .._errors import SchemaError
+from . import _views as views
 from ._schema import Migration, apply_step, check_known
 
 # pg_advisory_xact_lock's key: "kubesvc" in ASCII, one lock for this schema's migrations.
@@ -143,6 +144,7 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO change_trims VALUES (1, 0, 0, 0)",
         ),
     ),
+    Migration(5, views.STEP_DESCRIPTION, views.PG_STEP),
 )
 
 

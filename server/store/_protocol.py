@@ -15,6 +15,7 @@ import trio
 from wire import EventRecord
 
 from .._errors import StoreError
+from ..views import SearchHits
 from ._notify import Notice
 from ._records import (
     AccountRecord,
@@ -33,6 +34,7 @@ from ._records import (
     ResumePoint,
     StoredObject,
 )
+from ._views import ViewQuery, ViewRow
 
 
 class Store(Protocol):
@@ -216,6 +218,21 @@ class Store(Protocol):
     ) -> list[StoredObject]:
         """The stored objects of ``keys`` (account, apiVersion or group, kind, namespace,
         name; the kind compares case-insensitively): the ones that exist, in no order."""
+        ...
+
+    # -- Deck's views (``_views``: the index kept with the objects) ----------------------
+
+    async def read_views(self, queries: Sequence[ViewQuery]) -> list[list[ViewRow]]:
+        """Each query's rows of the view index (with the objects' bodies when it asks), all
+        read in one call (one snapshot)."""
+        ...
+
+    async def search_views(
+        self, kinds: Sequence[str], q: str, limit: int, *, app_clusters: bool = False
+    ) -> SearchHits:
+        """``/search``'s matches of ``q`` (lower-case) among the objects of ``kinds`` and the
+        application and cluster keys (with each matching application's clusters when
+        ``app_clusters``), each list at most ``limit`` long."""
         ...
 
     @property

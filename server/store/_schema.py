@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import apsw
 
 from .._errors import SchemaError
+from . import _views as views
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO change_trims VALUES (1, 0, 0, 0)",
         ),
     ),
+    Migration(5, views.STEP_DESCRIPTION, views.SQLITE_STEP),
 )
 
 

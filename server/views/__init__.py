@@ -8,7 +8,7 @@ objects and hands them to these functions.
 from ._clusters import application, application_list, cluster_full, cluster_names, cluster_summary
 from ._firewalls import by_region, security_group, security_group_summary
 from ._health import health_state, instance_counts, pod_health
-from ._index import IndexEntry, cache_key, controller_owner, index_entry
+from ._index import IndexEntry, cache_key, controller_owner, index_entry, index_entry_of
 from ._kinds import (
     APP_ROLES,
     CLUSTER_ROLES,
@@ -91,6 +91,7 @@ __all__ = [
     "full_name",
     "health_state",
     "index_entry",
+    "index_entry_of",
     "infra_result",
     "ingress_services",
     "instance_counts",

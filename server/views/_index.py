@@ -16,9 +16,9 @@ from typing import Any
 
 from .._kinds import spinnaker_kind_name
 from .._moniker import moniker_of
-from ._kinds import role_of
+from ._kinds import INSTANCES, role_of
 
-__all__ = ["IndexEntry", "cache_key", "controller_owner", "index_entry"]
+__all__ = ["IndexEntry", "cache_key", "controller_owner", "index_entry", "index_entry_of"]
 
 INFRASTRUCTURE_PREFIX = "kubernetes.v2:infrastructure:"
 
@@ -40,11 +40,20 @@ def _part(text: str) -> str:
     return text.replace(":", ";")
 
 
+_TOKENS: dict[str, str] = {}  # kind -> lowerCamel token (the views' kinds: a handful)
+
+
 def cache_key(kind: str, account: str, namespace: str, name: str) -> str:
     """Clouddriver's cache key of an object, ``kubernetes.v2:infrastructure:<kind>:<account>:
     <namespace>:<name>`` with the lowerCamel kind; what ``/search`` matches ``q`` against."""
-    parts = (spinnaker_kind_name(kind), account, namespace, name)
-    return INFRASTRUCTURE_PREFIX + ":".join(_part(p) for p in parts)
+    token = _TOKENS.get(kind)
+    if token is None:
+        token = spinnaker_kind_name(kind)
+        if len(_TOKENS) < 256:
+            _TOKENS[kind] = token
+    if ":" in account or ":" in namespace or ":" in name:
+        account, namespace, name = _part(account), _part(namespace), _part(name)
+    return f"{INFRASTRUCTURE_PREFIX}{token}:{account}:{namespace}:{name}"
 
 
 def controller_owner(refs: object) -> tuple[str, str]:
@@ -80,15 +89,36 @@ def index_entry(
 ) -> IndexEntry | None:
     """The entry of an object, from its coordinates and metadata; None for a kind Deck's
     views do not show (nothing is indexed for it)."""
+    owner_kind, owner_name = controller_owner(owner_references)
+    return index_entry_of(account, group, kind, namespace, name, annotations, owner_kind,
+                          owner_name)  # fmt: skip
+
+
+def index_entry_of(
+    account: str,
+    group: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    annotations: Mapping[str, Any] | None,
+    owner_kind: str,
+    owner_name: str,
+) -> IndexEntry | None:
+    """``index_entry`` with the controller already picked (the store's ingest path)."""
     role = role_of(group, kind)
     if role is None:
         return None
-    moniker = moniker_of(kind, name, annotations)
-    owner_kind, owner_name = controller_owner(owner_references)
+    if role == INSTANCES:
+        # A pod belongs to no application or cluster (Clouddriver links neither); leaving its
+        # moniker out spares the name parsing on the busiest kind's every status change.
+        app = cluster = ""
+    else:
+        moniker = moniker_of(kind, name, annotations)
+        app, cluster = moniker.app or "", moniker.cluster or ""
     return IndexEntry(
         role=role,
-        app=moniker.app or "",
-        cluster=moniker.cluster or "",
+        app=app,
+        cluster=cluster,
         owner_kind=owner_kind.lower(),
         owner_name=owner_name,
         search_key=cache_key(kind, account, namespace, name).lower(),

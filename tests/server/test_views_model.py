@@ -162,8 +162,8 @@ def test_index_entry_of_each_kind() -> None:
     )
     assert pod == views.IndexEntry(
         role="instances",
-        app="h4",
-        cluster="h4-web-7c9d8f6b5a-x2m",
+        app="",  # pods belong to no application or cluster
+        cluster="",
         owner_kind="replicaset",
         owner_name="h4-web-7c9d8f6b5a",
         search_key="kubernetes.v2:infrastructure:pod:h4-account:h4:h4-web-7c9d8f6b5a-x2m",

@@ -1,0 +1,509 @@
+"""The index behind Deck's views: one row per object of a UI kind, kept in the objects'
+own transactions, and the reads over it (clouddriver-views.md; the model is ``server.views``).
+
+Theory of operation. Every object write that the views show (``server.views.role_of``) also
+upserts a ``view_index`` row: its Spinnaker kind (role), moniker application and cluster,
+the controller it belongs to, and its lower-cased cache key for ``/search``. It is computed
+from the object's metadata while the batch is prepared (``_prepared``), written right after
+its run of object writes, and skipped when nothing it holds changed (a pod's status update
+rewrites nothing here). A trigger on ``objects`` deletes the row with its object, so every
+deletion (a watch's DELETED, a sync bracket's sweep, an operation's delete, an account's
+removal) keeps the index exact without code of its own. An operation's returned objects
+update the index only where the object row now holds that version (``_UPSERT_NEWER`` may
+have kept a newer one).
+
+Reads are ``ViewQuery``s, each one SQL statement: the rows of a role and application (an
+app's server groups), the rows whose controller is a row of another query (their pods), the
+rows in the namespaces of another query's rows (the Services near them), with or without the
+object bodies (a join on the objects' key). An application's clusters are a DISTINCT over
+the (role, app, account, cluster) index; nothing scans every object per request.
+
+A database from before this index (schema 4) gets it built once at open (``view_state``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..views import APP_ROLES, CLUSTER_ROLES, INSTANCES, VIEW_KINDS, SearchHits, index_entry_of
+
+if TYPE_CHECKING:
+    from ._queries import SqlDialect
+
+__all__ = [
+    "VIEW_COLUMNS",
+    "IndexedRows",
+    "ViewQuery",
+    "ViewRow",
+    "search_hits",
+    "view_row",
+    "view_sql",
+]
+
+VIEW_COLUMNS = (
+    "account",
+    "grp",
+    "kind_key",
+    "namespace",
+    "name",
+    "kind",
+    "role",
+    "app",
+    "cluster",
+    "owner_kind",
+    "owner_name",
+    "search_key",
+)
+_KEY = "account, grp, kind_key, namespace, name"
+_VIEW_KINDS_SQL = ", ".join(f"'{kind}'" for kind in sorted(VIEW_KINDS))
+
+Execute = Callable[[str, Sequence[Any]], list[Any]]
+
+
+def view_row(
+    account: str,
+    group: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    annotations: object,
+    owner_kind: str,
+    owner_name: str,
+) -> tuple[str, ...] | None:
+    """The ``view_index`` row of an object (``VIEW_COLUMNS`` in order) whose controller is
+    (``owner_kind``, ``owner_name``); None for a kind the views do not show."""
+    entry = index_entry_of(
+        account,
+        group,
+        kind,
+        namespace,
+        name,
+        annotations if isinstance(annotations, dict) else None,
+        owner_kind,
+        owner_name,
+    )
+    if entry is None:
+        return None
+    return (
+        account,
+        group,
+        kind.lower(),
+        namespace,
+        name,
+        kind,
+        entry.role,
+        entry.app,
+        entry.cluster,
+        entry.owner_kind,
+        entry.owner_name,
+        entry.search_key,
+    )
+
+
+def pod_view_row(
+    account: str, namespace: str, name: str, owner_kind: str, owner_name: str
+) -> tuple[str, ...]:
+    """``view_row`` of a Pod, written out: the kind with most of the events (its every status
+    change) is worth the ~3 us it saves an event."""
+    parts = (account, namespace, name)
+    key = f"{account}:{namespace}:{name}" if not any(":" in p for p in parts) else None
+    if key is None:
+        key = ":".join(p.replace(":", ";") for p in parts)
+    return (
+        account,
+        "",
+        "pod",
+        namespace,
+        name,
+        "Pod",
+        INSTANCES,
+        "",
+        "",
+        owner_kind.lower(),
+        owner_name,
+        f"kubernetes.v2:infrastructure:pod:{key}".lower(),
+    )
+
+
+# -- schema (the migration step of each backend) ----------------------------------------------
+
+_TABLE_COLUMNS = (
+    "account TEXT{c} NOT NULL, grp TEXT{c} NOT NULL, kind_key TEXT{c} NOT NULL,"
+    " namespace TEXT{c} NOT NULL, name TEXT{c} NOT NULL, kind TEXT NOT NULL,"
+    " role TEXT{c} NOT NULL, app TEXT{c} NOT NULL, cluster TEXT{c} NOT NULL,"
+    " owner_kind TEXT{c} NOT NULL, owner_name TEXT{c} NOT NULL, search_key TEXT NOT NULL"
+)
+# Pods are most of the rows and most of the writes: they are in the indexes they are read by
+# only (their key, their owner), the partial indexes leave them out (a query names the same
+# condition, ``_NOT_PODS``, for the planner to use them).
+_NOT_PODS = "role <> 'instances'"
+_OWNED = "owner_name <> ''"
+_INDEXES = (
+    # an application's clusters and linked objects; every application's clusters
+    f"CREATE INDEX view_index_app ON view_index(role, app, account, cluster) WHERE {_NOT_PODS}",
+    # the objects a controller owns (a server group's pods, a Deployment's ReplicaSets)
+    "CREATE INDEX view_index_owner ON view_index(account, namespace, owner_kind, owner_name)"
+    f" WHERE {_OWNED}",
+    # the objects of a role in a namespace (the Services near a server group)
+    f"CREATE INDEX view_index_ns ON view_index(role, account, namespace) WHERE {_NOT_PODS}",
+    # the state of the index: 0 until built from the objects present at the migration
+    "CREATE TABLE view_state(id INTEGER PRIMARY KEY CHECK (id = 1), built INTEGER NOT NULL)",
+    "INSERT INTO view_state VALUES (1, 0)",
+)
+SQLITE_STEP: tuple[str, ...] = (
+    f"CREATE TABLE view_index(id INTEGER PRIMARY KEY, {_TABLE_COLUMNS.format(c='')})",
+    f"CREATE UNIQUE INDEX view_index_key ON view_index({_KEY})",
+    *_INDEXES,
+    # A deleted object takes its row along, however it was deleted.
+    f"""CREATE TRIGGER objects_view_gone AFTER DELETE ON objects
+        WHEN lower(old.kind) IN ({_VIEW_KINDS_SQL})
+        BEGIN DELETE FROM view_index WHERE account=old.account AND grp=old.grp
+            AND kind_key=lower(old.kind) AND namespace=old.namespace AND name=old.name; END""",
+)
+_C = ' COLLATE "C"'  # byte order, as the objects' keys (``_pg_schema``)
+PG_STEP: tuple[str, ...] = (
+    f"CREATE TABLE view_index({_TABLE_COLUMNS.format(c=_C)}, PRIMARY KEY ({_KEY}))",
+    *_INDEXES,
+    """CREATE FUNCTION view_index_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM view_index WHERE account=OLD.account AND grp=OLD.grp
+                AND kind_key=OLD.kind_key AND namespace=OLD.namespace AND name=OLD.name;
+            RETURN NULL;
+        END $$""",
+    f"""CREATE TRIGGER objects_view_gone AFTER DELETE ON objects FOR EACH ROW
+        WHEN (OLD.kind_key IN ({_VIEW_KINDS_SQL})) EXECUTE FUNCTION view_index_gone()""",
+)
+STEP_DESCRIPTION = "the index of Deck's views: role, application, cluster, owner per object"
+
+
+def upsert_view_sql(mark: str) -> str:
+    """The upsert of one ``view_index`` row that writes nothing when nothing changed."""
+    marks = ",".join([mark] * len(VIEW_COLUMNS))
+    updated = VIEW_COLUMNS[5:]
+    return (
+        f"INSERT INTO view_index({', '.join(VIEW_COLUMNS)}) VALUES ({marks})"
+        f" ON CONFLICT ({_KEY}) DO UPDATE SET "
+        + ", ".join(f"{c}=excluded.{c}" for c in updated)
+        + " WHERE "
+        + " OR ".join(f"view_index.{c} <> excluded.{c}" for c in updated)
+    )
+
+
+def upsert_view_if_current_sql(mark: str, kind_match: str) -> str:
+    """Like ``upsert_view_sql``, only where the object row holds the given resourceVersion
+    (parameters: the view row, then account, grp, kind, namespace, name, resourceVersion)."""
+    marks = ",".join([mark] * len(VIEW_COLUMNS))
+    updated = VIEW_COLUMNS[5:]
+    m = mark
+    return (
+        f"INSERT INTO view_index({', '.join(VIEW_COLUMNS)}) SELECT {marks}"
+        f" WHERE EXISTS (SELECT 1 FROM objects WHERE account={m} AND grp={m} AND {kind_match}"
+        f" AND namespace={m} AND name={m} AND resource_version={m})"
+        f" ON CONFLICT ({_KEY}) DO UPDATE SET " + ", ".join(f"{c}=excluded.{c}" for c in updated)
+    )
+
+
+class IndexedRows:
+    """The view_index rows this process wrote and knows are still there, so that an object
+    update that changes none of them (a pod's status, nearly every event once a cluster is
+    listed) costs no statement at all. SQLite only, where one process owns the file: the
+    core forgets what its deletions remove (``forget``) and everything when a transaction
+    rolls back (``clear``). Hashes only (~100 bytes an entry); at ``max_entries`` it starts
+    over (a miss only costs the upsert it saves)."""
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self._written: dict[int, int] = {}
+        self._max = max_entries
+
+    def changed(self, rows: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:
+        """The rows to write (new or changed ones), remembered as written."""
+        written = self._written
+        if len(written) + len(rows) > self._max:
+            written.clear()
+        fresh: list[tuple[str, ...]] = []
+        for row in rows:
+            key, value = hash(row[:5]), hash(row)
+            if written.get(key) != value:
+                written[key] = value
+                fresh.append(row)
+        return fresh
+
+    def forget(self, keys: Iterable[tuple[str, str, str, str, str]]) -> None:
+        """Objects deleted (account, group, kind (any case), namespace, name)."""
+        written = self._written
+        for account, group, kind, namespace, name in keys:
+            written.pop(hash((account, group, kind.lower(), namespace, name)), None)
+
+    def clear(self) -> None:
+        self._written.clear()
+
+
+def pg_views_in() -> tuple[str, str, str]:
+    """PostgreSQL's batch write of view rows, as its objects' (``_pg_core``): the temporary
+    table of a connection, the COPY into it, and the upsert from it (the last row of a key
+    wins; a row that changed nothing is not written)."""
+    create = (
+        "CREATE TEMPORARY TABLE views_in("
+        + ", ".join(f"{c} text" for c in VIEW_COLUMNS)
+        + ") ON COMMIT DELETE ROWS"
+    )
+    copy = f"COPY views_in ({', '.join(VIEW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+    updated = VIEW_COLUMNS[5:]
+    upsert = (
+        f"INSERT INTO view_index({', '.join(VIEW_COLUMNS)})"
+        f" SELECT DISTINCT ON ({_KEY}) {', '.join(VIEW_COLUMNS)} FROM views_in"
+        f" ORDER BY {_KEY}, ctid DESC"
+        f" ON CONFLICT ({_KEY}) DO UPDATE SET "
+        + ", ".join(f"{c}=excluded.{c}" for c in updated)
+        + " WHERE "
+        + " OR ".join(f"view_index.{c} <> excluded.{c}" for c in updated)
+    )
+    return create, copy, upsert
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ViewQuery:
+    """Rows of ``view_index`` (None / empty: any). ``owned_by``: only rows whose controller is
+    a row of that query; ``near``: only rows in an (account, namespace) of that query's rows.
+    ``bodies`` joins the objects (their JSON); ``clusters`` answers the distinct (app,
+    account, cluster) triples instead of rows. ``limit`` bounds the answer."""
+
+    roles: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()  # Kubernetes kinds, any case
+    app: str | None = None
+    account: str | None = None
+    namespace: str | None = None
+    cluster: str | None = None
+    name: str | None = None
+    owned_by: ViewQuery | None = None
+    near: ViewQuery | None = None
+    bodies: bool = True
+    clusters: bool = False
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRow:
+    """One answer of a ViewQuery (for ``clusters``: only app, account and cluster are set)."""
+
+    account: str
+    group: str
+    kind: str
+    namespace: str
+    name: str
+    role: str = ""
+    app: str = ""
+    cluster: str = ""
+    owner_kind: str = ""
+    owner_name: str = ""
+    api_version: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    body: bytes = field(default=b"", repr=False)
+
+
+def _marks(mark: str, n: int) -> str:
+    return ",".join([mark] * n)
+
+
+def _where(d: SqlDialect, q: ViewQuery, alias: str, depth: int) -> tuple[list[str], list[Any]]:
+    m = d.mark
+    clauses: list[str] = []
+    params: list[Any] = []
+    if q.roles:
+        clauses.append(f"{alias}.role IN ({_marks(m, len(q.roles))})")
+        params.extend(q.roles)
+        if "instances" not in q.roles:
+            clauses.append(f"{alias}.{_NOT_PODS}")
+    if q.kinds:
+        clauses.append(f"{alias}.kind_key IN ({_marks(m, len(q.kinds))})")
+        params.extend(k.lower() for k in q.kinds)
+    for column, value in (
+        ("app", q.app),
+        ("account", q.account),
+        ("namespace", q.namespace),
+        ("cluster", q.cluster),
+        ("name", q.name),
+    ):
+        if value is not None:
+            clauses.append(f"{alias}.{column}={m}")
+            params.append(value)
+    if q.owned_by is not None:
+        s = f"s{depth}"
+        sub_clauses, sub_params = _where(d, q.owned_by, s, depth + 1)
+        clauses.append(f"{alias}.{_OWNED}")
+        clauses.append(
+            f"({alias}.account, {alias}.namespace, {alias}.owner_kind, {alias}.owner_name)"
+            f" IN (SELECT {s}.account, {s}.namespace, {s}.kind_key, {s}.name"
+            f" FROM view_index {s} WHERE {' AND '.join(sub_clauses) or d.true})"
+        )
+        params.extend(sub_params)
+    if q.near is not None:
+        s = f"n{depth}"
+        sub_clauses, sub_params = _where(d, q.near, s, depth + 1)
+        clauses.append(
+            f"({alias}.account, {alias}.namespace) IN (SELECT {s}.account, {s}.namespace"
+            f" FROM view_index {s} WHERE {' AND '.join(sub_clauses) or d.true})"
+        )
+        params.extend(sub_params)
+    return clauses, params
+
+
+_ROW_COLUMNS = (
+    "v.account, v.grp, v.kind, v.namespace, v.name, v.role, v.app, v.cluster, v.owner_kind,"
+    " v.owner_name"
+)
+
+
+def view_sql(d: SqlDialect, q: ViewQuery) -> tuple[str, list[Any]]:
+    """One statement answering ``q``; read its rows with ``view_rows``."""
+    clauses, params = _where(d, q, "v", 0)
+    where = " AND ".join(clauses) or d.true
+    if q.clusters:
+        sql = (
+            f"SELECT DISTINCT v.app, v.account, v.cluster FROM view_index v WHERE {where}"
+            " ORDER BY v.app, v.account, v.cluster"
+        )
+    elif q.bodies:
+        sql = (
+            f"SELECT {_ROW_COLUMNS}, o.api_version, o.uid, o.resource_version, o.body"
+            f" FROM view_index v JOIN objects o ON o.account=v.account AND o.grp=v.grp"
+            f" AND o.{d.kind_key}=v.kind_key AND o.namespace=v.namespace AND o.name=v.name"
+            f" WHERE {where} ORDER BY v.account, v.namespace, v.kind_key, v.name"
+        )
+    else:
+        sql = (
+            f"SELECT {_ROW_COLUMNS} FROM view_index v WHERE {where}"
+            " ORDER BY v.account, v.namespace, v.kind_key, v.name"
+        )
+    if q.limit is not None:
+        sql += f" LIMIT {d.mark}"
+        params.append(q.limit)
+    return sql, params
+
+
+def _with_body(r: Sequence[Any]) -> ViewRow:
+    a, g, k, ns, n, role, app, cluster, owner_kind, owner_name, api, uid, rv, body = r
+    return ViewRow(a, g, k, ns, n, role, app, cluster, owner_kind, owner_name, api, uid, rv,
+                   bytes(body))  # fmt: skip
+
+
+def view_rows(q: ViewQuery, rows: Iterable[Sequence[Any]]) -> list[ViewRow]:
+    if q.clusters:
+        return [ViewRow(r[1], "", "", "", "", app=r[0], cluster=r[2]) for r in rows]
+    if q.bodies:
+        return [_with_body(r) for r in rows]
+    return [ViewRow(*r[:10]) for r in rows]
+
+
+def read_views(
+    d: SqlDialect, execute: Execute, queries: Sequence[ViewQuery]
+) -> list[list[ViewRow]]:
+    """Every query's rows, in order, through ``execute`` (one read of the caller's)."""
+    return [view_rows(q, execute(*view_sql(d, q))) for q in queries]
+
+
+# -- search -----------------------------------------------------------------------------------
+
+
+def _contains(d: SqlDialect, text: str) -> str:
+    """A condition: ``text`` contains the next parameter (literally: no wildcards)."""
+    return f"instr({text}, ?) > 0" if d.name == "sqlite" else f"strpos({text}, %s) > 0"
+
+
+def _app_key(alias: str) -> str:
+    return f"lower('kubernetes.v2:logical:applications:' || replace({alias}.app, ':', ';'))"
+
+
+def _cluster_key(alias: str) -> str:
+    parts = " || ':' || ".join(
+        f"replace({alias}.{c}, ':', ';')" for c in ("account", "app", "cluster")
+    )
+    return f"lower('kubernetes.v2:logical:clusters:' || {parts})"
+
+
+def search_hits(
+    d: SqlDialect,
+    execute: Execute,
+    kinds: Sequence[str],
+    q: str,
+    limit: int,
+    *,
+    app_clusters: bool,
+) -> SearchHits:
+    """The matches of ``q`` (lower-cased by the caller) among the objects of ``kinds`` and the
+    application and cluster keys, each list at most ``limit`` long."""
+    m = d.mark
+    kind_keys = [k.lower() for k in kinds]
+
+    def kind_in(a: str) -> str:
+        return f"{a}.kind_key IN ({_marks(m, len(kind_keys))})" if kind_keys else "1=0"
+
+    def app_roles(a: str) -> str:
+        return f"{a}.role IN ({_marks(m, len(APP_ROLES))}) AND {a}.{_NOT_PODS}"
+
+    def cluster_roles(a: str) -> str:
+        return f"{a}.role IN ({_marks(m, len(CLUSTER_ROLES))}) AND {a}.{_NOT_PODS}"
+
+    def app_match(a: str) -> str:  # parameters: APP_ROLES, q
+        return f"{app_roles(a)} AND {a}.app <> '' AND {_contains(d, _app_key(a))}"
+
+    def cluster_match(a: str) -> str:  # parameters: CLUSTER_ROLES, q
+        return f"{cluster_roles(a)} AND {a}.app <> '' AND {_contains(d, _cluster_key(a))}"
+
+    row = "v.kind, v.account, v.namespace, v.name, v.role, v.app, v.cluster"
+    direct = execute(
+        f"SELECT {row} FROM view_index v WHERE {kind_in('v')}"
+        f" AND {_contains(d, 'v.search_key')} ORDER BY v.search_key LIMIT {m}",
+        [*kind_keys, q, limit],
+    )
+    apps = [
+        r[0]
+        for r in execute(
+            f"SELECT DISTINCT v.app FROM view_index v WHERE {app_match('v')}"
+            f" ORDER BY v.app LIMIT {m}",
+            [*APP_ROLES, q, limit],
+        )
+    ]
+    clusters = [
+        (r[0], r[1], r[2])
+        for r in execute(
+            f"SELECT DISTINCT v.account, v.app, v.cluster FROM view_index v"
+            f" WHERE {cluster_match('v')} ORDER BY v.account, v.app, v.cluster LIMIT {m}",
+            [*CLUSTER_ROLES, q, limit],
+        )
+    ]
+    of_apps: list[tuple[str, str, str]] = []
+    if app_clusters and apps:
+        of_apps = [
+            (r[0], r[1], r[2])
+            for r in execute(
+                f"SELECT DISTINCT v.account, v.app, v.cluster FROM view_index v"
+                f" WHERE {cluster_roles('v')} AND v.app IN ({_marks(m, len(apps))})"
+                f" ORDER BY v.account, v.app, v.cluster LIMIT {m}",
+                [*CLUSTER_ROLES, *apps, limit],
+            )
+        ]
+    related: list[Any] = []
+    if kind_keys and (apps or clusters):
+        related = execute(
+            f"SELECT {row} FROM view_index v WHERE {kind_in('v')} AND ("
+            f"({app_roles('v')} AND v.app IN"
+            f" (SELECT a.app FROM view_index a WHERE {app_match('a')}))"
+            f" OR ({cluster_roles('v')} AND (v.account, v.app, v.cluster) IN"
+            f" (SELECT c.account, c.app, c.cluster FROM view_index c WHERE {cluster_match('c')})))"
+            f" ORDER BY v.search_key LIMIT {m}",
+            [*kind_keys, *APP_ROLES, *APP_ROLES, q, *CLUSTER_ROLES, *CLUSTER_ROLES, q, limit],
+        )
+    return SearchHits(
+        direct=[tuple(r) for r in direct],
+        apps=apps,
+        clusters=clusters,
+        app_clusters=of_apps,
+        related=[tuple(r) for r in related],
+    )
