@@ -282,6 +282,8 @@ class ViewQuery:
     name: str | None = None
     owned_by: ViewQuery | None = None
     near: ViewQuery | None = None
+    # only rows whose controller is one of these (account, namespace, Kubernetes kind, name)
+    owners: tuple[tuple[str, str, str, str], ...] = ()
     bodies: bool = True
     clusters: bool = False
     limit: int | None = None
@@ -343,6 +345,14 @@ def _where(d: SqlDialect, q: ViewQuery, alias: str, depth: int) -> tuple[list[st
             f" FROM view_index {s} WHERE {' AND '.join(sub_clauses) or d.true})"
         )
         params.extend(sub_params)
+    if q.owners:
+        clauses.append(f"{alias}.{_OWNED}")
+        clauses.append(
+            f"({alias}.account, {alias}.namespace, {alias}.owner_kind, {alias}.owner_name)"
+            f" IN (VALUES {','.join([f'({_marks(m, 4)})'] * len(q.owners))})"
+        )
+        for account, namespace, kind, name in q.owners:
+            params.extend((account, namespace, kind.lower(), name))
     if q.near is not None:
         s = f"n{depth}"
         sub_clauses, sub_params = _where(d, q.near, s, depth + 1)

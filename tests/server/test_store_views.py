@@ -220,3 +220,15 @@ async def test_an_older_database_gets_its_index_built_once(store_backend: StoreB
             (rows,) = await store.read_views([ViewQuery(bodies=False)])
     assert len(rows) == 11  # every object but the ConfigMap
     assert store_backend.sql("SELECT built FROM view_state") == [(1,)]
+
+
+async def test_rows_of_listed_owners(store_backend: StoreBackend) -> None:
+    with trio.fail_after(30):
+        async with store_backend.open() as store:
+            await store.apply_batch(ACCOUNT, shop())
+            (pods,) = await store.read_views([
+                ViewQuery(roles=("instances",), bodies=False,
+                          owners=((ACCOUNT, "shop", "ReplicaSet", "shop-web-b2"),
+                                  (ACCOUNT, "other", "ReplicaSet", "shop-web-a1"))),
+            ])  # fmt: skip
+    assert names(pods) == ["Pod shop-web-b2-z"]
