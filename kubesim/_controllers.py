@@ -369,6 +369,21 @@ def deployment(cluster: Cluster, namespace: str, name: str) -> None:
     _deployment_status(cluster, dep, current)
 
 
+# What the Deployment controller does not copy from a Deployment's annotations to its
+# ReplicaSets (deploymentutil's skipped annotations); the rest are copied, so a ReplicaSet
+# carries its Deployment's moniker (Spinnaker's clusters rely on it).
+_NOT_COPIED = frozenset(
+    {
+        "kubectl.kubernetes.io/last-applied-configuration",
+        REVISION,
+        "deployment.kubernetes.io/revision-history",
+        "deployment.kubernetes.io/desired-replicas",
+        "deployment.kubernetes.io/max-replicas",
+        "deprecated.deployment.rollback.to",
+    }
+)
+
+
 def _create_rs(cluster: Cluster, dep: dict[str, Any], digest: str, revision: int) -> dict[str, Any]:
     rs_type = cluster.resolve("apps", "v1", "replicasets")
     spec = dep.get("spec") or {}
@@ -388,6 +403,11 @@ def _create_rs(cluster: Cluster, dep: dict[str, Any], digest: str, revision: int
             "generation": 1,
             "labels": dict(tmeta["labels"]),
             "annotations": {
+                **{
+                    k: v
+                    for k, v in (dep["metadata"].get("annotations") or {}).items()
+                    if k not in _NOT_COPIED
+                },
                 REVISION: str(revision),
                 "deployment.kubernetes.io/desired-replicas": str(spec.get("replicas", 1)),
                 "deployment.kubernetes.io/max-replicas": str(spec.get("replicas", 1) + 1),

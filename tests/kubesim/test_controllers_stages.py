@@ -269,3 +269,17 @@ def test_a_pinned_job_runs_nothing_and_pending_pods_never_start() -> None:
     job = sim.get("batch", "v1", "jobs", "default", "pinned")
     assert job["status"] == failed
     assert job["metadata"]["annotations"]["kubesim.io/pin-status"] == "true"
+
+
+def test_replica_sets_carry_their_deployments_annotations() -> None:
+    sim = kubesim.Cluster()
+    notes = {"moniker.spinnaker.io/cluster": "deployment web",
+             "kubectl.kubernetes.io/last-applied-configuration": "{}"}  # fmt: skip
+    deployment = _deployment("web")
+    deployment["metadata"]["annotations"] = notes
+    sim.create(deployment)
+    (rs,) = sim.list("apps", "v1", "replicasets", "default")
+    annotations = rs["metadata"]["annotations"]
+    assert annotations["moniker.spinnaker.io/cluster"] == "deployment web"
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in annotations
+    assert annotations["deployment.kubernetes.io/revision"] == "1"
