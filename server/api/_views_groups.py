@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from .._kinds import resolve_kind
 from ..store import ViewQuery
@@ -35,7 +35,7 @@ from ..views import (
     server_group_summary,
 )
 from ._errors import BadRequest, NotFound
-from ._views_read import ViewReads, reads
+from ._views_read import ViewJSON, ViewReads, reads
 
 __all__ = [
     "application_clusters",
@@ -136,7 +136,7 @@ async def read_triples(
 
 
 def _json(body: Any, view: ViewReads, status: int = 200) -> Response:
-    return JSONResponse(body, status_code=status, headers=view.headers)
+    return ViewJSON(body, status_code=status, headers=view.headers)
 
 
 # -- applications -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from .._kinds import resolve_kind
 from ..store import ViewQuery
@@ -27,7 +27,7 @@ from ..views import (
 )
 from ._errors import NotFound
 from ._views_groups import assemble
-from ._views_read import ViewReads, reads
+from ._views_read import ViewJSON, ViewReads, reads
 
 __all__ = [
     "app_load_balancers",
@@ -47,7 +47,7 @@ _RELATABLE = ("ReplicaSet", "StatefulSet")
 
 
 def _json(body: Any, view: ViewReads) -> Response:
-    return JSONResponse(body, headers=view.headers)
+    return ViewJSON(body, headers=view.headers)
 
 
 async def _load_balancers(view: ViewReads, base: ViewQuery) -> list[dict[str, Any]]:
@@ -100,7 +100,7 @@ async def load_balancer_by_name(request: Request) -> Response:
 
 async def list_load_balancers(request: Request) -> Response:
     """``GET /kubernetes/loadBalancers``: always ``[]`` for Kubernetes (as Clouddriver)."""
-    return JSONResponse([])
+    return ViewJSON([])
 
 
 # -- instances --------------------------------------------------------------------------------

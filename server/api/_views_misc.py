@@ -5,13 +5,13 @@ refresh, and an application's raw resources."""
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ..store import ViewQuery
 from ..views import APP_ROLES, PROVIDER, plan_search, result_set, search_results
 from ._errors import BadRequest
 from ._views_groups import listed
-from ._views_read import decode_rows, reads
+from ._views_read import ViewJSON, decode_rows, reads
 
 __all__ = [
     "STAGES",
@@ -70,7 +70,7 @@ async def search(request: Request) -> Response:
     platform = request.query_params.get("platform")
     if platform and platform != PROVIDER:
         # No provider of that platform: Clouddriver merges nobody's results, as "aws".
-        return JSONResponse([{"totalMatches": 0, "pageNumber": page, "pageSize": page_size,
+        return ViewJSON([{"totalMatches": 0, "pageNumber": page, "pageSize": page_size,
                               "platform": "aws", "query": q, "results": []}])  # fmt: skip
     plan = plan_search(types)
     view = await reads(request)
@@ -81,30 +81,30 @@ async def search(request: Request) -> Response:
             plan.kinds, q.lower(), limit, app_clusters=plan.clusters
         )
         results = search_results(plan, hits)
-    return JSONResponse(result_set(q, page, page_size, results), headers=view.headers)
+    return ViewJSON(result_set(q, page, page_size, results), headers=view.headers)
 
 
 async def features_stages(request: Request) -> Response:
     """``GET /features/stages``: ``[{"name", "enabled": true}]``."""
-    return JSONResponse([{"name": name, "enabled": True} for name in STAGES])
+    return ViewJSON([{"name": name, "enabled": True} for name in STAGES])
 
 
 async def project_clusters(request: Request) -> Response:
     """``GET /projects/{project}/clusters``: Clouddriver builds these from Front50's project
     configs by stack and detail, which kubesvc does not read (and which say little of
     ``"kind name"`` clusters): always ``[]``."""
-    return JSONResponse([])
+    return ViewJSON([])
 
 
 async def cache_refresh(request: Request) -> Response:
     """``POST /cache/{cloudProvider}/{type}``: a no-op for Kubernetes since 2020 (the cache
     here follows the watches); answers what Clouddriver answers."""
-    return JSONResponse({"cachedIdentifiersByType": {}})
+    return ViewJSON({"cachedIdentifiersByType": {}})
 
 
 async def pending_cache(request: Request) -> Response:
     """``GET /cache/{cloudProvider}/{type}``: the pending on-demand refreshes: none."""
-    return JSONResponse([])
+    return ViewJSON([])
 
 
 async def app_raw_resources(request: Request) -> Response:
@@ -117,4 +117,4 @@ async def app_raw_resources(request: Request) -> Response:
         body = resource.common()
         del body["region"]
         bodies.append(body)
-    return JSONResponse(bodies, headers=view.headers)
+    return ViewJSON(bodies, headers=view.headers)

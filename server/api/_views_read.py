@@ -18,17 +18,72 @@ from collections.abc import Sequence
 import msgspec
 import trio
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from .._freshness import Freshness, FreshnessKey, object_key
 from ..store import Store, StoredObject, ViewQuery, ViewRow
-from ..views import VIEW_KINDS, Resource
+from ..views import INSTANCES, VIEW_KINDS, Resource
 from ._context import context
 from ._fresh import STALE_HEADER
 
-__all__ = ["ViewReads", "decode_rows", "reads"]
+__all__ = ["ViewJSON", "ViewReads", "decode_rows", "reads"]
 
 log = logging.getLogger("server.api.views")
 _decode = msgspec.json.Decoder(dict[str, object]).decode
+_encode = msgspec.json.Encoder().encode
+
+
+class ViewJSON(JSONResponse):
+    """A JSON answer encoded by msgspec (an application's server groups are ~40 KB: the
+    standard library's encoder took a fifth of the request)."""
+
+    def render(self, content: object) -> bytes:
+        return _encode(content)
+
+
+class _Container(msgspec.Struct, omit_defaults=True):
+    name: object = None
+    ready: object = None
+
+
+class _PodStatus(msgspec.Struct, omit_defaults=True):
+    phase: object = None
+    containerStatuses: list[_Container] | None = None
+
+
+class _PodMeta(msgspec.Struct, omit_defaults=True):
+    name: object = None
+    namespace: object = None
+    uid: object = None
+    creationTimestamp: object = None
+    labels: dict[str, object] | None = None
+    annotations: dict[str, object] | None = None
+    ownerReferences: list[dict[str, object]] | None = None
+
+
+class _Pod(msgspec.Struct, omit_defaults=True):
+    """What the views read of a pod: its metadata and the state its health comes from."""
+
+    apiVersion: object = None
+    kind: object = None
+    metadata: _PodMeta | None = None
+    status: _PodStatus | None = None
+
+
+_decode_pod = msgspec.json.Decoder(_Pod).decode
+_to_builtins = msgspec.to_builtins
+
+
+def _decode_body(row: ViewRow) -> dict[str, object]:
+    """A row's object; a pod's only as far as the views read it (its spec and the rest of
+    its status skipped: a quarter of the time of a full decode, measured on ~4 KB pods)."""
+    if row.role == INSTANCES:
+        try:
+            lean: dict[str, object] = _to_builtins(_decode_pod(row.body))
+            return lean
+        except msgspec.DecodeError:
+            pass  # not shaped as a pod's: read it whole
+    return _decode(row.body)
 
 
 def decode_rows(rows: Sequence[ViewRow]) -> list[Resource]:
@@ -37,7 +92,7 @@ def decode_rows(rows: Sequence[ViewRow]) -> list[Resource]:
     found: list[Resource] = []
     for row in rows:
         try:
-            body = _decode(row.body)
+            body = _decode_body(row)
         except msgspec.DecodeError:
             log.warning("view of %s %s/%s in %s: unreadable body", row.kind, row.namespace,
                         row.name, row.account)  # fmt: skip

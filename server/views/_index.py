@@ -2,8 +2,8 @@
 
 Every object of a UI kind (``_kinds``) gets one ``IndexEntry``: its Spinnaker kind (role),
 its moniker's application and cluster, the object its controller ownerReference names (a
-pod's ReplicaSet, a ReplicaSet's Deployment, a Job's CronJob) and the lower-cased cache key
-Clouddriver's search matches against. The store keeps them in a table of their own, in the
+pod's ReplicaSet, a ReplicaSet's Deployment, a Job's CronJob) and the cache key Clouddriver's
+search matches against. The store keeps them in a table of their own, in the
 same transaction as the objects (``server/store/_views.py``), so that an application's
 clusters, server groups and their pods are index lookups, not scans. Pure.
 """
@@ -32,7 +32,7 @@ class IndexEntry:
     cluster: str
     owner_kind: str  # lower-case Kubernetes kind of the controller, e.g. "replicaset"
     owner_name: str
-    search_key: str  # cache_key(...) lower-cased
+    search_key: str  # cache_key(...)
 
 
 def _part(text: str) -> str:
@@ -121,5 +121,5 @@ def index_entry_of(
         cluster=cluster,
         owner_kind=owner_kind.lower(),
         owner_name=owner_name,
-        search_key=cache_key(kind, account, namespace, name).lower(),
+        search_key=cache_key(kind, account, namespace, name),
     )
