@@ -38,6 +38,7 @@ from .store import (
     OperationRecord,
     ReplicaRecord,
     ResumePoint,
+    SearchRequest,
     Store,
     StoredObject,
     ViewQuery,
@@ -550,10 +551,8 @@ class RegistryStore:
     async def read_views(self, queries: Sequence[ViewQuery]) -> builtins.list[list[ViewRow]]:
         return await self._store.read_views(queries)
 
-    async def search_views(
-        self, kinds: Sequence[str], q: str, limit: int, *, app_clusters: bool = False
-    ) -> SearchHits:
-        return await self._store.search_views(kinds, q, limit, app_clusters=app_clusters)
+    async def search_views(self, request: SearchRequest) -> SearchHits:
+        return await self._store.search_views(request)
 
     async def notify(self, channel: str, payload: str) -> None:
         await self._store.notify(channel, payload)

@@ -7,8 +7,15 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..store import ViewQuery
-from ..views import APP_ROLES, PROVIDER, plan_search, result_set, search_results
+from ..store import SearchRequest, ViewQuery
+from ..views import (
+    APP_ROLES,
+    CLUSTER_ROLES,
+    PROVIDER,
+    plan_search,
+    result_set,
+    search_results,
+)
 from ._errors import BadRequest
 from ._views_groups import listed
 from ._views_read import ViewJSON, decode_rows, reads
@@ -77,9 +84,17 @@ async def search(request: Request) -> Response:
     results = []
     if not plan.empty:
         limit = min(page * page_size, MAX_SEARCH_RESULTS)
-        hits = await view.store.search_views(
-            plan.kinds, q.lower(), limit, app_clusters=plan.clusters
+        logical = plan.applications or plan.clusters
+        roles = set(plan.roles)
+        wanted = SearchRequest(
+            plan.kinds,
+            q.lower(),
+            limit,
+            app_clusters=plan.clusters,
+            with_apps=logical or bool(roles & set(APP_ROLES)),
+            with_clusters=logical or bool(roles & set(CLUSTER_ROLES)),
         )
+        hits = await view.store.search_views(wanted)
         results = search_results(plan, hits)
     return ViewJSON(result_set(q, page, page_size, results), headers=view.headers)
 

@@ -33,7 +33,7 @@ from ._schema import MIGRATIONS, Migration
 from ._secrets import is_secret, scrub_secret_object, scrub_secret_records
 from ._sqlite import SqliteStore, open_sqlite_store
 from ._url import StoreConfig, StoreUrl, parse_store_url, sqlite_url
-from ._views import ViewQuery, ViewRow
+from ._views import SearchRequest, ViewQuery, ViewRow
 
 __all__ = [
     "CHANGES_CHANNEL",
@@ -60,6 +60,7 @@ __all__ = [
     "PgStore",
     "ReplicaRecord",
     "ResumePoint",
+    "SearchRequest",
     "SqliteStore",
     "Store",
     "StoreConfig",

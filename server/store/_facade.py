@@ -36,7 +36,7 @@ from ._records import (
     StoredObject,
 )
 from ._threads import WorkerThreads
-from ._views import ViewQuery, ViewRow
+from ._views import SearchRequest, ViewQuery, ViewRow
 
 H = TypeVar("H")
 H_contra = TypeVar("H_contra", contravariant=True)
@@ -174,9 +174,7 @@ class CoreOps(Protocol[H_contra]):
 
     def read_views(self, h: H_contra, queries: Sequence[ViewQuery], /) -> list[list[ViewRow]]: ...
 
-    def search_views(
-        self, h: H_contra, kinds: Sequence[str], q: str, limit: int, app_clusters: bool, /
-    ) -> SearchHits: ...
+    def search_views(self, h: H_contra, request: SearchRequest, /) -> SearchHits: ...
 
     def trim_changes(self, h: H_contra, keep_ms: int, max_rows: int, /) -> int: ...
 
@@ -380,10 +378,8 @@ class ThreadedStore(Generic[H]):
     async def read_views(self, queries: Sequence[ViewQuery]) -> list[list[ViewRow]]:
         return await self._run(self._ops.read_views, queries) if queries else []
 
-    async def search_views(
-        self, kinds: Sequence[str], q: str, limit: int, *, app_clusters: bool = False
-    ) -> SearchHits:
-        return await self._run(self._ops.search_views, kinds, q, limit, app_clusters)
+    async def search_views(self, request: SearchRequest) -> SearchHits:
+        return await self._run(self._ops.search_views, request)
 
     async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
         return await self._run(self._ops.read_changes, cursor, limit)

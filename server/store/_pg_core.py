@@ -68,6 +68,7 @@ from ._records import (
 from ._url import redact
 from ._views import (
     VIEW_COLUMNS,
+    SearchRequest,
     ViewQuery,
     ViewRow,
     pg_views_in,
@@ -385,15 +386,8 @@ class PgCore(PgRecordTables):
     def read_views(self, conn: Conn, queries: Sequence[ViewQuery]) -> list[list[ViewRow]]:
         return self._snapshot(conn, lambda execute: read_views(POSTGRESQL, execute, queries))
 
-    def search_views(
-        self, conn: Conn, kinds: Sequence[str], q: str, limit: int, app_clusters: bool
-    ) -> SearchHits:
-        return self._snapshot(
-            conn,
-            lambda execute: search_hits(
-                POSTGRESQL, execute, kinds, q, limit, app_clusters=app_clusters
-            ),
-        )
+    def search_views(self, conn: Conn, request: SearchRequest) -> SearchHits:
+        return self._snapshot(conn, lambda execute: search_hits(POSTGRESQL, execute, request))
 
     def _snapshot(
         self, conn: Conn, fn: Callable[[Callable[[str, Sequence[Any]], list[Any]]], T]

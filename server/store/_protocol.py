@@ -34,7 +34,7 @@ from ._records import (
     ResumePoint,
     StoredObject,
 )
-from ._views import ViewQuery, ViewRow
+from ._views import SearchRequest, ViewQuery, ViewRow
 
 
 class Store(Protocol):
@@ -227,12 +227,8 @@ class Store(Protocol):
         read in one call (one snapshot)."""
         ...
 
-    async def search_views(
-        self, kinds: Sequence[str], q: str, limit: int, *, app_clusters: bool = False
-    ) -> SearchHits:
-        """``/search``'s matches of ``q`` (lower-case) among the objects of ``kinds`` and the
-        application and cluster keys (with each matching application's clusters when
-        ``app_clusters``), each list at most ``limit`` long."""
+    async def search_views(self, request: SearchRequest) -> SearchHits:
+        """``/search``'s matches (``_views.SearchRequest`` says of what), in one call."""
         ...
 
     @property

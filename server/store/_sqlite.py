@@ -18,7 +18,7 @@ from ._records import Notification
 from ._sqlite_core import AUTOCHECKPOINT_PAGES, SqliteCore, wall_clock_ms
 from ._sqlite_views import READERS, ViewReader
 from ._threads import WorkerThreads
-from ._views import ViewQuery, ViewRow
+from ._views import SearchRequest, ViewQuery, ViewRow
 
 # To hand checkpoints back to SQLite after the upkeep stops: one PRAGMA on the writer thread;
 # short, since it runs after the drain's bound (docs/configuration.md "Shutdown").
@@ -100,12 +100,10 @@ class SqliteStore(ThreadedStore[SqliteCore]):
             return await super().read_views(queries)
         return await self._readers.run(ViewReader.read_views, queries)
 
-    async def search_views(
-        self, kinds: Sequence[str], q: str, limit: int, *, app_clusters: bool = False
-    ) -> SearchHits:
+    async def search_views(self, request: SearchRequest) -> SearchHits:
         if self._readers is None:
-            return await super().search_views(kinds, q, limit, app_clusters=app_clusters)
-        return await self._readers.run(ViewReader.search_views, kinds, q, limit, app_clusters)
+            return await super().search_views(request)
+        return await self._readers.run(ViewReader.search_views, request)
 
     async def aclose(self) -> None:
         """Close the readers, then the writer's connection (after the calls in progress)."""

@@ -44,6 +44,7 @@ from ._schema import migrate
 from ._sqlite_records import RecordTables
 from ._views import (
     IndexedRows,
+    SearchRequest,
     ViewQuery,
     ViewRow,
     read_views,
@@ -248,10 +249,8 @@ class SqliteCore(RecordTables):
     def read_views(self, queries: Sequence[ViewQuery]) -> list[list[ViewRow]]:
         return read_views(SQLITE, self._read, queries)
 
-    def search_views(
-        self, kinds: Sequence[str], q: str, limit: int, app_clusters: bool
-    ) -> SearchHits:
-        return search_hits(SQLITE, self._read, kinds, q, limit, app_clusters=app_clusters)
+    def search_views(self, request: SearchRequest) -> SearchHits:
+        return search_hits(SQLITE, self._read, request)
 
     # -- the change log: PostgreSQL's. One process owns a SQLite file, so its change feed is
     # -- its own ingest and nothing is logged: every read is empty, every trim a no-op.

@@ -20,7 +20,7 @@ import apsw
 from .._errors import StoreError
 from ..views import SearchHits
 from ._queries import SQLITE
-from ._views import ViewQuery, ViewRow, read_views, search_hits
+from ._views import SearchRequest, ViewQuery, ViewRow, read_views, search_hits
 
 __all__ = ["READERS", "ViewReader"]
 
@@ -62,10 +62,6 @@ class ViewReader:
         )
         return result
 
-    def search_views(
-        self, kinds: Sequence[str], q: str, limit: int, app_clusters: bool
-    ) -> SearchHits:
-        hits: SearchHits = self._snapshot(
-            lambda: search_hits(SQLITE, self._execute, kinds, q, limit, app_clusters=app_clusters)
-        )
+    def search_views(self, request: SearchRequest) -> SearchHits:
+        hits: SearchHits = self._snapshot(lambda: search_hits(SQLITE, self._execute, request))
         return hits

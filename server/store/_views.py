@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "VIEW_COLUMNS",
     "IndexedRows",
+    "SearchRequest",
     "ViewQuery",
     "ViewRow",
     "search_hits",
@@ -477,13 +478,16 @@ def _contains(d: SqlDialect, text: str) -> str:
     return f"instr({text}, ?) > 0" if d.name == "sqlite" else f"strpos({text}, %s) > 0"
 
 
-def _linked(d: SqlDialect, execute: Execute) -> tuple[list[str], list[tuple[str, str, str]]]:
+def _linked(
+    d: SqlDialect, execute: Execute, *, with_apps: bool, with_clusters: bool
+) -> tuple[list[str], list[tuple[str, str, str]]]:
     """Every application (of an object linked to it) and every cluster (account, app,
-    cluster): a walk of the app index per role, in its order (no sort)."""
+    cluster), as asked: a walk of the app index per role, in its order (no sort)."""
     m = d.mark
     apps: set[str] = set()
     clusters: set[tuple[str, str, str]] = set()
-    for role in APP_ROLES:
+    roles = APP_ROLES if with_apps else CLUSTER_ROLES if with_clusters else ()
+    for role in roles:
         columns = "v.app, v.account, v.cluster" if role in CLUSTER_ROLES else "v.app"
         rows = execute(
             f"SELECT DISTINCT {columns} FROM view_index v WHERE v.role={m}"
@@ -496,20 +500,26 @@ def _linked(d: SqlDialect, execute: Execute) -> tuple[list[str], list[tuple[str,
     return sorted(apps), sorted(clusters)
 
 
-def search_hits(
-    d: SqlDialect,
-    execute: Execute,
-    kinds: Sequence[str],
-    q: str,
-    limit: int,
-    *,
-    app_clusters: bool,
-) -> SearchHits:
-    """The matches of ``q`` (lower-cased by the caller) among the objects of ``kinds`` and the
-    application and cluster keys, each list at most ``limit`` long. An object's key is
-    matched in the key index, kind by kind; the (few thousand) applications and clusters are
-    matched here."""
+@dataclass(frozen=True)
+class SearchRequest:
+    """What ``/search`` looks for: ``q`` (lower-cased) in the keys of the objects of
+    ``kinds``, and in the application keys (``with_apps``) and cluster keys
+    (``with_clusters``), with each matching application's clusters (``app_clusters``);
+    each list of the answer at most ``limit`` long."""
+
+    kinds: tuple[str, ...]
+    q: str
+    limit: int
+    app_clusters: bool = False
+    with_apps: bool = True
+    with_clusters: bool = True
+
+
+def search_hits(d: SqlDialect, execute: Execute, request: SearchRequest) -> SearchHits:
+    """The matches of a ``SearchRequest``. An object's key is matched in the key index, kind
+    by kind; the (few thousand) applications and clusters are matched here."""
     m = d.mark
+    kinds, q, limit = request.kinds, request.q, request.limit
     kind_keys = sorted({k.lower() for k in kinds})
     row = "v.kind, v.account, v.namespace, v.name, v.role, v.app, v.cluster"
     direct: list[Any] = []
@@ -519,11 +529,14 @@ def search_hits(
             f" AND {_contains(d, 'v.search_key')} ORDER BY v.kind_key, v.search_key LIMIT {m}",
             [*kind_keys, q, limit],
         )
-    every_app, triples = _linked(d, execute)
+    # Only what the results can use (a search of pods links to neither).
+    every_app, triples = _linked(
+        d, execute, with_apps=request.with_apps, with_clusters=request.with_clusters
+    )
     apps = [a for a in every_app if q in app_key(a)][:limit]
     clusters = [t for t in triples if q in cluster_key(*t)][:limit]
     chosen = set(apps)
-    of_apps = [t for t in triples if t[1] in chosen][:limit] if app_clusters else []
+    of_apps = [t for t in triples if t[1] in chosen][:limit] if request.app_clusters else []
     related: list[Any] = []
     if kind_keys and (apps or clusters):
         linked: list[str] = []

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
+import re
 import sys
 import tempfile
 import time
@@ -52,6 +54,39 @@ REPLICA_SETS = 10  # per cluster: the Deployment's and the versioned ones
 PODS = 5  # per ReplicaSet
 SEARCH_TYPES = ("serverGroups", "instances", "loadBalancers", "securityGroups", "applications")
 KEYS = ("applications_expand", "clusters_by_app", "server_groups", "search")
+ROUTES = {
+    "applications_expand": "/applications",
+    "clusters_by_app": "/applications/{app}/clusters",
+    "server_groups": "/applications/{app}/serverGroups",
+    "search": "/search",
+}
+_BUCKET = re.compile(
+    r'^kubesvc_server_http_request_seconds_bucket\{le="([^"]+)",method="GET",route="([^"]+)"\}'
+    r" ([0-9.e+]+)$"
+)
+
+
+async def server_buckets(client: httpx.AsyncClient) -> dict[str, dict[float, float]]:
+    """The server's own request-time histogram per route: {route: {upper bound s: count}}."""
+    text = (await client.get("/metrics")).text
+    found: dict[str, dict[float, float]] = {}
+    for line in text.splitlines():
+        match = _BUCKET.match(line)
+        if match:
+            bound = math.inf if match.group(1) == "+Inf" else float(match.group(1))
+            found.setdefault(match.group(2), {})[bound] = float(match.group(3))
+    return found
+
+
+def server_p99_bound(before: dict[float, float], after: dict[float, float]) -> float:
+    """The upper bound (ms) of the histogram bucket holding the p99 of the requests counted
+    between two snapshots: the server's own time, without the client's or the network's."""
+    counts = sorted((b, after.get(b, 0.0) - before.get(b, 0.0)) for b in after)
+    total = counts[-1][1] if counts else 0.0
+    for bound, count in counts:
+        if total and count >= 0.99 * total:
+            return bound * 1000
+    return float("nan")
 
 
 def _meta(name: str, namespace: str, **more: Any) -> dict[str, Any]:
@@ -324,6 +359,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 print(f"initial sync: {synced:.1f} s")
                 changed = [0]
                 before = {"server": _cpu_seconds(server.pid), "agent": _cpu_seconds(agent.pid)}
+                buckets_before = await server_buckets(client)
                 async with trio.open_nursery() as measuring:
                     measuring.start_soon(churn, sim, pods, args.rate, changed)
                     started = time.perf_counter()
@@ -332,6 +368,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     measuring.cancel_scope.cancel()
                 for name, process in (("server", server), ("agent", agent)):
                     cpu[name] = _cpu_seconds(process.pid) - before[name]
+                buckets_after = await server_buckets(client)
             except BaseException:
                 for log_name in ("server.log", "agent.log"):
                     tail = (work / log_name).read_text(errors="replace").splitlines()[-15:]
@@ -355,8 +392,12 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             f"  {key:20s} p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  max {max(values):6.1f} ms "
             f"({len(values)} requests)  goal p99 < 100 ms: {'met' if p99 < 100 else 'NOT met'}"
         )
+        route = ROUTES[key]
+        inside = server_p99_bound(buckets_before.get(route, {}), buckets_after.get(route, {}))
+        print(f"  {'':20s} the server's own time (its histogram): p99 <= {inside:.0f} ms")
         result[f"{key}_p99_ms"] = round(p99, 1)
         result[f"{key}_p50_ms"] = round(p50, 1)
+        result[f"{key}_server_p99_le_ms"] = inside
     result.update(
         applications=len(apps),
         server_groups=len(apps) * 2 * REPLICA_SETS,

@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from server.store import ViewQuery, ViewRow
+from server.store import SearchRequest, ViewQuery, ViewRow
 from tests.server._stores import StoreBackend
 from wire import EventRecord, EventType
 
@@ -193,11 +193,15 @@ async def test_search(store_backend: StoreBackend) -> None:
     with trio.fail_after(30):
         async with store_backend.open() as store:
             await store.apply_batch(ACCOUNT, shop())
-            hits = await store.search_views(["ReplicaSet", "NetworkPolicy"], "shop", 100,
-                                            app_clusters=True)  # fmt: skip
-            paged = await store.search_views(["ReplicaSet"], "web-b2", 1)
-            by_namespace = await store.search_views(["Service"], ":elsewhere:", 10)
-            nothing = await store.search_views([], "shop", 10)
+            hits = await store.search_views(
+                SearchRequest(("ReplicaSet", "NetworkPolicy"), "shop", 100, app_clusters=True)
+            )
+            paged = await store.search_views(SearchRequest(("ReplicaSet",), "web-b2", 1))
+            by_namespace = await store.search_views(SearchRequest(("Service",), ":elsewhere:", 10))
+            nothing = await store.search_views(SearchRequest((), "shop", 10))
+            pods_only = await store.search_views(
+                SearchRequest(("Pod",), "shop", 10, with_apps=False, with_clusters=False)
+            )
     assert [h[3] for h in hits.direct] == ["shop-db-access", "shop-web-a1", "shop-web-b2"]
     assert hits.apps == ["shop"]
     assert hits.clusters == [(ACCOUNT, "shop", "deployment shop-web"), (ACCOUNT, "shop", "shop-db")]
@@ -207,6 +211,8 @@ async def test_search(store_backend: StoreBackend) -> None:
     assert paged.related == []  # no application or cluster key has "web-b2" in it
     assert [h[3] for h in by_namespace.direct] == ["far-svc"]
     assert (nothing.direct, nothing.related) == ([], [])
+    assert [h[3] for h in pods_only.direct] == ["shop-web-a1-x", "shop-web-a1-y", "shop-web-b2-z"]
+    assert (pods_only.apps, pods_only.clusters, pods_only.related) == ([], [], [])
 
 
 async def test_an_older_database_gets_its_index_built_once(store_backend: StoreBackend) -> None:
