@@ -33,22 +33,27 @@ Triple = tuple[str, str, str]  # (app, account, cluster)
 
 def cluster_names(triples: Iterable[Triple]) -> dict[str, list[str]]:
     """``{account: [cluster, ...]}`` (sorted)."""
-    names: dict[str, set[str]] = {}
-    for _, account, cluster in triples:
-        names.setdefault(account, set()).add(cluster)
-    return {account: sorted(found) for account, found in sorted(names.items())}
+    names: dict[str, list[str]] = {}
+    for _, account, cluster in sorted(set(triples)):
+        names.setdefault(account, []).append(cluster)
+    return names
 
 
 def application_list(triples: Iterable[Triple]) -> list[dict[str, Any]]:
     """``GET /applications``: ``{"name", "attributes": {"name"}, "clusterNames"}`` per app,
-    sorted by name (case-insensitively)."""
-    by_app: dict[str, list[Triple]] = {}
-    for triple in triples:
-        by_app.setdefault(triple[0], []).append(triple)
-    return [
-        {"name": app, "attributes": {"name": app}, "clusterNames": cluster_names(found)}
-        for app, found in sorted(by_app.items(), key=lambda item: (item[0].lower(), item[0]))
-    ]
+    sorted by name (case-insensitively). One pass over the sorted triples (Gate asks every
+    5 s; 1,000 clusters of 500 applications)."""
+    listed: list[dict[str, Any]] = []
+    names: dict[str, list[str]] = {}
+    last = None
+    for app, account, cluster in sorted(set(triples)):
+        if app != last:
+            names = {}
+            listed.append({"name": app, "attributes": {"name": app}, "clusterNames": names})
+            last = app
+        names.setdefault(account, []).append(cluster)
+    listed.sort(key=lambda entry: (str(entry["name"]).lower(), str(entry["name"])))
+    return listed
 
 
 def application(app: str, triples: Iterable[Triple]) -> dict[str, Any]:

@@ -238,3 +238,35 @@ async def test_rows_of_listed_owners(store_backend: StoreBackend) -> None:
                                   (ACCOUNT, "other", "ReplicaSet", "shop-web-a1"))),
             ])  # fmt: skip
     assert names(pods) == ["Pod shop-web-b2-z"]
+
+
+async def test_clusters_are_counted_as_their_rows_come_and_go(store_backend: StoreBackend) -> None:
+    def clusters_query() -> ViewQuery:
+        return ViewQuery(roles=("serverGroups", "serverGroupManagers"), clusters=True)
+
+    with trio.fail_after(30):
+        async with store_backend.open() as store:
+            await store.apply_batch(ACCOUNT, shop())
+            (before,) = await store.read_views([clusters_query()])
+            # Two of the three rows of "deployment shop-web" go; it stays.
+            await store.apply_batch(ACCOUNT, [
+                rec("ReplicaSet", "shop-web-a1", api="apps/v1", etype=EventType.DELETED, rv="2"),
+                rec("Deployment", "shop-web", api="apps/v1", etype=EventType.DELETED, rv="3"),
+            ])  # fmt: skip
+            (kept,) = await store.read_views([clusters_query()])
+            # The last one moves to another cluster: the old one is gone.
+            await store.apply_batch(ACCOUNT, [
+                rec("ReplicaSet", "shop-web-b2", api="apps/v1", rv="4",
+                    annotations={APP: "shop", CLUSTER: "replicaSet shop-web"}),
+            ])  # fmt: skip
+            (moved,) = await store.read_views([clusters_query()])
+            (one,) = await store.read_views(
+                [ViewQuery(clusters=True, app="shop", cluster="shop-db")]
+            )
+    assert [r.cluster for r in before] == ["deployment shop-web", "shop-db"]
+    assert [r.cluster for r in kept] == ["deployment shop-web", "shop-db"]
+    assert [r.cluster for r in moved] == ["replicaSet shop-web", "shop-db"]
+    assert [(r.app, r.account, r.cluster) for r in one] == [("shop", ACCOUNT, "shop-db")]
+    assert store_backend.sql("SELECT app, cluster, refs FROM view_clusters ORDER BY cluster") == [
+        ("shop", "replicaSet shop-web", 1), ("shop", "shop-db", 1),
+    ]  # fmt: skip
