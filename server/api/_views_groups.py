@@ -144,11 +144,21 @@ def _json(body: Any, view: ViewReads, status: int = 200) -> Response:
 
 async def list_applications(request: Request) -> Response:
     """``GET /applications``: every application with a cluster (``expand`` and
-    ``restricted`` change nothing here: the clusters are the index's)."""
+    ``restricted`` change nothing here: the clusters are the index's).
+
+    Gate asks every 5 s, and the answer changes only when a cluster appears or goes: it is
+    kept, encoded, with the version of the set of clusters it was built from (the store's,
+    bumped in the transaction that changes the set), and built again when that moves."""
     truthy(request, "expand", default=True)
     truthy(request, "restricted", default=True)
     view = await reads(request)
-    return _json(application_list(await read_triples(view)), view)
+    ((version,),) = await view.rows(ViewQuery(version=True))
+    kept = getattr(request.app.state, "views_applications", None)
+    if kept is not None and kept[0] == version.resource_version:
+        return Response(kept[1], media_type="application/json", headers=view.headers)
+    answer = _json(application_list(await read_triples(view)), view)
+    request.app.state.views_applications = (version.resource_version, answer.body)
+    return answer
 
 
 async def get_application(request: Request) -> Response:

@@ -168,8 +168,10 @@ _INDEXES = (
     # the objects of a role in a namespace (the Services near a server group)
     f"CREATE INDEX view_index_ns ON view_index(role, account, namespace) WHERE {_NOT_PODS}",
     # the state of the index: 0 until built from the objects present at the migration
-    "CREATE TABLE view_state(id INTEGER PRIMARY KEY CHECK (id = 1), built INTEGER NOT NULL)",
-    "INSERT INTO view_state VALUES (1, 0)",
+    # and ``clusters``, the version of the set of clusters (``view_clusters``' triggers)
+    "CREATE TABLE view_state(id INTEGER PRIMARY KEY CHECK (id = 1), built INTEGER NOT NULL,"
+    " clusters BIGINT NOT NULL)",
+    "INSERT INTO view_state VALUES (1, 0, 0)",
 )
 # Every cluster (app, account, cluster) with how many rows of server groups and their
 # managers are in it, counted by triggers on view_index (pods never fire them): Gate's
@@ -185,6 +187,8 @@ _ADD = (
     "INSERT INTO view_clusters SELECT NEW.app, NEW.account, NEW.cluster, 1 WHERE {when}"
     " ON CONFLICT (app, account, cluster) DO UPDATE SET refs = view_clusters.refs + 1"
 )
+# A cluster that appears or goes (not a count that moves) changes what /applications answers.
+_BUMP = "UPDATE view_state SET clusters = clusters + 1"
 _DROP = (
     "UPDATE view_clusters SET refs = refs - 1 WHERE {when} AND app = OLD.app"
     " AND account = OLD.account AND cluster = OLD.cluster;"
@@ -223,6 +227,8 @@ SQLITE_STEP: tuple[str, ...] = (
     f"""CREATE TRIGGER view_clusters_move AFTER UPDATE OF role, app, cluster ON view_index
         BEGIN {_DROP.format(when=_COUNTED.format(t="OLD"))};
         {_ADD.format(when=_COUNTED.format(t="NEW"))}; END""",
+    f"CREATE TRIGGER view_clusters_new AFTER INSERT ON view_clusters BEGIN {_BUMP}; END",
+    f"CREATE TRIGGER view_clusters_gone AFTER DELETE ON view_clusters BEGIN {_BUMP}; END",
     # A deleted object takes its row along, however it was deleted.
     f"""CREATE TRIGGER objects_view_gone AFTER DELETE ON objects
         WHEN lower(old.kind) IN ({_VIEW_KINDS_SQL})
@@ -255,6 +261,10 @@ PG_STEP: tuple[str, ...] = (
     f"""CREATE TRIGGER view_clusters_move AFTER UPDATE OF role, app, cluster ON view_index
         FOR EACH ROW WHEN ({_COUNTED.format(t="OLD")} OR {_COUNTED.format(t="NEW")})
         EXECUTE FUNCTION view_clusters_count()""",
+    f"""CREATE FUNCTION view_clusters_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN {_BUMP}; RETURN NULL; END $$""",
+    """CREATE TRIGGER view_clusters_changed AFTER INSERT OR DELETE ON view_clusters
+        FOR EACH ROW EXECUTE FUNCTION view_clusters_bump()""",
 )
 STEP_DESCRIPTION = "the index of Deck's views: role, application, cluster, owner per object"
 
@@ -367,6 +377,9 @@ class ViewQuery:
     owners: tuple[tuple[str, str, str, str], ...] = ()
     bodies: bool = True
     clusters: bool = False
+    # only the version of the set of clusters, as one row's ``resource_version`` (it changes
+    # when a cluster appears or goes: an answer built from the clusters can be kept till then)
+    version: bool = False
     limit: int | None = None
 
 
@@ -496,8 +509,16 @@ def read_views(
     d: SqlDialect, execute: Execute, queries: Sequence[ViewQuery]
 ) -> list[list[ViewRow]]:
     """Every query's rows, in order, through ``execute`` (one read of the caller's)."""
-    return [_clusters(d, execute, q) if q.clusters else view_rows(q, execute(*view_sql(d, q)))
-            for q in queries]  # fmt: skip
+    return [_read(d, execute, q) for q in queries]
+
+
+def _read(d: SqlDialect, execute: Execute, q: ViewQuery) -> list[ViewRow]:
+    if q.version:
+        ((version,),) = execute("SELECT clusters FROM view_state", [])
+        return [ViewRow("", "", "", "", "", resource_version=str(version))]
+    if q.clusters:
+        return _clusters(d, execute, q)
+    return view_rows(q, execute(*view_sql(d, q)))
 
 
 def _clusters(d: SqlDialect, execute: Execute, q: ViewQuery) -> list[ViewRow]:

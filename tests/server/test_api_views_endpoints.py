@@ -11,7 +11,9 @@ from urllib.parse import quote
 
 import trio
 
-from .test_api_support import ACCOUNT, Harness, k8s, open_api
+from wire import EventType
+
+from .test_api_support import ACCOUNT, Harness, k8s, open_api, record
 
 STAMP = "2025-03-05T12:10:00Z"
 STAMP_MS = 1741176600000
@@ -368,3 +370,26 @@ async def test_firewalls_search_and_the_rest(tmp_path: Path) -> None:
     assert {r["name"] for r in raw} >= {"deployment h4-web", "networkPolicy h4-db-access"}
     assert cache.status_code == 200
     assert cache.json() == {"cachedIdentifiersByType": {}}
+
+
+async def test_the_application_list_follows_clusters_that_come_and_go(tmp_path: Path) -> None:
+    new = rs("zz-api-v000", {"app": "zz"}, 1,
+             {"moniker.spinnaker.io/application": "zz",
+              "moniker.spinnaker.io/cluster": "replicaSet zz-api"})  # fmt: skip
+    with trio.fail_after(20):
+        async with open_api(tmp_path) as api:
+            await filled(api)
+            before = await get(api, "/applications")
+            again = await get(api, "/applications", expand="true")
+            await api.add(new)
+            added = await get(api, "/applications")
+            await api.add(rs("h4-extra", {"app": "x"}, 1, notes("deployment h4-web")))
+            same_clusters = await get(api, "/applications")
+            await api.store.apply_batch(ACCOUNT, [record(new, type_=EventType.DELETED)])
+            removed = await get(api, "/applications")
+    assert [a["name"] for a in before] == ["h4"]
+    assert again == before
+    assert [a["name"] for a in added] == ["h4", "zz"]
+    assert added[1]["clusterNames"] == {ACCOUNT: ["replicaSet zz-api"]}
+    assert same_clusters == added  # a server group more in a cluster that was there
+    assert removed == before
