@@ -35,7 +35,7 @@ from ..views import (
     server_group_summary,
 )
 from ._errors import BadRequest, NotFound
-from ._views_read import ViewJSON, ViewReads, reads
+from ._views_read import ViewJSON, ViewReads, collector_paused, reads
 
 __all__ = [
     "application_clusters",
@@ -118,7 +118,8 @@ def assemble(
 
 async def read_groups(view: ViewReads, base: ViewQuery) -> list[ServerGroupParts]:
     groups, pods, services = await view.resources(*with_relations(base))
-    return assemble(groups, pods, services)
+    with collector_paused():
+        return assemble(groups, pods, services)
 
 
 async def read_triples(
@@ -315,7 +316,8 @@ async def list_server_groups(request: Request) -> Response:
         wanted = {tuple(c.split(":", 1)) for c in clusters if c.count(":") == 1}
         parts = [p for p in parts if (p.workload.account, p.workload.moniker.cluster) in wanted]
     shape = server_group_expanded if expand else server_group_summary
-    return _json([shape(p) for p in parts], view)
+    with collector_paused():
+        return _json([shape(p) for p in parts], view)
 
 
 def _server_group_query(account: str, region: str, full: str) -> ViewQuery | None:

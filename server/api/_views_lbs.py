@@ -27,7 +27,7 @@ from ..views import (
 )
 from ._errors import NotFound
 from ._views_groups import assemble
-from ._views_read import ViewJSON, ViewReads, reads
+from ._views_read import ViewJSON, ViewReads, collector_paused, reads
 
 __all__ = [
     "app_load_balancers",
@@ -65,6 +65,16 @@ async def _load_balancers(view: ViewReads, base: ViewQuery) -> list[dict[str, An
     pods: list[Resource] = []
     if owners:
         (pods,) = await view.resources(ViewQuery(roles=(INSTANCES,), owners=owners))
+    with collector_paused():
+        return _shape_load_balancers(lbs, members, related, pods)
+
+
+def _shape_load_balancers(
+    lbs: list[Resource],
+    members: dict[str, list[Resource]],
+    related: list[Resource],
+    pods: list[Resource],
+) -> list[dict[str, Any]]:
     parts = {id(p.workload): p for p in assemble(related, pods, ())}
     shaped = []
     for lb in lbs:

@@ -12,8 +12,10 @@ in the objects' own transactions, so objects caught up means views caught up.
 
 from __future__ import annotations
 
+import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import msgspec
 import trio
@@ -26,7 +28,7 @@ from ..views import INSTANCES, VIEW_KINDS, Resource
 from ._context import context
 from ._fresh import STALE_HEADER
 
-__all__ = ["ViewJSON", "ViewReads", "decode_rows", "reads"]
+__all__ = ["ViewJSON", "ViewReads", "collector_paused", "decode_rows", "reads"]
 
 log = logging.getLogger("server.api.views")
 _decode = msgspec.json.Decoder(dict[str, object]).decode
@@ -84,6 +86,22 @@ def _decode_body(row: ViewRow) -> dict[str, object]:
         except msgspec.DecodeError:
             pass  # not shaped as a pod's: read it whole
     return _decode(row.body)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a stretch of synchronous work (no await
+    inside: no other task runs meanwhile). Decoding and shaping a view allocates thousands of
+    dicts, and a collection of the older generations in the middle of it cost a third of an
+    application's server groups (measured: 43 us of the 80 of a pod's health, in GC)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def decode_rows(rows: Sequence[ViewRow]) -> list[Resource]:
@@ -156,7 +174,9 @@ class ViewReads:
 
     async def resources(self, *queries: ViewQuery) -> list[list[Resource]]:
         """Each query's objects, decoded (queries with bodies)."""
-        return [decode_rows(rows) for rows in await self.store.read_views(queries)]
+        found = await self.store.read_views(queries)
+        with collector_paused():
+            return [decode_rows(rows) for rows in found]
 
 
 async def reads(request: Request) -> ViewReads:

@@ -14,7 +14,10 @@ __all__ = ["Resource", "created_ms", "full_name", "mapping"]
 
 
 def mapping(value: object) -> Mapping[str, Any]:
-    """``value`` when it is a JSON object, else an empty one (bodies are untrusted JSON)."""
+    """``value`` when it is a JSON object, else an empty one (bodies are untrusted JSON).
+    A decoded body's objects are dicts: tested first, as the ABC's check costs ~10x."""
+    if type(value) is dict:
+        return value
     return value if isinstance(value, Mapping) else {}
 
 
