@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from kubesim import _deletes, _reconcile, _status, _writes
+from kubesim import _controllers, _deletes, _reconcile, _status, _writes
 from kubesim._errors import ApiError
 from kubesim._listing import read_page, versions_at
 from kubesim._meta import new_uid, now_rfc3339
@@ -401,6 +401,33 @@ class Cluster:
         data = body if isinstance(body, bytes) else _encode(body)
         options = _writes.WriteOptions(manager=manager, force=force)
         stored, _ = _writes.patch(self, rtype, namespace, name, content_type, data, None, options)
+        self.reconcile()
+        return stored.decode()
+
+    def pin_status(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        status: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Give the object ``status`` and keep the lite controllers from writing its status
+        again (the ``kubesim.io/pin-status`` annotation, ``_controllers.PIN``), so that a test
+        reaches any state: a pod Pending or Failed in a ReplicaSet whose other pods run, a
+        ReplicaSet with any counts, a Job failed without running a pod. Two writes, as a
+        client would make them (the annotation, then the status subresource); watchers see
+        both. Returns the object as stored."""
+        rtype = self.resolve(group, version, plural)
+        options = _writes.WriteOptions(manager="kubesim-test")
+        note = _encode({"metadata": {"annotations": {_controllers.PIN: "true"}}})
+        stored, _ = _writes.patch(
+            self, rtype, namespace, name, "application/merge-patch+json", note, None, options
+        )
+        obj = stored.decode()
+        obj["status"] = status
+        stored = _writes.replace(self, rtype, namespace, name, obj, "status", options)
         self.reconcile()
         return stored.decode()
 

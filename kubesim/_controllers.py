@@ -7,7 +7,13 @@ A test steers a rollout with the pod template annotation ``kubesim.io/outcome`` 
 ``unready`` (pods run but never become Ready: the rollout hangs, Available=False),
 ``deadline-exceeded`` (the same, and the Deployment reports ProgressDeadlineExceeded at once,
 as if ``progressDeadlineSeconds`` had passed), ``fail`` (containers crash: CrashLoopBackOff
-for long-running pods, exit code 1 for a Job's pods), ``running`` (a Job's pods never end).
+for long-running pods, exit code 1 for a Job's pods), ``running`` (a Job's pods never end),
+``pending`` (pods are never started: phase Pending, unschedulable).
+
+A test pins any status with ``Cluster.pin_status``: the object gets the annotation
+``kubesim.io/pin-status`` (PIN) and the status given, and the controllers never write the
+status of an object that carries it (a pod's kubelet, a ReplicaSet's or a Job's controller),
+so a pod in any phase, a ReplicaSet with any counts and a Job in any state are reachable.
 
 Rollback the kubectl way works because a Deployment whose template equals an old
 ReplicaSet's (pod-template-hash) adopts that ReplicaSet again and bumps its
@@ -42,6 +48,7 @@ __all__ = [
     "now",
     "outcome_of",
     "owned_by",
+    "pinned",
     "pod_ready",
     "pod_status",
     "replicaset",
@@ -50,6 +57,7 @@ __all__ = [
 
 REVISION = "deployment.kubernetes.io/revision"
 OUTCOME = "kubesim.io/outcome"
+PIN = "kubesim.io/pin-status"
 NOT_READY = frozenset({"unready", "deadline-exceeded", "fail"})
 HASH_LABEL = "pod-template-hash"
 MANAGER = "kube-controller-manager"
@@ -73,6 +81,11 @@ def _hex64() -> str:
     return f"{_ids.getrandbits(256):064x}"
 
 
+def pinned(obj: dict[str, Any]) -> bool:
+    """Whether a test pinned the object's status (PIN): no controller writes it."""
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(PIN) == "true"
+
+
 def outcome_of(template: dict[str, Any]) -> str:
     """The OUTCOME annotation of a pod template (or a pod), ``""`` when absent."""
     notes = (template.get("metadata") or {}).get("annotations") or {}
@@ -84,9 +97,29 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def _pending_status(now: str) -> dict[str, Any]:
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": now,
+                "reason": "Unschedulable",
+                "message": "0/1 nodes are available: 1 Insufficient cpu.",
+            }
+        ],
+        "qosClass": "BestEffort",
+    }
+
+
 def pod_status(spec: dict[str, Any], now: str, ip: str, outcome: str = "") -> dict[str, Any]:
     """A Running pod status for ``spec``, as a kubelet would report it: Ready, or, for an
-    ``outcome`` in NOT_READY, running unready (``fail``: crash-looping)."""
+    ``outcome`` in NOT_READY, running unready (``fail``: crash-looping); ``pending``: never
+    scheduled."""
+    if outcome == "pending":
+        return _pending_status(now)
     ready = outcome not in NOT_READY
     names = [c.get("name", "app") for c in spec.get("containers") or []]
     conditions = []
@@ -216,6 +249,8 @@ def kubelet(cluster: Cluster, namespace: str, name: str) -> None:
     status = (pod or {}).get("status") or {}
     if pod is None or status.get("phase") == "Running":
         return
+    if pinned(pod) or outcome_of(pod) == "pending":
+        return
     new = msgspec.json.decode(msgspec.json.encode(pod))
     spec = new.setdefault("spec", {})
     spec.setdefault("nodeName", "kubesim-node-1")
@@ -314,6 +349,8 @@ def replicaset(cluster: Cluster, namespace: str, name: str) -> None:
     for field in ("readyReplicas", "availableReplicas", "fullyLabeledReplicas"):
         if new["status"][field] == 0:
             new["status"].pop(field)
+    if pinned(rs):
+        return  # its pods are managed; its status is the test's
     commit_if_changed(cluster, rs_type, rs, new)
 
 
@@ -371,6 +408,21 @@ def deployment(cluster: Cluster, namespace: str, name: str) -> None:
     _deployment_status(cluster, dep, current)
 
 
+# What the Deployment controller does not copy from a Deployment's annotations to its
+# ReplicaSets (deploymentutil's skipped annotations); the rest are copied, so a ReplicaSet
+# carries its Deployment's moniker (Spinnaker's clusters rely on it).
+_NOT_COPIED = frozenset(
+    {
+        "kubectl.kubernetes.io/last-applied-configuration",
+        REVISION,
+        "deployment.kubernetes.io/revision-history",
+        "deployment.kubernetes.io/desired-replicas",
+        "deployment.kubernetes.io/max-replicas",
+        "deprecated.deployment.rollback.to",
+    }
+)
+
+
 def _create_rs(cluster: Cluster, dep: dict[str, Any], digest: str, revision: int) -> dict[str, Any]:
     rs_type = cluster.resolve("apps", "v1", "replicasets")
     spec = dep.get("spec") or {}
@@ -390,6 +442,11 @@ def _create_rs(cluster: Cluster, dep: dict[str, Any], digest: str, revision: int
             "generation": 1,
             "labels": dict(tmeta["labels"]),
             "annotations": {
+                **{
+                    k: v
+                    for k, v in (dep["metadata"].get("annotations") or {}).items()
+                    if k not in _NOT_COPIED
+                },
                 REVISION: str(revision),
                 "deployment.kubernetes.io/desired-replicas": str(spec.get("replicas", 1)),
                 "deployment.kubernetes.io/max-replicas": str(spec.get("replicas", 1) + 1),

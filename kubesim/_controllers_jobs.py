@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from kubesim._controllers import commit_if_changed, get_live, new_pod, now, outcome_of, owned_by
+from kubesim._controllers import (
+    commit_if_changed,
+    get_live,
+    new_pod,
+    now,
+    outcome_of,
+    owned_by,
+    pinned,
+)
 from kubesim._events import WARNING, record_event
 
 if TYPE_CHECKING:
@@ -39,7 +47,7 @@ def _copy(obj: dict[str, Any]) -> dict[str, Any]:
 def _end_pod(cluster: Cluster, pod: dict[str, Any], outcome: str) -> None:
     """The kubelet-lite runs a Job's pod to its end: Succeeded (exit 0) or Failed (exit 1).
     A pod not Running (held back by a missing ConfigMap/Secret) is left as it is."""
-    if outcome == "running" or (pod.get("status") or {}).get("phase") != "Running":
+    if outcome in ("running", "pending") or (pod.get("status") or {}).get("phase") != "Running":
         return
     pods_type = cluster.resolve("", "v1", "pods")
     failed = outcome == "fail"
@@ -72,8 +80,8 @@ def job(cluster: Cluster, namespace: str, name: str) -> None:
     job_type = cluster.resolve("batch", "v1", "jobs")
     pods_type = cluster.resolve("", "v1", "pods")
     current = get_live(cluster, job_type, namespace, name)
-    if current is None:
-        return
+    if current is None or pinned(current):
+        return  # a pinned Job runs no pods: its state is the test's
     conditions = (current.get("status") or {}).get("conditions") or ()
     if any(c.get("type") in ("Complete", "Failed") for c in conditions):
         return  # a finished Job is never looked at again

@@ -42,10 +42,14 @@ from .store import (
     OperationRecord,
     ReplicaRecord,
     ResumePoint,
+    SearchRequest,
     Store,
     StoredObject,
     UnavailableKind,
+    ViewQuery,
+    ViewRow,
 )
+from .views import SearchHits
 
 log = logging.getLogger("server.accounts")
 _RETRY_SECONDS = 5.0  # between attempts to write registry changes while the store fails
@@ -574,6 +578,12 @@ class RegistryStore:
 
     async def trim_changes(self, keep_ms: int, max_rows: int) -> int:
         return await self._store.trim_changes(keep_ms, max_rows)
+
+    async def read_views(self, queries: Sequence[ViewQuery]) -> builtins.list[list[ViewRow]]:
+        return await self._store.read_views(queries)
+
+    async def search_views(self, request: SearchRequest) -> SearchHits:
+        return await self._store.search_views(request)
 
     async def notify(self, channel: str, payload: str) -> None:
         await self._store.notify(channel, payload)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -224,6 +224,11 @@ class Freshness:
             return []
         found = [k for k in keys if group is None or k[1] == group]
         return sorted(found)
+
+    def pending_kinds(self, kinds: Collection[str]) -> list[FreshnessKey]:
+        """The watermarks of objects of these (lower-case) kinds, any account or namespace,
+        in key order: what a view across applications must honour (Deck's views)."""
+        return sorted(k for k in self._marks if k[2] in kinds)
 
     def watermark(self, key: FreshnessKey) -> str:
         """The watermark of ``key`` as text (for a stale answer's header), "" when none."""

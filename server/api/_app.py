@@ -36,6 +36,7 @@ from ._hot import HotRoutes
 from ._http1 import serve_http1
 from ._metrics import AccountsView, AgentsView, ApiMetrics, MetricsMiddleware, ReplicaView
 from ._routing import Endpoint, Param, openapi_document, routes_for
+from ._views_endpoints import VIEWS_ENDPOINTS
 
 __all__ = ["DEFAULT_PORT", "ENDPOINTS", "MAX_BODY_BYTES", "build_app", "serve_api"]
 
@@ -272,6 +273,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     # Operations and tasks (issue 6, server/api/_ops.py).
     *ops_endpoints.OPS_ENDPOINTS,
+    # Deck's Kubernetes screens (issue 16, server/api/_views_*.py).
+    *VIEWS_ENDPOINTS,
     # kubesvc's own.
     Endpoint(
         "GET",

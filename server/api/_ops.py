@@ -254,6 +254,15 @@ async def pod_logs(request: Request) -> Response:
 @_refusals
 @_upstream
 async def instance_console(request: Request) -> Response:
-    """Clouddriver's console output shape: ``{"output": [{"name": container, "output"}]}``."""
-    _, _, _, logs = await _read_logs(request)
+    """Clouddriver's console output shape: ``{"output": [{"name": container, "output"}]}``;
+    a pod that is gone answers Clouddriver's one "Error" entry (200), which Deck shows."""
+    try:
+        _, _, _, logs = await _read_logs(request)
+    except _Upstream as exc:
+        if exc.status != 404:
+            raise
+        return JSONResponse({"output": [{"name": "Error", "output": _POD_GONE}]})
     return JSONResponse({"output": [{"name": e["container"], "output": e["output"]} for e in logs]})
+
+
+_POD_GONE = "Failed to retrieve pod data; pod may have been deleted."

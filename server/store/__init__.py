@@ -37,6 +37,7 @@ from ._schema import MIGRATIONS, Migration
 from ._secrets import is_secret, scrub_secret_object, scrub_secret_records
 from ._sqlite import SqliteStore, open_sqlite_store
 from ._url import DEFAULT_STATEMENT_TIMEOUT_MS, StoreConfig, StoreUrl, parse_store_url, sqlite_url
+from ._views import SearchRequest, ViewQuery, ViewRow
 
 __all__ = [
     "CHANGES_CHANNEL",
@@ -67,12 +68,15 @@ __all__ = [
     "PgStore",
     "ReplicaRecord",
     "ResumePoint",
+    "SearchRequest",
     "SqliteStore",
     "Store",
     "StoreConfig",
     "StoreUrl",
     "StoredObject",
     "UnavailableKind",
+    "ViewQuery",
+    "ViewRow",
     "channel_for",
     "cluster_refusal",
     "group_of",

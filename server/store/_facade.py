@@ -15,6 +15,7 @@ from typing import Concatenate, Generic, ParamSpec, Protocol, TypeVar
 from wire import EventRecord
 
 from .._errors import StoreError
+from ..views import SearchHits
 from ._ingest import apply_groups
 from ._notify import Notice, check_notices
 from ._queries import ObjectQuery
@@ -39,6 +40,7 @@ from ._records import (
     UnavailableKind,
 )
 from ._threads import WorkerThreads
+from ._views import SearchRequest, ViewQuery, ViewRow
 
 H = TypeVar("H")
 H_contra = TypeVar("H_contra", contravariant=True)
@@ -49,10 +51,15 @@ T = TypeVar("T")
 SMALL_WRITE = 8192
 
 
+# What a new object's view_index row adds to the log, about: it lands on a page of each of
+# the index's b-trees that the row before did not touch (~85 KB for 40 new pods measured).
+VIEW_ROW_BYTES = 2048
+
+
 def batch_size(records: Sequence[EventRecord]) -> int:
-    """About what writing ``records`` adds to the log: their objects, and a page for the
-    index entries and the resume points."""
-    return sum(len(r.object) for r in records) + 4096
+    """About what writing ``records`` adds to the log: their objects, their view index rows,
+    and a page for the index entries and the resume points."""
+    return sum(len(r.object) + VIEW_ROW_BYTES for r in records) + 4096
 
 
 class CoreOps(Protocol[H_contra]):
@@ -176,6 +183,10 @@ class CoreOps(Protocol[H_contra]):
     def read_changes(
         self, h: H_contra, cursor: ChangeCursor | None, limit: int, /
     ) -> ChangePage: ...
+
+    def read_views(self, h: H_contra, queries: Sequence[ViewQuery], /) -> list[list[ViewRow]]: ...
+
+    def search_views(self, h: H_contra, request: SearchRequest, /) -> SearchHits: ...
 
     def trim_changes(self, h: H_contra, keep_ms: int, max_rows: int, /) -> int: ...
 
@@ -384,6 +395,12 @@ class ThreadedStore(Generic[H]):
         self, keys: Sequence[tuple[str, str, str, str, str]]
     ) -> list[StoredObject]:
         return await self._run(self._ops.get_objects, keys)
+
+    async def read_views(self, queries: Sequence[ViewQuery]) -> list[list[ViewRow]]:
+        return await self._run(self._ops.read_views, queries) if queries else []
+
+    async def search_views(self, request: SearchRequest) -> SearchHits:
+        return await self._run(self._ops.search_views, request)
 
     async def read_changes(self, cursor: ChangeCursor | None, limit: int = 8) -> ChangePage:
         return await self._run(self._ops.read_changes, cursor, limit)

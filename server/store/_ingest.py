@@ -60,6 +60,10 @@ class BatchWriter(Protocol):
     def upsert(self, rows: list[Sequence[Any]]) -> None:
         """Insert or replace objects (rows in ``_prepared.UPSERT_COLUMNS`` order), in order."""
 
+    def upsert_views(self, rows: list[tuple[str, ...]]) -> None:
+        """Insert or update view_index rows (``_views.VIEW_COLUMNS`` order), in order: those of
+        the objects the ``upsert`` just before wrote."""
+
     def delete(self, keys: list[DeletedKey]) -> None:
         """Delete objects by key, in order, each only if its stored uid is that uid or either
         is empty (absent ones, or ones of another uid, are no error)."""
@@ -93,6 +97,7 @@ def apply_prepared(
     """Write ``prepared`` through ``writer``; ``open_syncs`` (the open brackets of the batch's
     accounts at least) is updated in place. Returns the outcome and the epoch after it."""
     pending: list[Any] = []
+    pending_views: list[tuple[str, ...]] = []  # of the objects in pending, written after them
     pending_is_upsert = True
     rvs: dict[tuple[str, str, str, str], str] = {}
     # Resume points are withheld per (account, group, kind, scope) while that scope's
@@ -106,11 +111,16 @@ def apply_prepared(
         if pending:
             if pending_is_upsert:
                 writer.upsert(pending)
+                if pending_views:
+                    writer.upsert_views(pending_views)
+                    pending_views.clear()
             else:
-                writer.delete(pending)
+                writer.delete(pending)  # their view_index rows go with them (a trigger)
             pending.clear()
 
-    for r, group, row in zip(prepared.records, prepared.groups, prepared.rows, strict=True):
+    for r, group, row, view in zip(
+        prepared.records, prepared.groups, prepared.rows, prepared.views, strict=True
+    ):
         t = r.type
         if t in (_ADDED, _MODIFIED, _DELETED):
             is_upsert = row is not None
@@ -124,6 +134,8 @@ def apply_prepared(
                 row[EPOCH_SLOT] = epoch
                 row[TIME_SLOT] = now_ms
                 pending.append(row)
+                if view is not None:
+                    pending_views.append(view)
                 upserted += 1
             if not syncing or (r.account, group, r.kind.lower(), r.scope) not in syncing:
                 rvs[(r.account, r.api_version, r.kind, r.scope)] = r.resource_version

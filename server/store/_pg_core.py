@@ -37,6 +37,7 @@ from wire import EventRecord
 
 from .._errors import StoreError
 from . import _availability as availability
+from ..views import SearchHits
 from . import _pg_changes as changes
 from ._changes import CHANGES_CHANNEL, change_notice
 from ._ingest import DeletedKey, SyncKey, apply_prepared
@@ -70,6 +71,18 @@ from ._records import (
     group_of,
 )
 from ._url import redact
+from ._views import (
+    VIEW_COLUMNS,
+    SearchRequest,
+    ViewQuery,
+    ViewRow,
+    pg_views_in,
+    read_views,
+    search_hits,
+    upsert_view_if_current_sql,
+    upsert_view_sql,
+)
+from ._views_build import build_views
 
 log = logging.getLogger("server.store")
 T = TypeVar("T")
@@ -147,6 +160,11 @@ _DELETE = (
 )
 # A watch's DELETED removes only the object of its uid (_ingest: "Deletions by uid").
 _DELETE_UID = _DELETE + " AND (%s = '' OR uid = '' OR uid = %s)"
+_UPSERT_VIEW = upsert_view_sql("%s")
+_CREATE_VIEWS_IN, _COPY_VIEWS_IN, _UPSERT_VIEWS_FROM_IN = pg_views_in()
+_UPSERT_VIEW_IF_CURRENT = upsert_view_if_current_sql("%s", "kind_key=lower(%s)")
+# The view index is built from the objects once (``_views``), by one replica at a time.
+_VIEWS_LOCK = 0x6B75_6265_7376_64
 
 
 def connect(
@@ -180,6 +198,7 @@ def connect(
             if ingest:
                 _prefer_lz4(conn)
                 conn.execute(_CREATE_IN)  # this connection's own, for batch ingest
+                conn.execute(_CREATE_VIEWS_IN)
         except psycopg.Error:
             conn.close()
             raise
@@ -220,7 +239,31 @@ class PgCore(PgRecordTables):
         self.writer = writer
 
     def migrate(self, conn: Conn) -> int:
-        return migrate_pg(conn, self._now_ms())
+        version = migrate_pg(conn, self._now_ms())
+        self._build_views(conn)
+        return version
+
+    def _build_views(self, conn: Conn) -> None:
+        """Index the objects stored before the view index existed (once: ``view_state``;
+        replicas starting together wait for the one building it)."""
+        if self._read(conn, "SELECT built FROM view_state")[0][0]:
+            return
+
+        def build(cur: Cursor) -> None:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_VIEWS_LOCK,))
+            cur.execute("SELECT built FROM view_state")
+            row = cur.fetchone()
+            if row is not None and row[0]:
+                return
+
+            def read(sql: str, params: Sequence[Any]) -> list[Any]:
+                cur.execute(sql, params)
+                return cur.fetchall()
+
+            build_views(read, lambda rows: cur.executemany(_UPSERT_VIEW, rows), "%s", "kind_key")
+            cur.execute("UPDATE view_state SET built = 1")
+
+        self._tx(conn, build)
 
     # -- transactions -------------------------------------------------------------------
 
@@ -282,9 +325,11 @@ class PgCore(PgRecordTables):
         delete DELETED ones; resume points and sync brackets are left alone."""
 
         def write(cur: Cursor) -> BatchOutcome:
-            rows, gone = operation_rows(records, _epoch(cur), self._now_ms())
+            rows, gone, views = operation_rows(records, _epoch(cur), self._now_ms())
             if rows:
                 cur.executemany(_UPSERT_NEWER, rows)
+            if views:
+                cur.executemany(_UPSERT_VIEW_IF_CURRENT, views)
             if gone:
                 cur.executemany(_DELETE, gone)
             seq = changes.append_change(cur, self.writer, records, ())
@@ -384,6 +429,30 @@ class PgCore(PgRecordTables):
         except psycopg.Error as exc:
             raise StoreError(f"store read failed: {exc}") from exc
 
+    # -- Deck's views (``_views``): one snapshot for all the statements of a call ---------
+
+    def read_views(self, conn: Conn, queries: Sequence[ViewQuery]) -> list[list[ViewRow]]:
+        return self._snapshot(conn, lambda execute: read_views(POSTGRESQL, execute, queries))
+
+    def search_views(self, conn: Conn, request: SearchRequest) -> SearchHits:
+        return self._snapshot(conn, lambda execute: search_hits(POSTGRESQL, execute, request))
+
+    def _snapshot(
+        self, conn: Conn, fn: Callable[[Callable[[str, Sequence[Any]], list[Any]]], T]
+    ) -> T:
+        """``fn(execute)`` in one read-only REPEATABLE READ transaction (one snapshot)."""
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+                def execute(sql: str, params: Sequence[Any]) -> list[Any]:
+                    cur.execute(sql, params)
+                    return cur.fetchall()
+
+                return fn(execute)
+        except psycopg.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from exc
+
     # -- the change log (``_pg_changes``) -----------------------------------------------
 
     def read_changes(self, conn: Conn, cursor: ChangeCursor | None, limit: int) -> ChangePage:
@@ -423,6 +492,21 @@ class _Writer:
             for row in last.values():
                 copy.write_row(row)
         cur.execute(_UPSERT_FROM_IN)
+        # Emptied now, not at the commit: a batch whose upserts a deletion splits runs this
+        # again in the same transaction, and the rows of the run before would be written
+        # again (a deleted object back, or "cannot affect row a second time").
+        cur.execute("DELETE FROM objects_in")
+
+    def upsert_views(self, rows: list[tuple[str, ...]]) -> None:
+        """As ``upsert``: COPY into ``views_in``, then one INSERT ... SELECT ... ON CONFLICT
+        (a row per statement would halve the ingest rate)."""
+        cur = self._cur
+        with cur.copy(_COPY_VIEWS_IN) as copy:
+            copy.set_types(["text"] * len(VIEW_COLUMNS))
+            for row in rows:
+                copy.write_row(row)
+        cur.execute(_UPSERT_VIEWS_FROM_IN)
+        cur.execute("DELETE FROM views_in")  # as objects_in (``upsert``)
 
     def delete(self, keys: list[DeletedKey]) -> None:
         self._cur.executemany(_DELETE_UID, [(*key, key[5]) for key in keys])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import psycopg
 
 from .._errors import SchemaError
+from . import _views as views
 from ._schema import Migration, apply_step, check_known
 
 # pg_advisory_xact_lock's key: "kubesvc" in ASCII, one lock for this schema's migrations.
@@ -157,6 +158,7 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY (account, grp, kind_key, scope))""",
         ),
     ),
+    Migration(6, views.STEP_DESCRIPTION, views.PG_STEP),
 )
 
 

@@ -18,9 +18,11 @@ import msgspec
 from wire import EventRecord, EventType
 
 from .._errors import InvalidRecord
+from ..views import role_of
 from ._records import group_of
 from ._secrets import scrub_secret_body
 from ._sqlite_records import encode
+from ._views import pod_view_row, view_row
 
 _ADDED, _MODIFIED, _DELETED = int(EventType.ADDED), int(EventType.MODIFIED), int(EventType.DELETED)
 _KNOWN = frozenset(int(t) for t in EventType)
@@ -40,6 +42,38 @@ class _Head(msgspec.Struct):
 # Decoding the whole body also proves it is JSON (a full parse costs what skipping to the
 # labels does: ~4-5 us for 4.4 KB, measured against a byte scan for the labels).
 _decode_head = msgspec.json.Decoder(_Head).decode
+
+
+class _OwnerRef(msgspec.Struct):
+    kind: object = None
+    name: object = None
+    controller: object = None
+
+
+class _ViewMeta(msgspec.Struct):
+    labels: dict[str, str] | None = None
+    annotations: dict[str, object] | None = None
+    ownerReferences: list[_OwnerRef] | None = None
+
+
+class _ViewHead(msgspec.Struct):
+    metadata: _ViewMeta = msgspec.field(default_factory=_ViewMeta)
+
+
+class _PodMeta(msgspec.Struct):
+    labels: dict[str, str] | None = None
+    ownerReferences: list[_OwnerRef] | None = None
+
+
+class _PodHead(msgspec.Struct):
+    metadata: _PodMeta = msgspec.field(default_factory=_PodMeta)
+
+
+# Objects Deck's views show (server.views) also give their view_index row (``_views``):
+# their annotations and owners are read in the same parse.
+_decode_view_head = msgspec.json.Decoder(_ViewHead).decode
+# A pod's row needs no annotations (it has no moniker in the index): not decoded at all.
+_decode_pod_head = msgspec.json.Decoder(_PodHead).decode
 
 
 # The parameters of the store's object upsert, in its column order. A prepared row carries
@@ -66,11 +100,13 @@ TIME_SLOT = UPSERT_COLUMNS.index("updated_at_ms")
 @dataclass(frozen=True, slots=True)
 class PreparedEvents:
     """A validated batch: per record its API group and, for objects written, the upsert's
-    parameters (a list, so the epoch and time slots can be set at write time)."""
+    parameters (a list, so the epoch and time slots can be set at write time) and, for an
+    object Deck's views show, its ``view_index`` row (``_views``)."""
 
     records: Sequence[EventRecord]
     groups: list[str]
     rows: list[list[Any] | None]
+    views: list[tuple[str, ...] | None]
 
 
 def prepare_events(records: Sequence[EventRecord], account: str | None) -> PreparedEvents:
@@ -81,6 +117,7 @@ def prepare_events(records: Sequence[EventRecord], account: str | None) -> Prepa
     """
     groups: list[str] = []
     rows: list[list[Any] | None] = []
+    views: list[tuple[str, ...] | None] = []
     for index, r in enumerate(records):
         if account is not None and r.account != account:
             raise InvalidRecord(f"record {index} is for account {r.account!r}, not {account!r}")
@@ -94,12 +131,15 @@ def prepare_events(records: Sequence[EventRecord], account: str | None) -> Prepa
         if t in (_ADDED, _MODIFIED):
             if not (r.account and r.kind and r.name):
                 raise InvalidRecord(f"record {index}: account, kind and name are required")
-            rows.append(upsert_row(index, r, group))
+            row, view = upsert_row_and_view(index, r, group)
+            rows.append(row)
+            views.append(view)
         else:
             if t == _DELETED and not (r.account and r.kind and r.name):
                 raise InvalidRecord(f"record {index}: account, kind and name are required")
             rows.append(None)
-    return PreparedEvents(records, groups, rows)
+            views.append(None)
+    return PreparedEvents(records, groups, rows, views)
 
 
 def _group(api_version: str) -> str:
@@ -115,19 +155,72 @@ def upsert_row(
     """The upsert parameters of record ``index`` (an ADDED/MODIFIED object): its labels
     pulled out, a Secret scrubbed. Raises InvalidRecord if its object is not JSON. Epoch and
     time left None must be filled in before the write (their columns refuse NULL)."""
+    return upsert_row_and_view(index, r, group, epoch, now)[0]
+
+
+def _controller(refs: list[_OwnerRef] | None) -> tuple[str, str]:
+    """(kind, name) of the controller ownerReference, else the first one (``server.views``)."""
+    if not refs:
+        return "", ""
+    chosen = next((o for o in refs if o.controller is True), refs[0])
+    kind, name = chosen.kind, chosen.name
+    return (kind, name) if isinstance(kind, str) and isinstance(name, str) else ("", "")
+
+
+def _view_of(r: EventRecord, group: str, meta: _ViewMeta) -> tuple[str, ...] | None:
+    owner_kind, owner_name = _controller(meta.ownerReferences)
+    return view_row(r.account, group, r.kind, r.namespace, r.name, meta.annotations,
+                    owner_kind, owner_name)  # fmt: skip
+
+
+def view_of_body(
+    account: str, group: str, kind: str, namespace: str, name: str, body: bytes
+) -> tuple[str, ...] | None:
+    """The view_index row of a stored object's body (raises msgspec.DecodeError when its
+    metadata is not readable)."""
+    meta = _decode_view_head(body).metadata
+    owner_kind, owner_name = _controller(meta.ownerReferences)
+    return view_row(account, group, kind, namespace, name, meta.annotations, owner_kind,
+                    owner_name)  # fmt: skip
+
+
+def upsert_row_and_view(
+    index: int, r: EventRecord, group: str, epoch: int | None = None, now: int | None = None
+) -> tuple[list[Any], tuple[str, ...] | None]:
+    """``upsert_row``'s row and, for an object Deck's views show, its view_index row."""
     body = r.object
     if r.kind == "Secret" and group == "":
         # Defence in depth: the ingest paths scrub Secrets already (server/_grpc.py,
         # server/ops); the store never keeps data, stringData or the last-applied annotation.
         body = scrub_secret_body(r)
-    try:
-        labels = _decode_head(body).metadata.labels
-    except msgspec.DecodeError as exc:
-        raise InvalidRecord(
-            f"record {index} ({r.kind} {r.namespace}/{r.name}): object is not valid "
-            f"Kubernetes JSON: {exc}"
-        ) from exc
-    return [
+    view: tuple[str, ...] | None = None
+    meta: _ViewMeta | _PodMeta | None = None
+    if r.kind == "Pod" and group == "":
+        try:  # one parse gives the labels and the view_index row
+            meta = _decode_pod_head(body).metadata
+        except msgspec.DecodeError:
+            meta = None  # not as Kubernetes writes metadata: stored, not indexed
+        if meta is not None:
+            owner_kind, owner_name = _controller(meta.ownerReferences)
+            view = pod_view_row(r.account, r.namespace, r.name, owner_kind, owner_name)
+    elif role_of(group, r.kind) is not None:
+        try:
+            meta = _decode_view_head(body).metadata
+        except msgspec.DecodeError:
+            meta = None
+        if meta is not None:
+            view = _view_of(r, group, meta)
+    if meta is not None:
+        labels = meta.labels
+    else:
+        try:
+            labels = _decode_head(body).metadata.labels
+        except msgspec.DecodeError as exc:
+            raise InvalidRecord(
+                f"record {index} ({r.kind} {r.namespace}/{r.name}): object is not valid "
+                f"Kubernetes JSON: {exc}"
+            ) from exc
+    row = [
         r.account,
         group,
         r.kind,
@@ -141,3 +234,4 @@ def upsert_row(
         encode(labels).decode() if labels else None,
         body,
     ]
+    return row, view

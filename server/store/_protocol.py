@@ -15,6 +15,7 @@ import trio
 from wire import EventRecord
 
 from .._errors import StoreError
+from ..views import SearchHits
 from ._notify import Notice
 from ._records import (
     AccountRecord,
@@ -37,6 +38,7 @@ from ._records import (
     StoredObject,
     UnavailableKind,
 )
+from ._views import SearchRequest, ViewQuery, ViewRow
 
 
 class Store(Protocol):
@@ -236,6 +238,17 @@ class Store(Protocol):
     ) -> list[StoredObject]:
         """The stored objects of ``keys`` (account, apiVersion or group, kind, namespace,
         name; the kind compares case-insensitively): the ones that exist, in no order."""
+        ...
+
+    # -- Deck's views (``_views``: the index kept with the objects) ----------------------
+
+    async def read_views(self, queries: Sequence[ViewQuery]) -> list[list[ViewRow]]:
+        """Each query's rows of the view index (with the objects' bodies when it asks), all
+        read in one call (one snapshot)."""
+        ...
+
+    async def search_views(self, request: SearchRequest) -> SearchHits:
+        """``/search``'s matches (``_views.SearchRequest`` says of what), in one call."""
         ...
 
     @property

@@ -13,7 +13,7 @@ from wire import EventRecord, EventType
 from ._ingest import ObjectKey
 from ._labels import Dialect, selector_sql
 from ._paging import check_limit, make_token, read_token
-from ._prepared import upsert_row
+from ._prepared import upsert_row_and_view
 from ._records import ObjectPage, StoredObject, group_of
 
 _DELETED = int(EventType.DELETED)
@@ -139,17 +139,25 @@ def stale_objects_where(
 
 def operation_rows(
     records: Sequence[EventRecord], epoch: int, now_ms: int
-) -> tuple[list[list[Any]], list[ObjectKey]]:
-    """An operation's returned objects (issue 6) as upsert rows (stamped ``epoch``, ``now_ms``)
-    and the keys of the DELETED ones."""
-    rows = [
-        upsert_row(i, r, group_of(r.api_version), epoch, now_ms)
-        for i, r in enumerate(records)
-        if r.type != _DELETED
-    ]
+) -> tuple[list[list[Any]], list[ObjectKey], list[list[Any]]]:
+    """An operation's returned objects (issue 6) as upsert rows (stamped ``epoch``, ``now_ms``),
+    the keys of the DELETED ones, and the parameters of ``_views.upsert_view_if_current_sql``
+    for those Deck's views show (their view_index row where the object row holds that
+    version)."""
+    rows: list[list[Any]] = []
+    views: list[list[Any]] = []
+    for i, r in enumerate(records):
+        if r.type == _DELETED:
+            continue
+        group = group_of(r.api_version)
+        row, view = upsert_row_and_view(i, r, group, epoch, now_ms)
+        rows.append(row)
+        if view is not None:
+            views.append([*view, r.account, group, r.kind, r.namespace, r.name,
+                          r.resource_version])  # fmt: skip
     gone = [
         (r.account, group_of(r.api_version), r.kind, r.namespace, r.name)
         for r in records
         if r.type == _DELETED
     ]
-    return rows, gone
+    return rows, gone, views

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import apsw
 
 from .._errors import SchemaError
+from . import _views as views
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY(account, grp, kind_key, scope))""",
         ),
     ),
+    Migration(6, views.STEP_DESCRIPTION, views.SQLITE_STEP),
 )
 
 

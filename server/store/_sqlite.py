@@ -10,12 +10,15 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 import trio
 
+from ..views import SearchHits
 from ._checkpointer import MAX_LOG_BYTES, WalCheckpointer
 from ._facade import ThreadedStore
 from ._notify import LocalHub, Notice, check_notices
 from ._records import Notification
 from ._sqlite_core import AUTOCHECKPOINT_PAGES, SqliteCore, wall_clock_ms
+from ._sqlite_views import READERS, ViewReader
 from ._threads import WorkerThreads
+from ._views import SearchRequest, ViewQuery, ViewRow
 
 # To hand checkpoints back to SQLite after the upkeep stops: one PRAGMA on the writer thread;
 # short, since it runs after the drain's bound (docs/configuration.md "Shutdown").
@@ -43,6 +46,12 @@ class SqliteStore(ThreadedStore[SqliteCore]):
         # would be let in against the same stale size).
         self._write_lock = trio.Lock()
         self._hub = LocalHub()  # one process owns the file: notifications stay in it
+        # Deck's views read on connections of their own (``_sqlite_views``); a store in
+        # memory has no file to share, and reads them on the writer's.
+        self._readers: WorkerThreads[ViewReader] | None = None
+        if core.wal:
+            path = core.path
+            self._readers = WorkerThreads(lambda: ViewReader(path), ViewReader.close, READERS)
 
     @property
     def writer(self) -> str:
@@ -85,6 +94,22 @@ class SqliteStore(ThreadedStore[SqliteCore]):
     ) -> None:
         """Receive this store's notifications on ``channels`` until cancelled."""
         await self._hub.listen(channels, send, task_status=task_status)
+
+    async def read_views(self, queries: Sequence[ViewQuery]) -> list[list[ViewRow]]:
+        if self._readers is None or not queries:
+            return await super().read_views(queries)
+        return await self._readers.run(ViewReader.read_views, queries)
+
+    async def search_views(self, request: SearchRequest) -> SearchHits:
+        if self._readers is None:
+            return await super().search_views(request)
+        return await self._readers.run(ViewReader.search_views, request)
+
+    async def aclose(self) -> None:
+        """Close the readers, then the writer's connection (after the calls in progress)."""
+        if self._readers is not None:
+            await self._readers.aclose()
+        await super().aclose()
 
     async def ping(self) -> None:
         """One read of the database file on the store's thread (after the call in progress);

@@ -17,6 +17,7 @@ from wire import EventRecord
 
 from .._errors import StoreError
 from . import _availability as availability
+from ..views import SearchHits
 from ._ingest import DeletedKey, apply_prepared
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
 from ._queries import (
@@ -46,6 +47,17 @@ from ._records import (
 )
 from ._schema import migrate
 from ._sqlite_records import RecordTables
+from ._views import (
+    IndexedRows,
+    SearchRequest,
+    ViewQuery,
+    ViewRow,
+    read_views,
+    search_hits,
+    upsert_view_if_current_sql,
+    upsert_view_sql,
+)
+from ._views_build import build_views
 
 log = logging.getLogger("server.store")
 
@@ -71,6 +83,9 @@ _DELETE_UID = (
     "DELETE FROM objects WHERE account=?1 AND grp=?2 AND kind=?3 AND namespace=?4 AND name=?5"
     " AND (?6 = '' OR uid = '' OR uid = ?6)"
 )
+_UPSERT_VIEW = upsert_view_sql("?")
+
+_UPSERT_VIEW_IF_CURRENT = upsert_view_if_current_sql("?", "kind=?")
 AUTOCHECKPOINT_PAGES = 10_000
 
 
@@ -98,7 +113,27 @@ class SqliteCore(RecordTables):
             migrate(self._conn, now_ms())
         except apsw.Error as exc:
             raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from exc
+        self.indexed = IndexedRows()
         self._load_sync_state()
+        self._build_views()
+
+    def _build_views(self) -> None:
+        """Index the objects stored before the view index existed (once: ``view_state``)."""
+        if int(self._conn.execute("SELECT built FROM view_state").get):
+            return
+
+        def build() -> None:
+            if int(self._conn.execute("SELECT built FROM view_state").get):
+                return  # another process built it while this one waited for the lock
+            build_views(
+                lambda sql, params: self._conn.execute(sql, params).fetchall(),
+                lambda rows: self._conn.executemany(_UPSERT_VIEW, rows),
+                "?",
+                "kind",
+            )
+            self._conn.execute("UPDATE view_state SET built = 1")
+
+        self._write(build)
 
     def set_autocheckpoint(self, pages: int) -> None:
         """Let SQLite checkpoint inside the COMMIT that makes the log ``pages`` long (0: never;
@@ -145,9 +180,13 @@ class SqliteCore(RecordTables):
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             self._load_sync_state()
+            self.indexed.clear()  # it may name rows the rollback took back
             if isinstance(exc, apsw.Error):
                 raise StoreError(f"store write failed: {exc}") from exc
             raise
+
+    def _forget_views(self) -> None:
+        self.indexed.clear()
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         try:
@@ -174,9 +213,13 @@ class SqliteCore(RecordTables):
         delete DELETED ones; resume points and sync brackets are left alone."""
 
         def write() -> BatchOutcome:
-            rows, gone = operation_rows(records, self._epoch, self._now_ms())
+            rows, gone, views = operation_rows(records, self._epoch, self._now_ms())
             self._conn.executemany(_UPSERT_NEWER, rows)
+            self._conn.executemany(_UPSERT_VIEW_IF_CURRENT, views)
             self._conn.executemany(_DELETE, gone)
+            # What it wrote may differ from what the ingest path last wrote, or be gone.
+            self.indexed.forget(r[:5] for r in gone)
+            self.indexed.forget(tuple(v[:5]) for v in views)
             return BatchOutcome(upserted=len(rows), deleted=len(gone))
 
         return self._write(write)  # type: ignore[no-any-return]
@@ -225,6 +268,14 @@ class SqliteCore(RecordTables):
         found = (self.get_object(*key) for key in keys)
         return [o for o in found if o is not None]
 
+    # -- Deck's views (``_views``): one call, so no write comes between its statements --------
+
+    def read_views(self, queries: Sequence[ViewQuery]) -> list[list[ViewRow]]:
+        return read_views(SQLITE, self._read, queries)
+
+    def search_views(self, request: SearchRequest) -> SearchHits:
+        return search_hits(SQLITE, self._read, request)
+
     # -- the change log: PostgreSQL's. One process owns a SQLite file, so its change feed is
     # -- its own ingest and nothing is logged: every read is empty, every trim a no-op.
 
@@ -245,8 +296,14 @@ class _Writer:
     def upsert(self, rows: list[Sequence[Any]]) -> None:
         self._conn.executemany(_UPSERT, rows)
 
+    def upsert_views(self, rows: list[tuple[str, ...]]) -> None:
+        fresh = self._core.indexed.changed(rows)
+        if fresh:
+            self._conn.executemany(_UPSERT_VIEW, fresh)
+
     def delete(self, keys: list[DeletedKey]) -> None:
         self._conn.executemany(_DELETE_UID, keys)
+        self._core.indexed.forget(k[:5] for k in keys)
 
     def begin_sync(self, r: EventRecord, group: str, now_ms: int) -> int:
         epoch = self._core._epoch + 1
@@ -275,7 +332,11 @@ class _Writer:
             " name",
             params,
         ).fetchall()
-        return [ObjectRef(*row) for row in rows]
+        swept = [ObjectRef(*row) for row in rows]
+        self._core.indexed.forget(
+            (o.account, group_of(o.api_version), o.kind, o.namespace, o.name) for o in swept
+        )
+        return swept
 
     def save_resume_points(self, rows: list[tuple[str, str, str, str, str, int]]) -> None:
         self._conn.executemany(

@@ -149,6 +149,10 @@ class RecordTables:
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         raise NotImplementedError
 
+    def _forget_views(self) -> None:
+        """The view index lost rows this process did not list (an account's deletion)."""
+        raise NotImplementedError
+
     # -- accounts -----------------------------------------------------------------------
 
     def upsert_account(self, a: AccountRecord) -> None:
@@ -176,6 +180,7 @@ class RecordTables:
 
         existed: bool = self._write(delete)
         self._open_syncs = {k: v for k, v in self._open_syncs.items() if k[0] != name}
+        self._forget_views()
         return existed
 
     # -- agents -------------------------------------------------------------------------

@@ -234,3 +234,52 @@ def test_statefulsets_and_daemonsets_keep_their_history_in_controller_revisions(
             assert status["updateRevision"] == cr["metadata"]["name"]
         sim.delete("apps", "v1", plural, "default", "db")
         assert sim.list("apps", "v1", "controllerrevisions", "default") == []
+
+
+def test_pinned_statuses_stay_as_the_test_set_them() -> None:
+    sim = kubesim.Cluster()
+    sim.create(_deployment("web"))
+    (rs,) = sim.list("apps", "v1", "replicasets", "default")
+    first, second = sim.list("", "v1", "pods", "default")
+    pending = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+    sim.pin_status("", "v1", "pods", "default", first["metadata"]["name"], pending)
+    counts = {"replicas": 2, "readyReplicas": 1, "availableReplicas": 1}
+    rs_name = rs["metadata"]["name"]
+    sim.pin_status("apps", "v1", "replicasets", "default", rs_name, counts)
+    # A change that runs every controller again (a scale) leaves the pinned statuses alone.
+    sim.patch("apps", "v1", "deployments", "default", "web", {"spec": {"replicas": 3}})
+    assert sim.get("", "v1", "pods", "default", first["metadata"]["name"])["status"] == pending
+    assert sim.get("", "v1", "pods", "default", second["metadata"]["name"])["status"]["phase"] == (
+        "Running"
+    )
+    assert sim.get("apps", "v1", "replicasets", "default", rs_name)["status"] == counts
+    assert len(sim.list("", "v1", "pods", "default")) == 3  # its pods are still managed
+
+
+def test_a_pinned_job_runs_nothing_and_pending_pods_never_start() -> None:
+    sim = kubesim.Cluster()
+    sim.create(_job("stuck", "pending"))
+    (pod,) = sim.list("", "v1", "pods", "default")
+    assert pod["status"]["phase"] == "Pending"
+    assert "containerStatuses" not in pod["status"]
+    sim.create(_job("pinned"))
+    failed = {"failed": 1, "conditions": [{"type": "Failed", "status": "True",
+                                           "reason": "BackoffLimitExceeded"}]}  # fmt: skip
+    sim.pin_status("batch", "v1", "jobs", "default", "pinned", failed)
+    job = sim.get("batch", "v1", "jobs", "default", "pinned")
+    assert job["status"] == failed
+    assert job["metadata"]["annotations"]["kubesim.io/pin-status"] == "true"
+
+
+def test_replica_sets_carry_their_deployments_annotations() -> None:
+    sim = kubesim.Cluster()
+    notes = {"moniker.spinnaker.io/cluster": "deployment web",
+             "kubectl.kubernetes.io/last-applied-configuration": "{}"}  # fmt: skip
+    deployment = _deployment("web")
+    deployment["metadata"]["annotations"] = notes
+    sim.create(deployment)
+    (rs,) = sim.list("apps", "v1", "replicasets", "default")
+    annotations = rs["metadata"]["annotations"]
+    assert annotations["moniker.spinnaker.io/cluster"] == "deployment web"
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in annotations
+    assert annotations["deployment.kubernetes.io/revision"] == "1"

@@ -1,0 +1,121 @@
+"""Deck's views of the cache: the Spinnaker model Clouddriver's Kubernetes provider derives
+from Kubernetes objects (kinds, monikers, health, ``disabled``, relationships) and the JSON
+shapes Deck and Orca read (``shared/reference/clouddriver-views.md``). Sans-I/O: the store
+indexes what ``index_entry`` says of each object as it is ingested; ``server.api`` reads
+objects and hands them to these functions.
+"""
+
+from ._clusters import application, application_list, cluster_full, cluster_names, cluster_summary
+from ._firewalls import by_region, security_group, security_group_summary
+from ._health import health_state, instance_counts, pod_health
+from ._index import IndexEntry, cache_key, controller_owner, index_entry, index_entry_of
+from ._kinds import (
+    APP_ROLES,
+    CLUSTER_ROLES,
+    INSTANCES,
+    LOAD_BALANCERS,
+    ROLES,
+    SECURITY_GROUPS,
+    SERVER_GROUP_MANAGERS,
+    SERVER_GROUPS,
+    VIEW_KINDS,
+    kinds_of_role,
+    role_of,
+)
+from ._model import (
+    PROVIDER,
+    ServerGroupParts,
+    build_info,
+    instance_full,
+    instance_lb,
+    instance_summary,
+    lb_server_group,
+    load_balancer,
+    server_group_expanded,
+    server_group_full,
+    server_group_manager,
+    server_group_summary,
+)
+from ._relations import (
+    ingress_services,
+    is_disabled,
+    owned_by,
+    related_services,
+    service_selects,
+    traffic_load_balancers,
+)
+from ._resource import Resource, created_ms, full_name, normalized_name
+from ._search import (
+    APPLICATIONS,
+    CLUSTERS,
+    SearchHits,
+    SearchPlan,
+    app_key,
+    cluster_key,
+    infra_result,
+    plan_search,
+    result_set,
+    search_results,
+)
+
+__all__ = [
+    "APPLICATIONS",
+    "APP_ROLES",
+    "CLUSTERS",
+    "CLUSTER_ROLES",
+    "INSTANCES",
+    "LOAD_BALANCERS",
+    "PROVIDER",
+    "ROLES",
+    "SECURITY_GROUPS",
+    "SERVER_GROUPS",
+    "SERVER_GROUP_MANAGERS",
+    "VIEW_KINDS",
+    "IndexEntry",
+    "Resource",
+    "SearchHits",
+    "SearchPlan",
+    "ServerGroupParts",
+    "app_key",
+    "application",
+    "application_list",
+    "build_info",
+    "by_region",
+    "cache_key",
+    "cluster_full",
+    "cluster_key",
+    "cluster_names",
+    "cluster_summary",
+    "controller_owner",
+    "created_ms",
+    "full_name",
+    "health_state",
+    "index_entry",
+    "index_entry_of",
+    "infra_result",
+    "ingress_services",
+    "instance_counts",
+    "instance_full",
+    "instance_lb",
+    "instance_summary",
+    "is_disabled",
+    "kinds_of_role",
+    "lb_server_group",
+    "load_balancer",
+    "normalized_name",
+    "owned_by",
+    "plan_search",
+    "pod_health",
+    "related_services",
+    "result_set",
+    "role_of",
+    "search_results",
+    "security_group",
+    "security_group_summary",
+    "server_group_expanded",
+    "server_group_full",
+    "server_group_manager",
+    "server_group_summary",
+    "service_selects",
+    "traffic_load_balancers",
+]
