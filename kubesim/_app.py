@@ -106,6 +106,11 @@ class ApiApp:
 
     async def _dispatch(self, request: Request, send: Send) -> None:
         path = request.path.rstrip("/") or "/"
+        if self.faults.take_drop(request.method, path):
+            client = request.scope.get("client")
+            if client is not None:
+                self.cut_connection((str(client[0]), int(client[1])))
+            return
         if path in _HEALTH:
             await respond(send, 200, b"ok", "text/plain; charset=utf-8")
             return
