@@ -333,11 +333,6 @@ class H2Exchange:
     async def receive_some(self) -> bytes:
         return await self._connection.receive_some(self._stream)
 
-    @property
-    def buffered(self) -> int:
-        """Body bytes received and not yet taken (bounded by the stream window)."""
-        return self._stream.buffered
-
     async def aclose(self) -> None:
         await self._connection.close_stream(self._stream)
 

@@ -25,15 +25,8 @@ class Http1Error(TransportError):
     """A malformed answer, or a failure below HTTP/1.1: ``stage`` says where (see
     TransportError)."""
 
-    def __init__(
-        self,
-        stage: str,
-        message: str,
-        *,
-        timeout: bool = False,
-        unanswered: bool = False,
-    ) -> None:
-        super().__init__(message, stage=stage, timeout=timeout, unanswered=unanswered)
+    def __init__(self, stage: str, message: str, *, unanswered: bool = False) -> None:
+        super().__init__(message, stage=stage, unanswered=unanswered)
 
 
 class BodyTooLarge(Exception):

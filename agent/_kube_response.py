@@ -13,7 +13,7 @@ import email.utils
 import http
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,20 +101,13 @@ def status_error_from(
 
 @dataclass(frozen=True, slots=True)
 class KubeReply:
-    """A whole answer. Unpacks as ``status, headers, content = response``."""
+    """A whole answer: status, headers (names lowercase), body, and the request it answers."""
 
     status_code: int
     headers: Mapping[str, str]
     content: bytes
     method: str = ""
     path: str = ""
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.status_code, self.headers, self.content))
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status_code < 300
 
     def raise_for_status(self) -> None:
         """Raise the KubeStatusError subclass for a status >= 400."""

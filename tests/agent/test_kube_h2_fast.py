@@ -43,7 +43,7 @@ async def _watch_all(tmp_path: Path, *, pause_after: int | None) -> tuple[list[s
                             exchange = response._exchange
                             assert isinstance(exchange, H2Exchange)
                             most_buffered = -1
-                            while (held := exchange.buffered) != most_buffered:
+                            while (held := exchange._stream.buffered) != most_buffered:
                                 most_buffered = held
                                 await trio.sleep(0.3)
                     decoder.end_of_stream()  # the END_STREAM frame went through h2
