@@ -85,6 +85,14 @@ async def _push(buffer: StreamBuffer, data: bytes) -> None:
 
 
 class _BatchingH2Protocol(H2Protocol):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # kubesim's own answers need no checking: h2 validated and normalized every header
+        # of every answer (send_headers of a small answer: 76-88 us with, 48-60 without, on
+        # this machine). What clients send is still checked.
+        self.connection.config.validate_outbound_headers = False
+        self.connection.config.normalize_outbound_headers = False
+
     async def stream_send(self, event: StreamEvent) -> None:
         if not isinstance(event, (Body, Data)):
             await super().stream_send(event)
