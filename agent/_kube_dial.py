@@ -108,7 +108,7 @@ class Dialer:
         self._server_hostname = server_hostname or host
         self.proxy = proxy
         self._tunnel = tunnel and proxy is not None
-        self._connect_timeout = connect_timeout
+        self.connect_timeout = connect_timeout
 
     @property
     def authority(self) -> str:
@@ -118,7 +118,7 @@ class Dialer:
         """A new connection. Raises TransportError (stage "connect")."""
         stream: trio.abc.Stream | None = None
         try:
-            with trio.fail_after(self._connect_timeout):
+            with trio.fail_after(self.connect_timeout):
                 stream = await self._open_tcp()
                 if self.proxy is not None and self.proxy.tls:
                     stream = await self._tls(stream, ssl.create_default_context(), self.proxy.host)
@@ -134,7 +134,7 @@ class Dialer:
                 await trio.aclose_forcefully(stream)
             raise TransportError(
                 f"ConnectTimeout: no connection to {self._where()} within "
-                f"{self._connect_timeout} s",
+                f"{self.connect_timeout} s",
                 stage="connect",
                 timeout=True,
             ) from exc

@@ -384,9 +384,19 @@ class H2Pool:
                 raise H2Unsupported(dialed)
             connection = H2Connection(dialed, self._authority, self._label)
             try:
-                await connection.start()
+                # The server's SETTINGS are part of connecting: a server that finished TLS
+                # and then says nothing must not hold every request of the cluster here.
+                with trio.fail_after(self._dialer.connect_timeout):
+                    await connection.start()
             except BaseException as exc:
                 await trio.aclose_forcefully(dialed.stream)
+                if isinstance(exc, trio.TooSlowError):
+                    raise TransportError(
+                        f"ConnectTimeout: no HTTP/2 SETTINGS from {self._authority} within "
+                        f"{self._dialer.connect_timeout} s",
+                        stage="connect",
+                        timeout=True,
+                    ) from exc
                 if isinstance(exc, trio.BrokenResourceError | OSError):
                     raise TransportError(
                         f"ConnectError: the HTTP/2 connection did not start: {exc}",
