@@ -133,8 +133,7 @@ class Dialer:
             if stream is not None:
                 await trio.aclose_forcefully(stream)
             raise TransportError(
-                f"ConnectTimeout: no connection to {self._where()} within "
-                f"{self.connect_timeout} s",
+                f"ConnectTimeout: no connection to {self._where()} within {self.connect_timeout} s",
                 stage="connect",
                 timeout=True,
             ) from exc

@@ -1,14 +1,14 @@
 """The HTTP/1.1 transport of the Kubernetes client: plain ``http://`` servers, servers that do
 not offer h2 over TLS, and http servers behind a proxy. One keep-alive pool per server.
 
-Why not httpx: at 50 requests in flight its pool cost the agent ~3.8 ms of CPU per request
+Why not httpx: at 50 requests in flight its pool cost 4-9 ms of client CPU per request
 (most of it in httpcore's pool, which scans every pooled connection, ``is_idle`` and
 ``has_expired``, for every request it queues or finishes: quadratic in the connections), this
-pool ~0.5 ms (``tests/bench/bench_kube_client.py``, BENCHMARKS.md). Here idle connections
-are a stack: a request pops one (or dials one, agent/_kube_dial.py: TCP, a proxy's tunnel,
-TLS), writes its head and body in one ``send_all`` and reads the answer with the sans-I/O
-parser of agent/_kube_http1_parse.py; the body is handed out as it arrives (watches, streamed
-lists) or read whole by the caller.
+pool 0.3-0.5 ms (``tests/bench/bench_kube_client.py``, BENCHMARKS.md session 7). Here idle
+connections are a stack: a request pops one (or dials one, agent/_kube_dial.py: TCP, a
+proxy's tunnel, TLS), writes its head and body in one ``send_all`` and reads the answer with
+the sans-I/O parser of agent/_kube_http1_parse.py; the body is handed out as it arrives
+(watches, streamed lists) or read whole by the caller.
 
 A connection goes back to the pool only after a complete answer with nothing extra read and
 keep-alive allowed; anything else (an error, a cancellation, ``Connection: close``, a body
