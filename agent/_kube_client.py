@@ -319,8 +319,7 @@ class KubeClient:
             try:
                 fresh = await self._auth.refresh(credential, self.host)
             except BaseException:
-                with trio.CancelScope(shield=True):
-                    await exchange.aclose()
+                await exchange.aclose()  # never waits (see Exchange.aclose)
                 raise
             if fresh is None:
                 return exchange

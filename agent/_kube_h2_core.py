@@ -120,6 +120,7 @@ class Stream:
     # outbound
     send_window: int = _DEFAULT_WINDOW
     pending: memoryview | None = None  # request body not yet sent (waits for window)
+    sent_all: bool = False  # our END_STREAM went out: the request is complete
     recv_window: int = 0  # what the peer may still send on this stream
     unreturned: int = 0  # bytes taken by the consumer whose stream credit is not yet sent
 
@@ -256,6 +257,7 @@ class H2Core:
         )
         self.streams[stream_id] = stream
         flags = 0 if body else _END_STREAM
+        stream.sent_all = not body
         step = self._peer_max_frame
         if len(block) <= step:
             self._out += _frame(_HEADERS, flags | _END_HEADERS, stream_id, block)
@@ -293,7 +295,10 @@ class H2Core:
         held = stream.buffered
         stream.buffered = 0
         stream.chunks.clear()
-        if not stream.done and self.error is None:
+        # Unfinished, or answered before we finished sending the request (a server may answer
+        # early, 413): either way the server must hear that nothing more comes.
+        unfinished = not stream.done or (stream.ended and not stream.sent_all)
+        if unfinished and self.error is None:
             stream.reset_by_us = True
             self._out += _frame(_RST_STREAM, 0, stream.stream_id, CANCEL.to_bytes(4, "big"))
         if held:
@@ -631,6 +636,7 @@ class H2Core:
             self._send_window -= len(piece)
             self._out += _frame(_DATA, 0 if pending else _END_STREAM, stream.stream_id, piece)
         stream.pending = pending if pending else None
+        stream.sent_all = stream.pending is None
 
     def _unblock(self, touched: list[Stream]) -> None:
         if not self._blocked:

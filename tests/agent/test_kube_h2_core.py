@@ -235,3 +235,21 @@ def test_protocol_errors_fail_the_connection_with_a_goaway(frame: bytes, message
     assert core.data_to_send()[3] == 0x7  # a GOAWAY frame went out
     with pytest.raises(H2ProtocolError):
         core.process()
+
+
+def test_an_answer_before_the_whole_body_was_sent_resets_the_stream_on_close() -> None:
+    """A server may answer (413, 400) before the request body is complete: the rest of the
+    body is dropped, and closing the stream tells the server no more comes."""
+    core, server = _pair()
+    stream = core.start_request("POST", "/big", [], b"z" * 200_000)
+    server.hear(core)
+    _answer(server, stream.stream_id, b"too big")
+    server.tell(core)
+    assert stream.ended
+    assert stream.pending is None
+    core.close_stream(stream)
+    server.hear(core)
+    assert any(
+        isinstance(e, h2.events.StreamReset) and e.stream_id == stream.stream_id
+        for e in server.events
+    )
