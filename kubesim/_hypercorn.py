@@ -286,6 +286,30 @@ class ConnectionServer(TCPServer):
     async def _send_raw(self, data: bytes) -> None:
         await super().protocol_send(RawData(data=data))
 
+    async def flushed(self) -> None:
+        """Return once what the app wrote so far has been sent (HTTP/2: Hypercorn's send task
+        moves it from the stream's buffer to the writer after the app's write returned)."""
+        if self._writer is None:
+            return
+        for _ in range(10):  # bounded: a stream the client's window holds back never drains
+            await trio.lowlevel.checkpoint()  # the send task runs: stream buffer -> writer
+            await self._writer.drain()
+            if not self._sendable():
+                return
+
+    def _sendable(self) -> bool:
+        """Some HTTP/2 stream holds bytes its flow-control window would let out now."""
+        protocol = getattr(self.protocol, "protocol", None)
+        if not isinstance(protocol, H2Protocol):
+            return False
+        try:
+            return any(
+                buffer.buffer and protocol.connection.local_flow_control_window(stream_id) > 0
+                for stream_id, buffer in protocol.stream_buffers.items()
+            )
+        except h2.exceptions.StreamClosedError:
+            return False
+
     async def _idle_watch(self) -> None:
         with self._idle_scope:
             await trio.sleep_forever()
