@@ -1,9 +1,10 @@
 """The agent package's one exception tree.
 
 Every error the agent raises on purpose derives from :class:`AgentError`. Errors of the
-libraries underneath (httpx, ssl, yaml, OS errors) are translated at the edge that calls them,
-with ``raise ... from exc`` so the original stays visible in tracebacks. Dependency exceptions
-are never subclassed.
+libraries underneath (ssl, yaml, OS errors, and the Kubernetes transports' TransportError, in
+agent/_kube_response.py's ``translate``) are translated at the edge that calls them, with
+``raise ... from exc`` so the original stays visible in tracebacks. Dependency exceptions are
+never subclassed.
 
 The tree (operation errors add their own branch, with the ``error_code`` each reports:
 docs/protocol.md §11.3)::

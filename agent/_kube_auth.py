@@ -1,9 +1,9 @@
 """Credentials for the Kubernetes client: static token, rotated token file, exec plugin.
 
 A :class:`CredentialSource` hands out the current :class:`Credential` and can be told that the
-API server refused one (a 401), so the next call fetches a fresh one. :class:`KubeAuth` is
-the httpx ``Auth`` that puts the bearer token on every request and, on a 401 with a
-refreshable source, fetches a new credential and sends the request once more.
+API server refused one (a 401), so the next call fetches a fresh one. :class:`KubeAuth` gives
+the client the Authorization header of every request and, on a 401 with a refreshable
+source, a fresh credential to send the request once more with.
 
 Exec plugins (client.authentication.k8s.io v1/v1beta1) run with the kubeconfig's args and env
 plus ``KUBERNETES_EXEC_INFO``; their ``ExecCredential`` is cached until its
@@ -18,12 +18,11 @@ import json
 import logging
 import os
 import subprocess
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 import trio
 
 from ._errors import KubeCredentialError
@@ -301,11 +300,14 @@ def credential_source(
     return StaticCredential(Credential())
 
 
-class KubeAuth(httpx.Auth):
-    """Bearer token (or basic auth) on every request; on a 401, refresh once and resend.
+class KubeAuth:
+    """The credential part of every request: the Authorization header (bearer token, or basic
+    auth) and, after a 401, whether a fresh credential is worth a second attempt.
 
     ``on_credential`` is called with every credential obtained, before its request is sent,
-    so the client can install a client certificate an exec plugin returned.
+    so the client can install a client certificate an exec plugin returned. The one caller
+    is ``KubeClient``, which sends a request once more after a 401 when :meth:`refresh`
+    gives a new credential (client-go does the same).
     """
 
     def __init__(
@@ -324,15 +326,15 @@ class KubeAuth(httpx.Auth):
         self._on_credential = on_credential
 
     async def headers(self) -> tuple[dict[str, str], Credential]:
-        """The Authorization header (if any) for a request sent outside httpx, and the
-        credential it came from (to pass to :meth:`refused` on a 401)."""
+        """The Authorization header (if any), and the credential it came from (to pass to
+        :meth:`refresh` on a 401). Raises KubeCredentialError."""
         credential = await self._source.get()
         if self._on_credential is not None:
             self._on_credential(credential)
         if credential.token:
-            return {"Authorization": f"Bearer {credential.token}"}, credential
+            return {"authorization": f"Bearer {credential.token}"}, credential
         if self._basic is not None:
-            return {"Authorization": self._basic}, credential
+            return {"authorization": self._basic}, credential
         return {}, credential
 
     def refused(self, credential: Credential) -> bool:
@@ -342,24 +344,13 @@ class KubeAuth(httpx.Auth):
         self._source.refused(credential)
         return True
 
-    async def _apply(self, request: httpx.Request) -> Credential:
-        credential = await self._source.get()
-        if self._on_credential is not None:
-            self._on_credential(credential)
-        if credential.token:
-            request.headers["Authorization"] = f"Bearer {credential.token}"
-        elif self._basic is not None:
-            request.headers["Authorization"] = self._basic
-        return credential
-
-    async def async_auth_flow(
-        self, request: httpx.Request
-    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
-        credential = await self._apply(request)
-        response = yield request
-        if response.status_code == 401 and self._source.refreshable:
-            log.info("401 from %s: refreshing the credential", request.url.host)
-            self._source.refused(credential)
-            fresh = await self._apply(request)
-            if fresh != credential:
-                yield request
+    async def refresh(
+        self, credential: Credential, host: str
+    ) -> tuple[dict[str, str], Credential] | None:
+        """After a 401 to ``credential``: the headers and credential to send once more with,
+        or None when it cannot be refreshed or came back the same."""
+        if not self.refused(credential):
+            return None
+        log.info("401 from %s: refreshing the credential", host)
+        fresh_headers, fresh = await self.headers()
+        return None if fresh == credential else (fresh_headers, fresh)

@@ -1,24 +1,21 @@
-"""Responses of the Kubernetes client, and the translation of httpx errors at this edge.
+"""Responses of the Kubernetes client, and its one translation of errors into KubeError.
 
 ``KubeReply`` is a whole answer (status, headers, body bytes); ``KubeStream`` a response whose
-body is read as it arrives (``HttpxStream`` over httpx, ``H2WatchStream`` over the agent's own
-HTTP/2 watch connections). ``translated()`` maps httpx's exceptions into the agent's tree and
-``status_error_from()`` turns an error answer into the KubeStatusError subclass for its code,
-keeping the Kubernetes Status message.
+body is read as it arrives, over any transport's Exchange (agent/_seam.py).
+``translate()`` turns a transport's TransportError into KubeConnectionError / KubeTimeoutError
+(the one place that does), and ``status_error_from()`` an error answer into the
+KubeStatusError subclass for its code, keeping the Kubernetes Status message.
 """
 
 from __future__ import annotations
 
 import email.utils
+import http
 import json
 import time
-from collections.abc import AsyncGenerator, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
-
-import httpx
-import trio
+from typing import Any
 
 from ._errors import (
     KubeClosedError,
@@ -28,21 +25,16 @@ from ._errors import (
     KubeTimeoutError,
     status_error,
 )
-
-if TYPE_CHECKING:
-    from ._kube_h2 import H2Connection, StreamState
+from ._seam import Exchange, TransportError
 
 __all__ = [
     "MAX_ERROR_BODY_BYTES",
     "MAX_RESPONSE_BYTES",
-    "H2WatchStream",
-    "HttpxStream",
     "KubeReply",
     "KubeStream",
-    "explain",
     "retry_after",
     "status_error_from",
-    "translated",
+    "translate",
 ]
 
 MAX_RESPONSE_BYTES = 256 * 2**20  # request() bodies: a 500-object list page is a few MB
@@ -60,6 +52,23 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def translate(
+    exc: TransportError, method: str, path: str, host: str
+) -> KubeConnectionError | KubeClosedError:
+    """The KubeError for a transport's failure (the cause is kept by the caller's ``from``)."""
+    if exc.ours:
+        return KubeClosedError(f"{method} {path}: {exc}")
+    error = KubeTimeoutError if exc.timeout else KubeConnectionError
+    return error(f"{method} {path}: {host}: {exc}")
+
+
+def _reason_phrase(code: int) -> str:
+    try:
+        return http.HTTPStatus(code).phrase
+    except ValueError:
+        return ""
 
 
 def status_error_from(
@@ -81,7 +90,7 @@ def status_error_from(
         reason = ""
     return status_error(
         code,
-        message or httpx.codes.get_reason_phrase(code),
+        message or _reason_phrase(code),
         reason=reason,
         status=status,
         method=method,
@@ -92,20 +101,13 @@ def status_error_from(
 
 @dataclass(frozen=True, slots=True)
 class KubeReply:
-    """A whole answer. Unpacks as ``status, headers, content = response``."""
+    """A whole answer: status, headers (names lowercase), body, and the request it answers."""
 
     status_code: int
     headers: Mapping[str, str]
     content: bytes
     method: str = ""
     path: str = ""
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.status_code, self.headers, self.content))
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status_code < 300
 
     def raise_for_status(self) -> None:
         """Raise the KubeStatusError subclass for a status >= 400."""
@@ -122,81 +124,52 @@ class KubeReply:
             raise KubeError(f"{self.method} {self.path}: the answer is not JSON: {exc}") from exc
 
 
-def explain(exc: BaseException) -> str:
-    """The messages along an error's cause chain: httpx's own is often empty, the ssl or
-    socket error underneath says what happened (``CERTIFICATE_VERIFY_FAILED``)."""
-    parts: list[str] = []
-    current: BaseException | None = exc
-    for _ in range(8):
-        if current is None:
-            break
-        text = str(current).strip()
-        if text and text not in parts:
-            parts.append(text)
-        current = current.__cause__ or current.__context__
-    return "; ".join(parts) or "no details"
-
-
-@contextmanager
-def translated(method: str, path: str, host: str) -> Iterator[None]:
-    """Translate httpx's errors into the agent's tree at this one edge."""
-    try:
-        yield
-    except httpx.TimeoutException as exc:
-        raise KubeTimeoutError(
-            f"{method} {path}: timeout talking to {host}: {explain(exc)}"
-        ) from exc
-    except httpx.RequestError as exc:
-        raise KubeConnectionError(
-            f"{method} {path}: {host}: {type(exc).__name__}: {explain(exc)}"
-        ) from exc
-    except httpx.StreamError as exc:  # read after close: our doing
-        raise KubeClosedError(f"{method} {path}: the response was closed: {exc}") from exc
-
-
 class KubeStream:
     """A response whose body is read as it arrives. Owned by ``KubeClient.stream()``.
 
-    ``status_code``, ``headers`` (case-insensitive), ``http_version``; the body through
-    ``receive_some()`` (raw chunks as they arrive), ``read(limit)`` or ``raise_for_status()``.
+    ``status_code``, ``headers`` (names lowercase), ``http_version`` ("HTTP/2" or
+    "HTTP/1.1"); the body through ``receive_some()`` (raw chunks as they arrive),
+    ``read(limit)`` or ``raise_for_status()``.
     """
 
-    def __init__(
-        self,
-        status_code: int,
-        headers: Mapping[str, str],
-        http_version: str,
-        method: str,
-        path: str,
-        host: str,
-    ) -> None:
-        self.status_code = status_code
-        self.headers = headers
-        self.http_version = http_version
+    def __init__(self, exchange: Exchange, method: str, path: str, host: str) -> None:
+        self._exchange = exchange
+        self.status_code = exchange.status_code
+        self.headers = exchange.headers
+        self.http_version = exchange.http_version
         self._method = method
         self._path = path
         self._host = host
+        self._closed = False
 
     async def receive_some(self) -> bytes:
         """The next body chunk as it came off the network; ``b""`` at the end.
 
         Raises KubeConnectionError when the body is cut, KubeClosedError after close.
         """
-        raise NotImplementedError
+        if self._closed:
+            raise KubeClosedError(f"{self._method} {self._path}: the response was closed")
+        try:
+            return await self._exchange.receive_some()
+        except TransportError as exc:
+            raise translate(exc, self._method, self._path, self._host) from exc
 
     def peer_certificate(self) -> bytes | None:
         """The DER serving certificate of the connection that carried this response."""
-        return None
+        return self._exchange.peer_certificate()
 
     async def read(self, limit: int = MAX_RESPONSE_BYTES) -> bytes:
         """The rest of the body. Raises KubeError when it is longer than ``limit`` bytes."""
-        body = bytearray()
-        while chunk := await self.receive_some():
+        first = await self.receive_some()
+        second = await self.receive_some() if first and len(first) <= limit else b""
+        if not second and len(first) <= limit:
+            return first  # the usual short answer: one chunk, no copy
+        body = bytearray(first)
+        body += second
+        while len(body) <= limit and (chunk := await self.receive_some()):
             body += chunk
-            if len(body) > limit:
-                raise KubeError(
-                    f"{self._method} {self._path}: the answer is larger than {limit} bytes"
-                )
+        if len(body) > limit:
+            raise KubeError(f"{self._method} {self._path}: the answer is larger than {limit} bytes")
         return bytes(body)
 
     async def raise_for_status(self) -> None:
@@ -212,77 +185,6 @@ class KubeStream:
 
     async def close(self) -> None:
         """Release the response (the client does this when the ``stream()`` block exits)."""
-
-
-class HttpxStream(KubeStream):
-    """A KubeStream over an httpx streaming response."""
-
-    def __init__(self, response: httpx.Response, method: str, path: str, host: str) -> None:
-        super().__init__(
-            response.status_code, response.headers, response.http_version, method, path, host
-        )
-        self._response = response
-        # httpx's iterator is an async generator; kept to close it explicitly (no GC finalizer).
-        self._chunks = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
-        self._finished = False  # the body's generators have run to their end
-
-    async def receive_some(self) -> bytes:
-        with translated(self._method, self._path, self._host):
-            try:
-                return await self._chunks.__anext__()
-            except StopAsyncIteration:
-                self._finished = True
-                return b""
-            except BaseException:
-                self._finished = True  # an exception unwound (and finished) the generators
-                raise
-
-    def peer_certificate(self) -> bytes | None:
-        stream = self._response.extensions.get("network_stream")
-        ssl_object = stream.get_extra_info("ssl_object") if stream is not None else None
-        if ssl_object is None:
-            return None
-        der: bytes | None = ssl_object.getpeercert(binary_form=True)
-        return der
-
-    async def close(self) -> None:
-        # httpx reads the body through a chain of async generators (httpx and httpcore
-        # layers); closing the outer one leaves the inner ones suspended, and trio warns when
-        # they are garbage collected (encode/httpx#3686). So an unfinished body is ended by a
-        # read inside an already-cancelled scope: Cancelled raised at the socket read unwinds
-        # and finishes every generator of the chain; httpcore then drops the connection (or
-        # resets the HTTP/2 stream) as aclose would.
-        if not self._finished:
-            with trio.CancelScope() as scope:
-                scope.cancel()
-                try:
-                    while await self._chunks.__anext__():
-                        pass  # data already buffered: no checkpoint until the next read
-                except StopAsyncIteration:
-                    pass
-                except (httpx.HTTPError, httpx.StreamError):
-                    pass  # closing anyway
-            self._finished = True
-        await self._chunks.aclose()
-        await self._response.aclose()
-
-
-class H2WatchStream(KubeStream):
-    """A KubeStream over a stream of the agent's own HTTP/2 connection (see _kube_h2)."""
-
-    def __init__(
-        self, connection: H2Connection, state: StreamState, method: str, path: str, host: str
-    ) -> None:
-        headers = state.headers if state.headers is not None else httpx.Headers()
-        super().__init__(state.status_code, headers, "HTTP/2", method, path, host)
-        self._connection = connection
-        self._state = state
-
-    async def receive_some(self) -> bytes:
-        return await self._connection.receive_some(self._state)
-
-    def peer_certificate(self) -> bytes | None:
-        return self._connection.peer_certificate()
-
-    async def close(self) -> None:
-        await self._connection.close_stream(self._state)
+        if not self._closed:
+            self._closed = True
+            await self._exchange.aclose()

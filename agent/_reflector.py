@@ -161,6 +161,9 @@ class ReflectorState:
     event_bytes: int = 0
     streaming: bool = False
     last_error: str = ""
+    #: the last request failed and none has succeeded since (``last_error`` says why); a
+    #: completed list or an opened watch clears it, so /watches shows only current trouble
+    failing: bool = False
     #: retries by reason (``RetryReason`` values), for ``kubesvc_watch_retries_total``
     retries: dict[str, int] = field(default_factory=dict)
     #: the delay being waited now before the next request (0 while not waiting)
@@ -373,6 +376,7 @@ class Reflector:
     def _failed(self, retry: Retry, exc: Exception) -> tuple[Retry, str]:
         if retry.reason is not RetryReason.GONE:
             self.state.last_error = str(exc)
+            self.state.failing = True
         return retry, str(exc)
 
     async def _wait(self, retry: Retry, why: str) -> None:
@@ -511,6 +515,7 @@ class Reflector:
             ) as response:
                 await check_status(response, method="WATCH", path=self._path)
                 self._retry.watch_opened(trio.current_time())
+                self.state.failing = False
                 if initial is None and not self.state.synced:
                     # Resumed from a stored resourceVersion (no list this time): the server
                     # accepted it, so the receiver holds this kind up to it and the watch
@@ -533,6 +538,7 @@ class Reflector:
         if idle.cancelled_caught:
             self.state.stalls += 1
             self.state.last_error = f"no event for {inactivity} s: watch dropped and resumed"
+            self.state.failing = True
             return True
         return False
 
@@ -674,6 +680,7 @@ class Reflector:
 
     async def _synced(self, resource_version: str, idle: trio.CancelScope | None = None) -> None:
         self.state.synced = True
+        self.state.failing = False
         self.state.resource_version = resource_version
         if self._availability.settled:
             return

@@ -149,7 +149,9 @@ def watches_view(status: AgentStatus) -> list[dict[str, Any]]:
                     "relists": r.relists,
                     "events": r.events,
                     "streaming": r.streaming,
-                    "lastError": r.last_error,
+                    # Only while the watch is failing: an error it recovered from is
+                    # history (in the log and the retry counts), not its state.
+                    "lastError": r.last_error if r.failing else "",
                     "retries": sum(r.retries.values()),
                     "backoffSeconds": r.backoff_seconds,
                 }

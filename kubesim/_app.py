@@ -8,7 +8,7 @@ under ``/apis/{group}/{version}``. Every ApiError is answered here, once, as a S
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -57,6 +57,7 @@ class ApiApp:
         counters: RequestCounters,
         peer_names: dict[tuple[str, int], str],
         cut_connection: Callable[[tuple[str, int]], None],
+        flush_connection: Callable[[tuple[str, int]], Awaitable[None]],
         writes: WriteLog | None = None,
     ) -> None:
         self.cluster = cluster
@@ -66,6 +67,7 @@ class ApiApp:
         self.writes = writes if writes is not None else WriteLog()
         self.peer_names = peer_names  # client address -> client-certificate common name
         self.cut_connection = cut_connection  # shuts a client's TCP connection down
+        self.flush_connection = flush_connection  # waits until what was written went out
         self.wakeups = Wakeups()
         self.discovery = DiscoveryDocs(cluster)
         self.openapi = OpenApiDocs(
@@ -85,10 +87,13 @@ class ApiApp:
             await self._dispatch(request, send)
         except WatchDropped:
             # Cut the whole TCP connection, as a network failure would: returning mid-body
-            # alone ends an HTTP/1.1 response but leaves an HTTP/2 stream hanging.
+            # alone ends an HTTP/1.1 response but leaves an HTTP/2 stream hanging. The events
+            # the fault let through go out first (an HTTP/2 connection sends from a task).
             client = scope.get("client")
             if client is not None:
-                self.cut_connection((str(client[0]), int(client[1])))
+                peer = (str(client[0]), int(client[1]))
+                await self.flush_connection(peer)
+                self.cut_connection(peer)
         except ApiError as exc:
             retry_after = None
             if exc.details and isinstance(exc.details.get("retryAfterSeconds"), int):
@@ -124,6 +129,11 @@ class ApiApp:
 
     async def _dispatch(self, request: Request, send: Send) -> None:
         path = request.path.rstrip("/") or "/"
+        if self.faults.take_drop(request.method, path):
+            client = request.scope.get("client")
+            if client is not None:
+                self.cut_connection((str(client[0]), int(client[1])))
+            return
         if path in _HEALTH:
             await respond(send, 200, b"ok", "text/plain; charset=utf-8")
             return

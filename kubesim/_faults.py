@@ -44,6 +44,13 @@ class _Failure:
 
 
 @dataclass(slots=True)
+class _Drop:
+    remaining: int
+    method: str | None
+    path: str | None
+
+
+@dataclass(slots=True)
 class _ArmedWatchFault:
     remaining: int
     fault: WatchFault
@@ -60,6 +67,9 @@ class Faults:
         self.stall_seconds = math.inf
         #: until this time (trio's clock) every new connection is reset as it is accepted
         self.cut_until = -math.inf
+        self._drops: list[_Drop] = []
+        #: (method, path) of every request whose connection a drop fault closed
+        self.dropped: list[tuple[str, str]] = []
 
     def fail_next(
         self,
@@ -75,6 +85,29 @@ class Faults:
         if status not in _REASONS:
             raise ValueError(f"status must be one of {sorted(_REASONS)}, got {status}")
         self._failures.append(_Failure(count, status, retry_after, resource, verb))
+
+    def drop_connections(
+        self, count: int = 1, *, method: str | None = None, path: str | None = None
+    ) -> None:
+        """Close the connection of the next ``count`` requests (of ``method``, on paths
+        starting with ``path``, if given) as soon as they arrive, unanswered and unprocessed:
+        what a client sees when the server closed a kept-alive connection (HTTP/1.1 or
+        HTTP/2) just as a request went out on it, as after an API-server restart."""
+        self._drops.append(_Drop(count, method, path))
+
+    def take_drop(self, method: str, path: str) -> bool:
+        """Whether this request's connection is to be closed now (and consume the fault)."""
+        for drop in self._drops:
+            if drop.method not in (None, method):
+                continue
+            if drop.path is not None and not path.startswith(drop.path):
+                continue
+            drop.remaining -= 1
+            if drop.remaining <= 0:
+                self._drops.remove(drop)
+            self.dropped.append((method, path))
+            return True
+        return False
 
     def drop_watches(
         self, *, after_events: int | None = None, after_bytes: int | None = None, count: int = 1

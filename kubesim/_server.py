@@ -67,6 +67,7 @@ class Server:
         self.port = 0
         self._peer_names: dict[tuple[str, int], str] = {}
         self._sockets: dict[tuple[str, int], trio.socket.SocketType] = {}
+        self._servers: dict[tuple[str, int], ConnectionServer] = {}
         self.app = ApiApp(
             cluster,
             users,
@@ -74,6 +75,7 @@ class Server:
             self.requests,
             self._peer_names,
             self._cut_connection,
+            self._flush_connection,
             self.writes,
         )
         self.ca = CertificateAuthority() if tls else None
@@ -213,11 +215,15 @@ class Server:
                 self._peer_names[peer] = name
             connection = tls
         self._sockets[peer] = stream.socket
+        server = self._servers[peer] = ConnectionServer(
+            app, config, context, ConnectionState({}), connection
+        )
         try:
-            await ConnectionServer(app, config, context, ConnectionState({}), connection)
+            await server
         finally:
             self._peer_names.pop(peer, None)
             self._sockets.pop(peer, None)
+            self._servers.pop(peer, None)
 
     def cut(self, seconds: float = 0.0) -> None:
         """Cut the link: reset every open client connection now, and every connection
@@ -227,6 +233,13 @@ class Server:
         self.faults.refuse_connections(trio.current_time(), seconds)
         for peer in list(self._sockets):
             self._cut_connection(peer)
+
+    async def _flush_connection(self, peer: tuple[str, int]) -> None:
+        """Wait until what was written to the client's connection so far has been sent (an
+        injected fault cuts it after what it let through)."""
+        server = self._servers.get(peer)
+        if server is not None:
+            await server.flushed()
 
     def _cut_connection(self, peer: tuple[str, int]) -> None:
         """Shut the client's TCP connection down under everyone's feet (an injected fault)."""

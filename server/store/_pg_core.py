@@ -36,8 +36,8 @@ from psycopg import errors, pq
 from wire import EventRecord
 
 from .._errors import StoreError
-from . import _availability as availability
 from ..views import SearchHits
+from . import _availability as availability
 from . import _pg_changes as changes
 from ._changes import CHANGES_CHANNEL, change_notice
 from ._ingest import DeletedKey, SyncKey, apply_prepared

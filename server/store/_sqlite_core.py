@@ -16,8 +16,8 @@ import apsw
 from wire import EventRecord
 
 from .._errors import StoreError
-from . import _availability as availability
 from ..views import SearchHits
+from . import _availability as availability
 from ._ingest import DeletedKey, apply_prepared
 from ._prepared import UPSERT_COLUMNS, PreparedEvents, prepare_events
 from ._queries import (

@@ -21,7 +21,8 @@ import pytest
 import trio
 import trio.testing
 
-from agent import KubeClosedError, KubeConnectionError, KubeStream
+from agent import KubeClosedError, KubeConnectionError, KubeStream, KubeTimeoutError
+from agent._config_schema import RetriesConfig
 from agent._kube_client import KubeClient
 from agent._kubeconfig import ClusterAccess, ExecConfig
 
@@ -198,8 +199,9 @@ async def test_a_rotated_token_is_used_after_a_401_on_a_watch(pki: Pki, tmp_path
             async with client.stream("GET", "/w", params=WATCH) as response:
                 assert response.status_code == 200
                 assert await response.read() == b"ok"
+    # As for every request (one 401 refresh for all): the first 401 found the same token in
+    # the file, so the watch was not sent again; the second read the rotated file.
     assert [seen.headers["authorization"] for seen in server.seen] == [
-        "Bearer old",
         "Bearer old",
         "Bearer old",
         "Bearer new",
@@ -336,4 +338,34 @@ async def test_a_silent_dead_connection_is_found_by_ping(
                 with pytest.raises(KubeConnectionError, match="no answer to an HTTP/2 PING"):
                     await response.receive_some()
                 assert 45 <= trio.current_time() - started <= 50
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_server_that_never_sends_its_settings_times_out_connecting(
+    pki: Pki, autojump_clock: trio.testing.MockClock
+) -> None:
+    """TLS and ALPN h2 complete, then silence: the client must not wait for the server's
+    SETTINGS for ever (every request of the cluster would queue behind that connect)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(
+        pki.write("s.crt", pki.server_cert_pem), pki.write("s.key", pki.server_key_pem)
+    )
+    context.set_alpn_protocols(["h2"])
+
+    async def mute(stream: trio.SSLStream[trio.SocketStream]) -> None:
+        await stream.do_handshake()
+        await trio.sleep_forever()
+
+    with trio.fail_after(600):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                partial(trio.serve_ssl_over_tcp, mute, 0, context, host="127.0.0.1")
+            )
+            port = listeners[0].transport_listener.socket.getsockname()[1]
+            access = ClusterAccess(server=f"https://127.0.0.1:{port}", ca_pem=pki.ca_pem)
+            async with KubeClient(access, retries=RetriesConfig(enabled=False)) as client:
+                started = trio.current_time()
+                with pytest.raises(KubeTimeoutError, match="no HTTP/2 SETTINGS"):
+                    await client.request("GET", "/version")
+                assert 30 <= trio.current_time() - started <= 31
             nursery.cancel_scope.cancel()

@@ -1,6 +1,6 @@
-"""The HTTP/2 reader's DATA fast path against kubesim over TLS: far more than a window of
-watch events arrives whole and in order (our own WINDOW_UPDATEs keep it flowing), a consumer
-that pauses holds at most a window, and the stream's end still comes through h2."""
+"""The HTTP/2 transport's DATA handling against kubesim over TLS: far more than a window of
+watch events arrives whole and in order (our WINDOW_UPDATEs keep it flowing), a consumer
+that pauses holds at most a window, and the stream's end comes through."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import trio
 
 import kubesim
 from agent import AccountConfig, open_kube_client
-from agent._kube_h2 import STREAM_WINDOW
+from agent._kube_h2 import STREAM_WINDOW, H2Exchange
 from agent._watchline import WatchDecoder
 
 PODS = 1500  # ~6.6 MB of events: more than six stream windows
@@ -40,9 +40,10 @@ async def _watch_all(tmp_path: Path, *, pause_after: int | None) -> tuple[list[s
                             # Paused: the server sends until it runs into the window. Wait
                             # until what is buffered stops growing (a stall is no progress
                             # for a while; a fixed pause was too short under load).
-                            state = response._state  # type: ignore[attr-defined]
+                            exchange = response._exchange
+                            assert isinstance(exchange, H2Exchange)
                             most_buffered = -1
-                            while (held := sum(len(c[0]) for c in state.chunks)) != most_buffered:
+                            while (held := exchange._stream.buffered) != most_buffered:
                                 most_buffered = held
                                 await trio.sleep(0.3)
                     decoder.end_of_stream()  # the END_STREAM frame went through h2

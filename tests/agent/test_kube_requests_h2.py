@@ -55,7 +55,7 @@ async def test_requests_of_every_method_share_the_watch_connection(pki: Pki) -> 
             for method in ("POST", "PUT", "PATCH", "DELETE"):
                 reply = await client.request(method, "/apis/x", content=b'{"a":1}')
                 assert reply.json() == {"method": method, "body": '{"a":1}', "query": ""}
-            big = b"x" * 200_000  # more than the window open: sent through httpx
+            big = b"x" * 200_000  # more than the windows open: it waits for WINDOW_UPDATEs
             assert (await client.request("POST", "/big", content=big)).status_code == 200
             assert client.watch_connections == 1
     small = [seen for seen in server.seen if seen.path != "/big"]
@@ -66,6 +66,8 @@ async def test_requests_of_every_method_share_the_watch_connection(pki: Pki) -> 
     assert small[0].headers["authorization"] == "Bearer t0k"
     assert small[-1].headers["content-length"] == "7"
     assert [seen.body for seen in server.seen if seen.path == "/big"] == [big]
+    big_seen = next(seen for seen in server.seen if seen.path == "/big")
+    assert (big_seen.http_version, big_seen.client_port) == ("2", small[0].client_port)
 
 
 async def test_a_401_gets_a_fresh_token_file_credential(pki: Pki, tmp_path: Path) -> None:

@@ -56,7 +56,9 @@ import trio
 import yaml
 
 import kubesim
+from agent._kube_dial import Dialer
 from agent._kube_http1 import Http1Pool
+from agent._seam import Request
 from kubesvc._postgres import TempPostgres
 from tests.bench.bench_server import _free_port, _spawn, _wait_http
 from tests.e2e.harness import open_stack
@@ -103,7 +105,7 @@ class _Rest:
     """
 
     def __init__(self, port: int) -> None:
-        self._pool = Http1Pool("127.0.0.1", port)
+        self._pool = Http1Pool(Dialer("127.0.0.1", port))
 
     async def aclose(self) -> None:
         await self._pool.aclose()
@@ -113,12 +115,15 @@ class _Rest:
         headers = {"accept": "application/json"}
         if content is not None:
             headers["content-type"] = "application/json"
-        head = self._pool.encode_head(
-            method, path, headers, None if content is None else len(content)
-        )
-        status, _, answer = await self._pool.request(method, head, content, max_bytes=2**24)
-        if status != 200:
-            raise RuntimeError(f"{method} {path}: HTTP {status}: {answer[:300]!r}")
+        exchange = await self._pool.open(Request(method, path, headers, content))
+        try:
+            answer = b""
+            while chunk := await exchange.receive_some():
+                answer += chunk
+        finally:
+            await exchange.aclose()
+        if exchange.status_code != 200:
+            raise RuntimeError(f"{method} {path}: HTTP {exchange.status_code}: {answer[:300]!r}")
         return json.loads(answer)
 
 

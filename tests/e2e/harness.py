@@ -181,10 +181,11 @@ async def open_stack(
     server_config: server.ServerConfig | None = None,
     clouddriver: dict[str, Any] | None = None,
     agent_id: str = "agent-a",
-    kube_tls: bool = False,
+    kube_tls: bool = True,
     **agent_top: Any,
 ) -> AsyncIterator[Stack]:
-    """kubesim (over HTTPS with ``kube_tls``) + the server + one agent (id ``agent_id``).
+    """kubesim (over HTTPS with a CA and a token, as a real cluster; plain HTTP when
+    ``kube_tls`` is off) + the server + one agent (id ``agent_id``).
 
     ``clouddriver`` adds to the agent's clouddriver section (TLS, auth); ``server_config``
     keeps its TLS/auth and accounts settings, and gets loopback ports and a SQLite file in
@@ -327,11 +328,16 @@ async def open_receiver_stack(
     *,
     sim: kubesim.Cluster | None = None,
     accounts: Sequence[dict[str, Any]] | None = None,
+    kube_tls: bool = True,
     **agent_top: Any,
 ) -> AsyncIterator[ReceiverStack]:
-    """kubesim + the real agent + a recording receiver (tests/e2e/receiver.py)."""
+    """kubesim (over HTTPS unless ``kube_tls`` is off) + the real agent + a recording
+    receiver (tests/e2e/receiver.py)."""
     sim = sim or kubesim.Cluster()
-    async with wire.open_loop(), kubesim.open_server(sim, host="127.0.0.1", port=0) as kube:
+    async with (
+        wire.open_loop(),
+        kubesim.open_server(sim, host="127.0.0.1", port=0, tls=kube_tls) as kube,
+    ):
         kubeconfig = tmp_path / "kubeconfig"
         kube.kubeconfig(kubeconfig, user="admin")
         async with trio.open_nursery() as nursery:
