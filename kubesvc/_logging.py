@@ -46,7 +46,7 @@ LOG_FORMAT_ENV = "KUBESVC_LOG_FORMAT"
 
 ContextProvider = Callable[[], Mapping[str, str]]
 
-_format = "text"  # what configure_logging chose last (failure_line follows it)
+_format: str | None = None  # what configure_logging chose last (failure_line follows it)
 
 
 def default_log_format(environ: Mapping[str, str] = os.environ) -> str | None:
@@ -193,10 +193,18 @@ def chosen_format(given: str | None, configured: str = "text") -> str:
     return given or default_log_format() or configured
 
 
-def failure_line(text: str) -> str:
-    """The CLI's last word on a failure (``kubesvc: error: ...``), in the configured format:
-    with ``json``, one more JSON line, so a pipeline reading stderr sees why it ended."""
-    if _format != "json":
+def failure_line(text: str, given: str | None = None) -> str:
+    """The CLI's last word on a failure (``kubesvc: error: ...``), in the configured format
+    (or, when it failed before logging was set up, ``given`` (``--log-format``), else the
+    environment's): with ``json``, one more JSON line, so a pipeline reading stderr sees why
+    it ended."""
+    chosen = _format
+    if chosen is None:
+        try:
+            chosen = chosen_format(given)
+        except ValueError:
+            chosen = "text"
+    if chosen != "json":
         return f"kubesvc: error: {text}"
     record = logging.LogRecord("kubesvc", logging.CRITICAL, __file__, 0, text, None, None)
     return JsonFormatter().format(record)

@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # the one place failures are collapsed into lines
         for line in _leaf_messages(exc):
-            print(failure_line(line), file=sys.stderr)
+            print(failure_line(line, getattr(args, "log_format", None)), file=sys.stderr)
         return 1
 
 

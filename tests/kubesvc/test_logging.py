@@ -196,13 +196,19 @@ def test_the_format_comes_from_the_flag_then_the_environment_then_the_config(
         default_log_format()
 
 
-def test_the_clis_last_word_follows_the_format() -> None:
+def test_the_clis_last_word_follows_the_format(monkeypatch: pytest.MonkeyPatch) -> None:
     from kubesvc import _logging
 
-    try:
-        _logging._format = "json"
-        line = json.loads(failure_line("ConfigError: kubesvc.yaml: bad"))
-        assert (line["level"], line["message"]) == ("critical", "ConfigError: kubesvc.yaml: bad")
-    finally:
-        _logging._format = "text"
+    monkeypatch.delenv("KUBESVC_LOG_FORMAT", raising=False)
+    monkeypatch.setattr(_logging, "_format", "json")
+    line = json.loads(failure_line("ConfigError: kubesvc.yaml: bad"))
+    assert (line["level"], line["message"]) == ("critical", "ConfigError: kubesvc.yaml: bad")
+    monkeypatch.setattr(_logging, "_format", "text")
+    assert failure_line("x", "json") == "kubesvc: error: x"  # configured wins
+    # Failed before logging was set up (a config file that does not load): the flag, else
+    # the environment decide.
+    monkeypatch.setattr(_logging, "_format", None)
+    assert json.loads(failure_line("x", "json"))["message"] == "x"
     assert failure_line("x") == "kubesvc: error: x"
+    monkeypatch.setenv("KUBESVC_LOG_FORMAT", "json")
+    assert json.loads(failure_line("x"))["message"] == "x"
