@@ -56,6 +56,7 @@ from ._kube_client import (
 )
 from ._kubeconfig import ClusterAccess, load_kubeconfig, parse_kubeconfig, service_account_access
 from ._link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus
+from ._log_context import account_logs, log_context
 from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
 from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
@@ -131,6 +132,7 @@ __all__ = [
     "WatchEvent",
     "WatchTarget",
     "access_for_account",
+    "account_logs",
     "build_agent",
     "decode_list_page",
     "default_config_path",
@@ -142,6 +144,7 @@ __all__ = [
     "link_settings",
     "load_config",
     "load_kubeconfig",
+    "log_context",
     "metrics_app",
     "metrics_registry",
     "open_kube_client",
