@@ -43,7 +43,10 @@ from ._errors import (
     KubeTimeoutError,
     KubeTooManyRequestsError,
     KubeUnauthorizedError,
+    LineTooLong,
     LinkTimeoutError,
+    WatchDecodeError,
+    WatchError,
 )
 from ._health import health_app, metrics_app, serve_http
 from ._kube_client import (
@@ -64,7 +67,6 @@ from ._seam import KubeResponse, KubeTransport
 from ._status import AgentStatus, OperationRecord
 from ._tasks import AccountListCaps, ListCaps
 from ._token import TokenSource
-from ._watch_errors import LineTooLong, WatchDecodeError, WatchError
 from ._watchline import WatchDecoder, WatchEvent, decode_list_page
 
 __all__ = [

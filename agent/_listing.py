@@ -24,9 +24,8 @@ from typing import Final
 
 import trio
 
-from ._errors import KubeStatusError, KubeTimeoutError, status_error
+from ._errors import KubeStatusError, KubeTimeoutError, WatchDecodeError, status_error
 from ._seam import KubeResponse, KubeTransport
-from ._watch_errors import WatchDecodeError
 from ._watchline import ListPage, decode_list_page, decode_status
 
 __all__ = [

@@ -52,6 +52,7 @@ from ._errors import (
     KubeNotFoundError,
     KubeStatusError,
     KubeUnauthorizedError,
+    WatchDecodeError,
 )
 from ._kind_availability import AvailabilityLog, KindAvailability, Nudge
 from ._listing import (
@@ -65,7 +66,6 @@ from ._resourceversion import ResourceVersionTracker
 from ._scrub import Scrubber
 from ._seam import KubeTransport
 from ._tasks import AccountListCaps
-from ._watch_errors import WatchDecodeError
 from ._watch_retry import (
     LogLimiter,
     Retry,

@@ -42,8 +42,8 @@ from ._errors import (
     KubeServerError,
     KubeStatusError,
     KubeTooManyRequestsError,
+    WatchDecodeError,
 )
-from ._watch_errors import WatchDecodeError
 
 __all__ = [
     "LogLimiter",

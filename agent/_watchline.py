@@ -26,9 +26,8 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from ._errors import KubeConnectionError
+from ._errors import KubeConnectionError, LineTooLong, WatchDecodeError
 from ._scrub import strip_managed_fields_at
-from ._watch_errors import LineTooLong, WatchDecodeError
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",

@@ -18,9 +18,8 @@ from dataclasses import replace
 import trio
 
 from .._discovery import WELL_KNOWN_GROUPS, DiscoveryResult, KindInfo, discover, lower_camel
-from .._errors import KubeError, KubeStatusError
+from .._errors import KubeError, KubeStatusError, WatchDecodeError
 from .._seam import KubeTransport
-from .._watch_errors import WatchDecodeError
 from ._errors import AgentUnavailable, KubernetesRefusal, UnsupportedOperation
 
 __all__ = ["KindResolver", "Resource", "lower_camel", "match_kind"]

@@ -16,7 +16,7 @@ from agent._discovery import (
     parse_resource_list,
     select_targets,
 )
-from agent._watch_errors import WatchDecodeError
+from agent._errors import WatchDecodeError
 
 LW = ["create", "delete", "get", "list", "patch", "update", "watch"]
 

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent._errors import KubeConnectionError
-from agent._watch_errors import LineTooLong, WatchDecodeError
+from agent._errors import KubeConnectionError, LineTooLong, WatchDecodeError
 from agent._watchline import WatchDecoder, decode_list_page, decode_status
 
 
