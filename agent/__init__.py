@@ -7,15 +7,6 @@ from ._account_watch import AccountWatchStatus, ResumeKey, run_account
 from ._accounts import AccountSet, AccountState
 from ._app import Agent, build_agent, link_settings, parse_grpc_address, run_agent
 from ._backoff import Backoff
-from ._config_load import default_config_path, load_config, parse_config
-from ._config_reload import AccountsDiff, diff_accounts, diff_config, watch_config
-from ._config_schema import (
-    AccountConfig,
-    ClouddriverConfig,
-    Config,
-    KubernetesConfig,
-)
-from ._config_values import parse_duration, parse_size
 from ._discovery import (
     DiscoveryResult,
     KindFilter,
@@ -68,6 +59,21 @@ from ._status import AgentStatus, OperationRecord
 from ._tasks import AccountListCaps, ListCaps
 from ._token import TokenSource
 from ._watchline import WatchDecoder, WatchEvent, decode_list_page
+from .config import (
+    AccountConfig,
+    AccountsDiff,
+    ClouddriverConfig,
+    Config,
+    KubernetesConfig,
+    default_config_path,
+    diff_accounts,
+    diff_config,
+    load_config,
+    parse_config,
+    parse_duration,
+    parse_size,
+    watch_config,
+)
 
 __all__ = [
     "OVERSIZE_ANNOTATION",

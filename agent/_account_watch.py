@@ -26,7 +26,6 @@ import trio
 from budget import EventSender
 
 from ._backoff import Backoff
-from ._config_schema import AccountConfig
 from ._discovery import KindFilter, WatchTarget, diff_targets, discover, select_targets
 from ._errors import KubeError, WatchDecodeError
 from ._kind_availability import AvailabilityLog, Nudge, target_key
@@ -35,6 +34,7 @@ from ._seam import KubeTransport
 from ._tasks import ListCaps
 from ._watch_notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice, notice_entry
 from ._watch_retry import LogLimiter
+from .config import AccountConfig
 
 __all__ = ["AccountWatchStatus", "ResumeKey", "run_account"]
 

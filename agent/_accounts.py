@@ -24,15 +24,13 @@ from wire import messages
 
 from ._account_watch import AccountWatchStatus, run_account
 from ._backoff import Backoff
-from ._config_load import parse_config
-from ._config_reload import diff_config
-from ._config_schema import AccountConfig, Config
 from ._errors import AgentError, ConfigError
 from ._kind_availability import AvailabilityLog, Nudge
 from ._kube_client import ClusterIdentity, KubeClient, open_kube_client
 from ._link import ResumeKey
 from ._reflector import ReflectorSettings
 from ._tasks import ListCaps
+from .config import AccountConfig, Config, diff_config, parse_config
 
 log = logging.getLogger("agent.accounts")
 

@@ -24,9 +24,6 @@ from wire import messages
 
 from ._accounts import AccountSet
 from ._backoff import Backoff
-from ._config_load import load_config
-from ._config_reload import watch_config
-from ._config_schema import ClouddriverConfig, Config
 from ._errors import ConfigError
 from ._health import health_app, metrics_app, serve_http
 from ._link import Link, LinkSettings
@@ -35,6 +32,7 @@ from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
 from ._status import AgentStatus
 from ._token import TokenSource
+from .config import ClouddriverConfig, Config, load_config, watch_config
 
 log = logging.getLogger("agent")
 

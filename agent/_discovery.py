@@ -32,10 +32,10 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from ._config_schema import AccountConfig
 from ._errors import KubeConnectionError, KubeStatusError, WatchDecodeError
 from ._listing import check_status, read_body
 from ._seam import KubeTransport
+from .config import AccountConfig
 
 __all__ = [
     "AGGREGATED_ACCEPT",

@@ -49,7 +49,6 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import trio
 
-from ._config_schema import AccountConfig, KubernetesConfig, RetriesConfig
 from ._errors import KubeClosedError, KubeConnectionError, KubeError, KubeTimeoutError
 from ._kube_auth import Credential, KubeAuth, credential_source
 from ._kube_dial import Dialer, parse_proxy
@@ -73,6 +72,7 @@ from ._kubeconfig import (
     service_account_access,
 )
 from ._seam import Exchange, Request, TransportError
+from .config import AccountConfig, KubernetesConfig, RetriesConfig
 
 __all__ = [
     "ClusterIdentity",

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from ._config_values import Section, describe
 from ._errors import ConfigError, KubeconfigError
-from ._yaml import BoundedLoader
+from .config import BoundedLoader, Section, describe
 
 __all__ = [
     "SERVICE_ACCOUNT_DIR",

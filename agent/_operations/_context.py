@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .._config_schema import ServerSideApplyConfig
+from ..config import ServerSideApplyConfig
 from ._description import Description
 from ._kube import Cluster
 from ._outcome import Outcome

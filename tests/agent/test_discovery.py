@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from agent._config_schema import AccountConfig, CustomResourceDefinition
 from agent._discovery import (
     KindFilter,
     KindInfo,
@@ -17,6 +16,7 @@ from agent._discovery import (
     select_targets,
 )
 from agent._errors import WatchDecodeError
+from agent.config._schema import AccountConfig, CustomResourceDefinition
 
 LW = ["create", "delete", "get", "list", "patch", "update", "watch"]
 

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 
 __all__ = ["Section", "describe", "parse_duration", "parse_size"]
 

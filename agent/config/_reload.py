@@ -21,9 +21,9 @@ from typing import NamedTuple
 
 import trio
 
-from ._config_load import MAX_CONFIG_BYTES, parse_config
-from ._config_schema import AccountConfig, Config
-from ._errors import ConfigError
+from .._errors import ConfigError
+from ._load import MAX_CONFIG_BYTES, parse_config
+from ._schema import AccountConfig, Config
 
 __all__ = ["AccountsDiff", "diff_accounts", "diff_config", "watch_config"]
 

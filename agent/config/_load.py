@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from ._config_schema import (
+from .._errors import ConfigError
+from ._schema import (
     DEFAULT_DRAIN_SECONDS,
     SSA_MODES,
     AccountConfig,
@@ -49,8 +50,7 @@ from ._config_schema import (
     TlsConfig,
     TokenCommandConfig,
 )
-from ._config_values import Section
-from ._errors import ConfigError
+from ._values import Section
 from ._yaml import BoundedLoader
 
 __all__ = ["MAX_CONFIG_BYTES", "default_config_path", "load_config", "parse_config"]
