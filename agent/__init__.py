@@ -40,21 +40,11 @@ from ._errors import (
     WatchError,
 )
 from ._health import health_app, metrics_app, serve_http
-from ._kube_client import (
-    ClusterIdentity,
-    KubeClient,
-    KubeReply,
-    KubeStream,
-    access_for_account,
-    open_kube_client,
-)
-from ._kubeconfig import ClusterAccess, load_kubeconfig, parse_kubeconfig, service_account_access
 from ._link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus
 from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
 from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
 from ._scrub import Scrubber
-from ._seam import KubeResponse, KubeTransport
 from ._status import AgentStatus, OperationRecord
 from ._tasks import AccountListCaps, ListCaps
 from ._token import TokenSource
@@ -73,6 +63,20 @@ from .config import (
     parse_duration,
     parse_size,
     watch_config,
+)
+from .kube import (
+    ClusterAccess,
+    ClusterIdentity,
+    KubeClient,
+    KubeReply,
+    KubeResponse,
+    KubeStream,
+    KubeTransport,
+    access_for_account,
+    load_kubeconfig,
+    open_kube_client,
+    parse_kubeconfig,
+    service_account_access,
 )
 
 __all__ = [

@@ -30,11 +30,11 @@ from ._discovery import KindFilter, WatchTarget, diff_targets, discover, select_
 from ._errors import KubeError, WatchDecodeError
 from ._kind_availability import AvailabilityLog, Nudge, target_key
 from ._reflector import Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
-from ._seam import KubeTransport
 from ._tasks import ListCaps
 from ._watch_notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice, notice_entry
 from ._watch_retry import LogLimiter
 from .config import AccountConfig
+from .kube import KubeTransport
 
 __all__ = ["AccountWatchStatus", "ResumeKey", "run_account"]
 

@@ -26,11 +26,11 @@ from ._account_watch import AccountWatchStatus, run_account
 from ._backoff import Backoff
 from ._errors import AgentError, ConfigError
 from ._kind_availability import AvailabilityLog, Nudge
-from ._kube_client import ClusterIdentity, KubeClient, open_kube_client
 from ._link import ResumeKey
 from ._reflector import ReflectorSettings
 from ._tasks import ListCaps
 from .config import AccountConfig, Config, diff_config, parse_config
+from .kube import ClusterIdentity, KubeClient, open_kube_client
 
 log = logging.getLogger("agent.accounts")
 

@@ -34,8 +34,8 @@ import msgspec
 
 from ._errors import KubeConnectionError, KubeStatusError, WatchDecodeError
 from ._listing import check_status, read_body
-from ._seam import KubeTransport
 from .config import AccountConfig
+from .kube import KubeTransport
 
 __all__ = [
     "AGGREGATED_ACCEPT",

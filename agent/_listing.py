@@ -25,8 +25,8 @@ from typing import Final
 import trio
 
 from ._errors import KubeStatusError, KubeTimeoutError, WatchDecodeError, status_error
-from ._seam import KubeResponse, KubeTransport
 from ._watchline import ListPage, decode_list_page, decode_status
+from .kube import KubeResponse, KubeTransport
 
 __all__ = [
     "DEFAULT_MAX_PAGE_BYTES",

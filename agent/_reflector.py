@@ -64,7 +64,6 @@ from ._listing import (
 )
 from ._resourceversion import ResourceVersionTracker
 from ._scrub import Scrubber
-from ._seam import KubeTransport
 from ._tasks import AccountListCaps
 from ._watch_retry import (
     LogLimiter,
@@ -76,6 +75,7 @@ from ._watch_retry import (
     status_reason,
 )
 from ._watchline import DEFAULT_MAX_LINE_BYTES, ListPage, WatchDecoder, WatchEvent
+from .kube import KubeTransport
 
 __all__ = [
     "BookmarkKey",

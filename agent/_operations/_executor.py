@@ -35,8 +35,8 @@ import trio
 import wire
 from wire import messages
 
-from .._kube_client import KubeClient
 from .._status import AgentStatus
+from ..kube import KubeClient
 from ._context import OperationContext, OperationSettings
 from ._delete import PHASE as DELETE_PHASE
 from ._delete import delete_manifest

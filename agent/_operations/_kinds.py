@@ -19,7 +19,7 @@ import trio
 
 from .._discovery import WELL_KNOWN_GROUPS, DiscoveryResult, KindInfo, discover, lower_camel
 from .._errors import KubeError, KubeStatusError, WatchDecodeError
-from .._seam import KubeTransport
+from ..kube import KubeTransport
 from ._errors import AgentUnavailable, KubernetesRefusal, UnsupportedOperation
 
 __all__ = ["KindResolver", "Resource", "lower_camel", "match_kind"]

@@ -19,8 +19,7 @@ from .._errors import (
     KubeCredentialError,
     KubeStatusError,
 )
-from .._kube_client import KubeClient
-from .._kube_response import KubeReply
+from ..kube import KubeClient, KubeReply
 from ._errors import AgentUnavailable, KubernetesRefusal
 from ._kinds import KindResolver, Resource
 from ._openapi import PatchSchemas

@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from .._errors import KubeError
-from .._kube_client import KubeClient
+from ..kube import KubeClient
 from ._kinds import Resource
 from ._smp_schema import KindPatch, PatchSchema, parse_v2, parse_v3, v3_document_paths
 

@@ -11,7 +11,7 @@ import h2.connection
 import h2.events
 import pytest
 
-from agent._kube_h2_core import H2Core, H2ProtocolError, Stream
+from agent.kube._h2_core import H2Core, H2ProtocolError, Stream
 
 
 class Server:

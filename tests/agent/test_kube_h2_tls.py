@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agent._kube_tls import TlsStream as _TlsStream
+from agent.kube._tls import TlsStream as _TlsStream
 
 from .._wait import wait_until
 from ._kube_edge import Pki, make_pki

@@ -56,9 +56,9 @@ import trio
 import yaml
 
 import kubesim
-from agent._kube_dial import Dialer
-from agent._kube_http1 import Http1Pool
-from agent._seam import Request
+from agent.kube._dial import Dialer
+from agent.kube._http1 import Http1Pool
+from agent.kube._seam import Request
 from kubesvc._postgres import TempPostgres
 from tests.bench.bench_server import _free_port, _spawn, _wait_http
 from tests.e2e.harness import open_stack

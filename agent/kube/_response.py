@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import (
+from .._errors import (
     KubeClosedError,
     KubeConnectionError,
     KubeError,

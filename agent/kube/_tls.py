@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from ._errors import KubeError
+from .._errors import KubeError
 from ._kubeconfig import ClusterAccess
 
 __all__ = ["TlsStream", "load_client_certificate", "ssl_context"]

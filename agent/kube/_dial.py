@@ -23,9 +23,9 @@ from urllib.parse import unquote, urlsplit
 
 import trio
 
-from ._kube_http1_parse import ResponseReader
-from ._kube_tls import TlsStream
+from ._http1_parse import ResponseReader
 from ._seam import TransportError
+from ._tls import TlsStream
 
 __all__ = ["Dialed", "Dialer", "Proxy", "parse_proxy"]
 

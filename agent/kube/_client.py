@@ -49,21 +49,12 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import trio
 
-from ._errors import KubeClosedError, KubeConnectionError, KubeError, KubeTimeoutError
-from ._kube_auth import Credential, KubeAuth, credential_source
-from ._kube_dial import Dialer, parse_proxy
-from ._kube_h2 import H2Pool, H2Unsupported
-from ._kube_http1 import Http1Pool
-from ._kube_proxy import select_proxy
-from ._kube_response import (
-    MAX_ERROR_BODY_BYTES,
-    MAX_RESPONSE_BYTES,
-    KubeReply,
-    KubeStream,
-    retry_after,
-    translate,
-)
-from ._kube_tls import load_client_certificate, ssl_context
+from .._errors import KubeClosedError, KubeConnectionError, KubeError, KubeTimeoutError
+from ..config import AccountConfig, KubernetesConfig, RetriesConfig
+from ._auth import Credential, KubeAuth, credential_source
+from ._dial import Dialer, parse_proxy
+from ._h2 import H2Pool, H2Unsupported
+from ._http1 import Http1Pool
 from ._kubeconfig import (
     SERVICE_ACCOUNT_DIR,
     ClusterAccess,
@@ -71,8 +62,17 @@ from ._kubeconfig import (
     parse_kubeconfig,
     service_account_access,
 )
+from ._proxy import select_proxy
+from ._response import (
+    MAX_ERROR_BODY_BYTES,
+    MAX_RESPONSE_BYTES,
+    KubeReply,
+    KubeStream,
+    retry_after,
+    translate,
+)
 from ._seam import Exchange, Request, TransportError
-from .config import AccountConfig, KubernetesConfig, RetriesConfig
+from ._tls import load_client_certificate, ssl_context
 
 __all__ = [
     "ClusterIdentity",

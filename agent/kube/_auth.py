@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from ._errors import KubeCredentialError
+from .._errors import KubeCredentialError
 from ._kubeconfig import ClusterAccess, ExecConfig
 
 __all__ = [

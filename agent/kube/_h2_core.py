@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ._kube_hpack import Decoder, HpackError, encode_field
+from ._hpack import Decoder, HpackError, encode_field
 
 __all__ = [
     "CANCEL",

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import trio
 
-from ._kube_dial import Dialed, Dialer
-from ._kube_http1_parse import Head, Http1Error, ResponseReader, encode_head
+from ._dial import Dialed, Dialer
+from ._http1_parse import Head, Http1Error, ResponseReader, encode_head
 from ._seam import Request, TransportError
 
 __all__ = ["Http1Exchange", "Http1Pool"]

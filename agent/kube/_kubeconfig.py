@@ -21,8 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from ._errors import ConfigError, KubeconfigError
-from .config import BoundedLoader, Section, describe
+from .._errors import ConfigError, KubeconfigError
+from ..config import BoundedLoader, Section, describe
 
 __all__ = [
     "SERVICE_ACCOUNT_DIR",

@@ -34,10 +34,10 @@ from collections.abc import Mapping
 
 import trio
 
-from ._kube_dial import Dialed, Dialer
-from ._kube_h2_core import H2Core, H2ProtocolError, Stream, error_name, request_headers
-from ._kube_tls import TlsStream
+from ._dial import Dialed, Dialer
+from ._h2_core import H2Core, H2ProtocolError, Stream, error_name, request_headers
 from ._seam import Request, TransportError
+from ._tls import TlsStream
 
 __all__ = ["H2Connection", "H2Exchange", "H2Pool", "H2Unsupported"]
 
