@@ -3,20 +3,9 @@
 # -- config, errors (the config/client engineer) -------------------------------------------------
 # -- data path: discovery, reflectors, secrets (the reflector engineer) ---------------------------
 # -- the link and the composition (the lead) ----------------------------------------------------
-from ._account_watch import AccountWatchStatus, ResumeKey, run_account
 from ._accounts import AccountSet, AccountState
 from ._app import Agent, build_agent, link_settings, parse_grpc_address, run_agent
 from ._backoff import Backoff
-from ._discovery import (
-    DiscoveryResult,
-    KindFilter,
-    KindInfo,
-    TargetDiff,
-    WatchTarget,
-    diff_targets,
-    discover,
-    select_targets,
-)
 from ._errors import (
     AgentError,
     ConfigError,
@@ -43,12 +32,8 @@ from ._health import health_app, metrics_app, serve_http
 from ._link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus
 from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
-from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
-from ._scrub import Scrubber
 from ._status import AgentStatus, OperationRecord
-from ._tasks import AccountListCaps, ListCaps
 from ._token import TokenSource
-from ._watchline import WatchDecoder, WatchEvent, decode_list_page
 from .config import (
     AccountConfig,
     AccountsDiff,
@@ -77,6 +62,30 @@ from .kube import (
     open_kube_client,
     parse_kubeconfig,
     service_account_access,
+)
+from .watch import (
+    AccountListCaps,
+    AccountWatchStatus,
+    BookmarkKey,
+    DiscoveryResult,
+    KindFilter,
+    KindInfo,
+    ListCaps,
+    Reflector,
+    ReflectorHooks,
+    ReflectorSettings,
+    ReflectorState,
+    ResumeKey,
+    Scrubber,
+    TargetDiff,
+    WatchDecoder,
+    WatchEvent,
+    WatchTarget,
+    decode_list_page,
+    diff_targets,
+    discover,
+    run_account,
+    select_targets,
 )
 
 __all__ = [

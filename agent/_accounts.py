@@ -22,15 +22,19 @@ import yaml
 from budget import EventSender
 from wire import messages
 
-from ._account_watch import AccountWatchStatus, run_account
 from ._backoff import Backoff
 from ._errors import AgentError, ConfigError
-from ._kind_availability import AvailabilityLog, Nudge
 from ._link import ResumeKey
-from ._reflector import ReflectorSettings
-from ._tasks import ListCaps
 from .config import AccountConfig, Config, diff_config, parse_config
 from .kube import ClusterIdentity, KubeClient, open_kube_client
+from .watch import (
+    AccountWatchStatus,
+    AvailabilityLog,
+    ListCaps,
+    Nudge,
+    ReflectorSettings,
+    run_account,
+)
 
 log = logging.getLogger("agent.accounts")
 

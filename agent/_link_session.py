@@ -52,7 +52,7 @@ from wire import messages
 from ._link_drain import Drain
 from ._link_edge import known_role, skipped_unknown
 from ._link_settings import AccountRunner, LinkSettings, LinkStatus, ResumeKey
-from ._watch_notices import KindNotice, Notice, ScopeNotice, notice_messages
+from .watch import KindNotice, Notice, ScopeNotice, notice_messages
 
 __all__ = [
     "MAX_RESULTS_PER_WRITE",

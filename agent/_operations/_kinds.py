@@ -17,9 +17,9 @@ from dataclasses import replace
 
 import trio
 
-from .._discovery import WELL_KNOWN_GROUPS, DiscoveryResult, KindInfo, discover, lower_camel
 from .._errors import KubeError, KubeStatusError, WatchDecodeError
 from ..kube import KubeTransport
+from ..watch import WELL_KNOWN_GROUPS, DiscoveryResult, KindInfo, discover, lower_camel
 from ._errors import AgentUnavailable, KubernetesRefusal, UnsupportedOperation
 
 __all__ = ["KindResolver", "Resource", "lower_camel", "match_kind"]

@@ -13,7 +13,7 @@ import trio
 import wire
 from agent import Backoff
 from agent._link import Link, LinkSettings
-from agent._watch_notices import (
+from agent.watch._notices import (
     GONE_FROM_DISCOVERY,
     KindNotice,
     ScopeNotice,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import server.ops
-from agent._watch_retry import RetryReason
+from agent.watch._retry import RetryReason
 from manifests import ROOT
 from server.store import AccountState
 

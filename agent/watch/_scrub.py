@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._errors import WatchDecodeError
+from .._errors import WatchDecodeError
 
 __all__ = ["LAST_APPLIED_ANNOTATION", "Scrubber", "strip_managed_fields_at"]
 

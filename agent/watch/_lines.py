@@ -26,7 +26,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from ._errors import KubeConnectionError, LineTooLong, WatchDecodeError
+from .._errors import KubeConnectionError, LineTooLong, WatchDecodeError
 from ._scrub import strip_managed_fields_at
 
 __all__ = [

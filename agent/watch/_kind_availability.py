@@ -27,9 +27,9 @@ import trio
 
 from budget import EventSender
 
+from .._errors import KubeStatusError
 from ._discovery import WatchTarget
-from ._errors import KubeStatusError
-from ._watch_notices import KindNotice, notice_entry
+from ._notices import KindNotice, notice_entry
 
 if TYPE_CHECKING:  # the reflector imports this module
     from ._reflector import ReflectorHooks, ReflectorState

@@ -32,10 +32,10 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from ._errors import KubeConnectionError, KubeStatusError, WatchDecodeError
+from .._errors import KubeConnectionError, KubeStatusError, WatchDecodeError
+from ..config import AccountConfig
+from ..kube import KubeTransport
 from ._listing import check_status, read_body
-from .config import AccountConfig
-from .kube import KubeTransport
 
 __all__ = [
     "AGGREGATED_ACCEPT",

@@ -34,8 +34,8 @@ import enum
 import math
 from dataclasses import dataclass
 
-from ._backoff import Backoff
-from ._errors import (
+from .._backoff import Backoff
+from .._errors import (
     KubeClosedError,
     KubeCredentialError,
     KubeError,

@@ -24,9 +24,9 @@ from typing import Final
 
 import trio
 
-from ._errors import KubeStatusError, KubeTimeoutError, WatchDecodeError, status_error
-from ._watchline import ListPage, decode_list_page, decode_status
-from .kube import KubeResponse, KubeTransport
+from .._errors import KubeStatusError, KubeTimeoutError, WatchDecodeError, status_error
+from ..kube import KubeResponse, KubeTransport
+from ._lines import ListPage, decode_list_page, decode_status
 
 __all__ = [
     "DEFAULT_MAX_PAGE_BYTES",

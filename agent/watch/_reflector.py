@@ -43,9 +43,8 @@ import trio
 from budget import Entry, EntryKind, EventSender
 from wire import EventRecord, EventType
 
-from ._backoff import Backoff
-from ._discovery import WatchTarget
-from ._errors import (
+from .._backoff import Backoff
+from .._errors import (
     KubeError,
     KubeForbiddenError,
     KubeGoneError,
@@ -54,7 +53,11 @@ from ._errors import (
     KubeUnauthorizedError,
     WatchDecodeError,
 )
+from ..kube import KubeTransport
+from ._discovery import WatchTarget
 from ._kind_availability import AvailabilityLog, KindAvailability, Nudge
+from ._lines import DEFAULT_MAX_LINE_BYTES, ListPage, WatchDecoder, WatchEvent
+from ._list_caps import AccountListCaps
 from ._listing import (
     DEFAULT_MAX_PAGE_BYTES,
     DEFAULT_PAGE_LIMIT,
@@ -63,9 +66,7 @@ from ._listing import (
     status_from_event,
 )
 from ._resourceversion import ResourceVersionTracker
-from ._scrub import Scrubber
-from ._tasks import AccountListCaps
-from ._watch_retry import (
+from ._retry import (
     LogLimiter,
     Retry,
     RetryPolicy,
@@ -74,8 +75,7 @@ from ._watch_retry import (
     resource_version_too_large,
     status_reason,
 )
-from ._watchline import DEFAULT_MAX_LINE_BYTES, ListPage, WatchDecoder, WatchEvent
-from .kube import KubeTransport
+from ._scrub import Scrubber
 
 __all__ = [
     "BookmarkKey",

@@ -25,16 +25,16 @@ import trio
 
 from budget import EventSender
 
-from ._backoff import Backoff
+from .._backoff import Backoff
+from .._errors import KubeError, WatchDecodeError
+from ..config import AccountConfig
+from ..kube import KubeTransport
 from ._discovery import KindFilter, WatchTarget, diff_targets, discover, select_targets
-from ._errors import KubeError, WatchDecodeError
 from ._kind_availability import AvailabilityLog, Nudge, target_key
+from ._list_caps import ListCaps
+from ._notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice, notice_entry
 from ._reflector import Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
-from ._tasks import ListCaps
-from ._watch_notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice, notice_entry
-from ._watch_retry import LogLimiter
-from .config import AccountConfig
-from .kube import KubeTransport
+from ._retry import LogLimiter
 
 __all__ = ["AccountWatchStatus", "ResumeKey", "run_account"]
 

@@ -1,0 +1,63 @@
+"""The data path: every kind of an account watched into the byte budget, in order.
+
+``run_account`` (``_account``) discovers an account's kinds (``_discovery``), applies its
+filters and runs one ``Reflector`` per kind and scope (``_reflector``): list page by page
+(``_listing``) or stream the list, then watch from the resourceVersion (``_resourceversion``),
+decoding lines without building objects (``_lines``), scrubbing Secrets (``_scrub``), under
+the initial-list caps (``_list_caps``), retrying with backoff (``_retry``) and telling the
+server when a kind goes away or comes back (``_kind_availability``, ``_notices``).
+Talks to the cluster only through the client's seam (``agent.kube.KubeTransport``).
+"""
+
+from ._account import AccountWatchStatus, ResumeKey, run_account
+from ._discovery import (
+    WELL_KNOWN_GROUPS,
+    DiscoveryResult,
+    KindFilter,
+    KindInfo,
+    TargetDiff,
+    WatchTarget,
+    diff_targets,
+    discover,
+    lower_camel,
+    select_targets,
+)
+from ._kind_availability import AvailabilityLog, Nudge
+from ._lines import WatchDecoder, WatchEvent, decode_list_page
+from ._list_caps import AccountListCaps, ListCaps
+from ._notices import KindNotice, Notice, ScopeNotice, notice_messages
+from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
+from ._scrub import Scrubber
+
+__all__ = [
+    "WELL_KNOWN_GROUPS",
+    "AccountListCaps",
+    "AccountWatchStatus",
+    "AvailabilityLog",
+    "BookmarkKey",
+    "DiscoveryResult",
+    "KindFilter",
+    "KindInfo",
+    "KindNotice",
+    "ListCaps",
+    "Notice",
+    "Nudge",
+    "Reflector",
+    "ReflectorHooks",
+    "ReflectorSettings",
+    "ReflectorState",
+    "ResumeKey",
+    "ScopeNotice",
+    "Scrubber",
+    "TargetDiff",
+    "WatchDecoder",
+    "WatchEvent",
+    "WatchTarget",
+    "decode_list_page",
+    "diff_targets",
+    "discover",
+    "lower_camel",
+    "notice_messages",
+    "run_account",
+    "select_targets",
+]
