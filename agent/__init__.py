@@ -29,11 +29,9 @@ from ._errors import (
     WatchError,
 )
 from ._health import health_app, metrics_app, serve_http
-from ._link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus
 from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
 from ._status import AgentStatus, OperationRecord
-from ._token import TokenSource
 from .config import (
     AccountConfig,
     AccountsDiff,
@@ -63,6 +61,7 @@ from .kube import (
     parse_kubeconfig,
     service_account_access,
 )
+from .link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus, TokenSource
 from .watch import (
     AccountListCaps,
     AccountWatchStatus,

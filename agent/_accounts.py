@@ -24,9 +24,9 @@ from wire import messages
 
 from ._backoff import Backoff
 from ._errors import AgentError, ConfigError
-from ._link import ResumeKey
 from .config import AccountConfig, Config, diff_config, parse_config
 from .kube import ClusterIdentity, KubeClient, open_kube_client
+from .link import ResumeKey
 from .watch import (
     AccountWatchStatus,
     AvailabilityLog,

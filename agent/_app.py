@@ -26,13 +26,11 @@ from ._accounts import AccountSet
 from ._backoff import Backoff
 from ._errors import ConfigError
 from ._health import health_app, metrics_app, serve_http
-from ._link import Link, LinkSettings
-from ._link_rotation import ServerAddress
 from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
 from ._status import AgentStatus
-from ._token import TokenSource
 from .config import ClouddriverConfig, Config, load_config, watch_config
+from .link import Link, LinkSettings, ServerAddress, TokenSource
 
 log = logging.getLogger("agent")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._accounts import AccountState
-from ._link import LinkStatus
+from .link import LinkStatus
 
 __all__ = ["AgentStatus", "BudgetStats", "OperationRecord", "accounts_view", "watches_view"]
 

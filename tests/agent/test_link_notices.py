@@ -12,7 +12,7 @@ import trio
 
 import wire
 from agent import Backoff
-from agent._link import Link, LinkSettings
+from agent.link._link import Link, LinkSettings
 from agent.watch._notices import (
     GONE_FROM_DISCOVERY,
     KindNotice,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent import Backoff, ConfigError, link_settings, parse_config
-from agent._link_rotation import AddressRotation, ServerAddress
+from agent.link._rotation import AddressRotation, ServerAddress
 
 A, B, C = ServerAddress("a", 9091), ServerAddress("b", 9091), ServerAddress("c", 9092)
 

@@ -51,19 +51,19 @@ import wire
 from budget import ByteBudget, open_event_channel
 from wire import messages
 
-from ._backoff import Backoff
-from ._errors import AgentError
-from ._link_drain import RESULTS_RESERVE_SECONDS, Drain, shutting_down
-from ._link_edge import message_kind, open_stream, skipped_unknown
-from ._link_rotation import AddressRotation, ServerAddress
-from ._link_session import (
+from .._backoff import Backoff
+from .._errors import AgentError
+from ._drain import RESULTS_RESERVE_SECONDS, Drain, shutting_down
+from ._edge import message_kind, open_stream, skipped_unknown
+from ._rotation import AddressRotation, ServerAddress
+from ._session import (
     OVERSIZE_ANNOTATION,
     LinkState,
     Session,
     SessionEnded,
     reportable,
 )
-from ._link_settings import AccountRunner, LinkSettings, LinkStatus, OperationHandler, ResumeKey
+from ._settings import AccountRunner, LinkSettings, LinkStatus, OperationHandler, ResumeKey
 
 # Re-exported: callers in agent/ and tests/ import these from here.
 __all__ = [

@@ -17,8 +17,8 @@ import wire
 from budget import EventSender
 from wire import messages
 
-from ._backoff import Backoff
-from ._link_rotation import ServerAddress
+from .._backoff import Backoff
+from ._rotation import ServerAddress
 
 __all__ = ["AccountRunner", "LinkSettings", "LinkStatus", "OperationHandler", "ResumeKey"]
 

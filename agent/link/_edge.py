@@ -21,7 +21,7 @@ import trio
 import wire
 from wire import messages
 
-from ._errors import LinkTimeoutError
+from .._errors import LinkTimeoutError
 
 log = logging.getLogger("agent.link")
 

@@ -49,10 +49,10 @@ import wire
 from budget import Batch, ByteBudget, EventReceiver, EventSender
 from wire import messages
 
-from ._link_drain import Drain
-from ._link_edge import known_role, skipped_unknown
-from ._link_settings import AccountRunner, LinkSettings, LinkStatus, ResumeKey
-from .watch import KindNotice, Notice, ScopeNotice, notice_messages
+from ..watch import KindNotice, Notice, ScopeNotice, notice_messages
+from ._drain import Drain
+from ._edge import known_role, skipped_unknown
+from ._settings import AccountRunner, LinkSettings, LinkStatus, ResumeKey
 
 __all__ = [
     "MAX_RESULTS_PER_WRITE",

@@ -13,8 +13,8 @@ import subprocess
 
 import trio
 
-from ._errors import ConfigError
-from .config import AuthConfig
+from .._errors import ConfigError
+from ..config import AuthConfig
 
 # A token command that prints more than this is broken; do not hold its output.
 MAX_TOKEN_OUTPUT = 64 * 1024
