@@ -30,7 +30,6 @@ from ._errors import (
 )
 from ._health import health_app, metrics_app, serve_http
 from ._metrics import metrics_registry
-from ._operations import OperationExecutor, OperationSettings
 from ._status import AgentStatus, OperationRecord
 from .config import (
     AccountConfig,
@@ -62,6 +61,7 @@ from .kube import (
     service_account_access,
 )
 from .link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus, TokenSource
+from .operations import OperationExecutor, OperationSettings
 from .watch import (
     AccountListCaps,
     AccountWatchStatus,

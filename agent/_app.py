@@ -27,10 +27,10 @@ from ._backoff import Backoff
 from ._errors import ConfigError
 from ._health import health_app, metrics_app, serve_http
 from ._metrics import metrics_registry
-from ._operations import OperationExecutor, OperationSettings
 from ._status import AgentStatus
 from .config import ClouddriverConfig, Config, load_config, watch_config
 from .link import Link, LinkSettings, ServerAddress, TokenSource
+from .operations import OperationExecutor, OperationSettings
 
 log = logging.getLogger("agent")
 

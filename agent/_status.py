@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from ._accounts import AccountState
 from .link import LinkStatus
+from .operations import OperationRecord
 
 __all__ = ["AgentStatus", "BudgetStats", "OperationRecord", "accounts_view", "watches_view"]
 
@@ -39,19 +40,6 @@ class BudgetStats(Protocol):
     def waits(self) -> int: ...
     @property
     def wait_seconds(self) -> float: ...
-
-
-@dataclass(slots=True)
-class OperationRecord:
-    """One operation the server sent, as ``/operations`` lists it."""
-
-    id: str
-    account: str
-    type: str
-    started_at: float = field(default_factory=time.time)
-    finished_at: float | None = None
-    ok: bool | None = None  # None while running
-    error: str = ""
 
 
 @dataclass(slots=True)

@@ -1,11 +1,9 @@
-"""The agent's configuration: the option model, loading and validating the file, live reload.
+"""The agent's configuration: the option model, loading the file, live reload.
 
-``Config`` and its parts are frozen dataclasses with Armory's defaults (``_schema``);
-``parse_config``/``load_config`` read and validate a file with errors that name the file and
-the path inside it (``_load``, on the typed YAML readers of ``_values`` and ``_yaml``, which
-the kubeconfig loader reuses); ``watch_config`` polls the file and hands over a changed,
-valid Config, and ``diff_accounts`` says which accounts to start, stop or restart
-(``_reload``). Imports nothing of the agent but its exception tree.
+``Config`` is frozen dataclasses with Armory's defaults (``_schema``); ``load_config`` reads
+and validates a file, naming the file and the path of a bad value (``_load`` on the typed
+YAML readers ``_values`` and ``_yaml``, which kubeconfigs reuse); ``watch_config`` hands over
+a changed file and ``diff_accounts`` what to restart (``_reload``). Imports no other part.
 """
 
 from ._load import default_config_path, load_config, parse_config

@@ -1,11 +1,9 @@
 """The Kubernetes API client: where a cluster is, how to authenticate, how bytes get there.
 
-``KubeClient`` (``_client``) is one account's client: credentials and 401 refresh
-(``_auth``), deadlines, error translation (``_response``) and resends of safe requests, each
-once, above one transport seam (``_seam``) with two transports, HTTP/2 over TLS (``_h2`` on
-the sans-I/O ``_h2_core`` and ``_hpack``) and HTTP/1.1 (``_http1``, ``_http1_parse``); both
-dial through ``_dial``, ``_proxy`` and ``_tls``. ``_kubeconfig`` turns a kubeconfig or a
-service account into a ``ClusterAccess``. Imports only the config and the exception tree.
+``KubeClient`` (``_client``): credentials and 401 refresh (``_auth``), deadlines, errors
+(``_response``) and resends, each once, above one transport seam (``_seam``): HTTP/2 over TLS
+(``_h2``, ``_h2_core``, ``_hpack``) or HTTP/1.1 (``_http1``), dialled through ``_dial``,
+``_proxy``, ``_tls``. ``_kubeconfig`` makes a ``ClusterAccess``. Imports only ``config``.
 """
 
 from ._client import ClusterIdentity, KubeClient, KubeStream, access_for_account, open_kube_client

@@ -1,12 +1,9 @@
 """The data path: every kind of an account watched into the byte budget, in order.
 
-``run_account`` (``_account``) discovers an account's kinds (``_discovery``), applies its
-filters and runs one ``Reflector`` per kind and scope (``_reflector``): list page by page
-(``_listing``) or stream the list, then watch from the resourceVersion (``_resourceversion``),
-decoding lines without building objects (``_lines``), scrubbing Secrets (``_scrub``), under
-the initial-list caps (``_list_caps``), retrying with backoff (``_retry``) and telling the
-server when a kind goes away or comes back (``_kind_availability``, ``_notices``).
-Talks to the cluster only through the client's seam (``agent.kube.KubeTransport``).
+``run_account`` (``_account``) discovers the kinds (``_discovery``) and runs a ``Reflector``
+per kind and scope (``_reflector``): list (``_listing``), watch from the resourceVersion
+(``_resourceversion``), decode lines (``_lines``), scrub Secrets (``_scrub``), retry
+(``_retry``), tell the server of kinds gone or back (``_kind_availability``, ``_notices``).
 """
 
 from ._account import AccountWatchStatus, ResumeKey, run_account

@@ -35,7 +35,6 @@ import trio
 import wire
 from wire import messages
 
-from .._status import AgentStatus
 from ..kube import KubeClient
 from ._context import OperationContext, OperationSettings
 from ._delete import PHASE as DELETE_PHASE
@@ -48,6 +47,7 @@ from ._kube import Cluster
 from ._logs import pod_logs
 from ._openapi import PatchSchemas
 from ._outcome import Outcome
+from ._record import OperationLog
 from ._rollout import (
     patch_manifest,
     pause_rollout,
@@ -117,7 +117,7 @@ class OperationExecutor:
         max_queued: int = MAX_QUEUED,
         remembered: int = 1024,
         max_run_seconds: float = 600.0,
-        status: AgentStatus | None = None,
+        status: OperationLog | None = None,
     ) -> None:
         if max_concurrent < 1 or max_queued < 0 or remembered < 1:
             raise ValueError("max_concurrent and remembered must be >= 1, max_queued >= 0")
