@@ -1,8 +1,20 @@
-"""agent package."""
+"""The agent: watches Kubernetes clusters and runs operations, over one stream to the server.
 
-# -- config, errors (the config/client engineer) -------------------------------------------------
-# -- data path: discovery, reflectors, secrets (the reflector engineer) ---------------------------
-# -- the link and the composition (the lead) ----------------------------------------------------
+Its parts, innermost first (import-linter keeps each from importing the ones after it):
+
+- ``config``      the option model, loading the file, live reload
+- ``kube``        the Kubernetes client: kubeconfig, credentials, one transport seam, HTTP/2 and
+                  HTTP/1.1
+- ``watch``       the data path: discovery, reflectors, listing, watch lines, retries, notices
+- ``operations``  Clouddriver's operations: deploy, delete, rollout, ... with kubectl's apply
+- ``link``        the gRPC stream to the server: sessions, batches, heartbeats, drain
+
+Here, above them: the composition (``_app``: config -> budget -> accounts -> link, reload),
+the accounts (``_accounts``), the status, health and metrics endpoints (``_status``,
+``_health``, ``_metrics``), and what every part shares: the one exception tree
+(``_errors``) and ``Backoff`` (``_backoff``).
+"""
+
 from ._accounts import AccountSet, AccountState
 from ._app import Agent, build_agent, link_settings, parse_grpc_address, run_agent
 from ._backoff import Backoff
