@@ -240,7 +240,7 @@ async def run_agent(
 async def drain_agent(agent: Agent) -> None:
     """Drain for a shutdown within ``shutdown.drainSeconds``: no new watch data, what the
     agent holds sent and acknowledged, running operations finished or ended with a
-    retryable failure, the stream closed (agent/_link_drain.py). Past the bound it
+    retryable failure, the stream closed (agent/link/_drain.py). Past the bound it
     gives up and logs what was left; the caller then cancels the agent."""
     bound = agent.config.shutdown.drain_seconds
     log.info("shutdown: draining (at most %g s)", bound)

@@ -2,7 +2,7 @@
 
 Every error the agent raises on purpose derives from :class:`AgentError`. Errors of the
 libraries underneath (ssl, yaml, OS errors, and the Kubernetes transports' TransportError, in
-agent/_kube_response.py's ``translate``) are translated at the edge that calls them, with
+agent/kube/_response.py's ``translate``) are translated at the edge that calls them, with
 ``raise ... from exc`` so the original stays visible in tracebacks. Dependency exceptions are
 never subclassed.
 

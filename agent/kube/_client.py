@@ -1,8 +1,8 @@
 """The Kubernetes API client: one transport seam, and above it each concern once.
 
-One :class:`KubeClient` per account. Below the seam (agent/_seam.py) there are two
-transports: HTTP/2 over TLS (agent/_kube_h2.py; every request and watch of a cluster over as
-few TCP connections as the server allows) and HTTP/1.1 (agent/_kube_http1.py; plain http,
+One :class:`KubeClient` per account. Below the seam (agent/kube/_seam.py) there are two
+transports: HTTP/2 over TLS (agent/kube/_h2.py; every request and watch of a cluster over as
+few TCP connections as the server allows) and HTTP/1.1 (agent/kube/_http1.py; plain http,
 proxies in front of http, servers that offer no h2). An https server gets HTTP/2 when its
 TLS handshake chooses it (through a proxy's CONNECT tunnel too), HTTP/1.1 otherwise.
 
@@ -16,7 +16,7 @@ Above the seam, in this module, each in one place:
   closed before answering, as Go's client does (``_send``);
 - deadlines: ``timeoutSeconds`` as a trio cancel scope around a request (``_deadline``);
 - error translation: transport errors into the KubeError tree
-  (``agent._kube_response.translate``, also for body reads);
+  (``agent.kube._response.translate``, also for body reads);
 - the ``kubernetes.retries`` policy of ``request()`` (connection failures, timeouts, 429 and,
   when asked, 5xx), waiting ``backOffMs`` or the server's ``Retry-After``.
 

@@ -2,7 +2,7 @@
 
 A :class:`Dialer` opens one kind of connection to one server, the way client-go's transport
 does: straight to the server, or to a proxy (``proxy-url`` in the kubeconfig, or
-``HTTPS_PROXY``/``HTTP_PROXY`` as agent/_kube_proxy.py chooses) that is either asked to
+``HTTPS_PROXY``/``HTTP_PROXY`` as agent/kube/_proxy.py chooses) that is either asked to
 ``CONNECT`` to the server (an https server: TLS then runs end to end through the tunnel, so
 the server's certificate is checked and HTTP/2 is still negotiated) or, for a plain http
 server, sent requests in absolute form by the HTTP/1.1 transport (the dialer then only

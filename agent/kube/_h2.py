@@ -6,10 +6,10 @@ the socket read until *any* frame arrives, so with quiet watches open a response
 arrived waited until some other data came (measured: a request behind 10 idle watches never
 completed), and it parked the 101st stream of a connection. Here one reader task per
 connection (in the client's nursery) owns the socket and wakes exactly the streams a read
-touched; the protocol itself is the sans-I/O core in agent/_kube_h2_core.py.
+touched; the protocol itself is the sans-I/O core in agent/kube/_h2_core.py.
 
 Theory of operation. :class:`H2Pool` hands out a stream slot on a connection with room
-(``open``), dialing another (agent/_kube_dial.py: TLS with ALPN, through a proxy's tunnel if
+(``open``), dialing another (agent/kube/_dial.py: TLS with ALPN, through a proxy's tunnel if
 one is set) when all are full. When ALPN chooses HTTP/1.1 the pool says so
 (:class:`H2Unsupported`, carrying the connection for the HTTP/1.1 transport to use) and is
 not used again. The reader feeds what it reads to the core; one writer task sends what the
@@ -317,7 +317,7 @@ def _stream_error(stream: Stream, stage: str) -> TransportError:
 
 
 class H2Exchange:
-    """A response being read from one HTTP/2 stream (see Exchange in agent/_seam.py)."""
+    """A response being read from one HTTP/2 stream (see Exchange in agent/kube/_seam.py)."""
 
     http_version = "HTTP/2"
 

@@ -4,7 +4,7 @@ Why not the h2 library: its connection state machine turns every frame into even
 (~15-25 us a DATA frame, the hot path of every watch), and it treats a GOAWAY as the end of
 the connection: any frame after it, such as the rest of a response the server promised to
 finish, raised ``ProtocolError``, so every graceful API-server shutdown failed every watch
-and request on the connection. Header compression is agent/_kube_hpack.py.
+and request on the connection. Header compression is agent/kube/_hpack.py.
 
 Theory of operation. Bytes read from the network go into ``inbound`` and ``process()`` parses
 every whole frame: response heads and body bytes land in their :class:`Stream` (which the I/O
@@ -168,7 +168,7 @@ class H2Core:
         self._out = bytearray()
         self.streams: dict[int, Stream] = {}
         self._next_id = 1
-        self._decoder = Decoder()  # (encoding is stateless: agent/_kube_hpack.py)
+        self._decoder = Decoder()  # (encoding is stateless: agent/kube/_hpack.py)
         self._block: bytearray | None = None  # a header block awaiting CONTINUATION
         self._block_stream = 0
         self._block_end_stream = False

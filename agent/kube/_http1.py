@@ -5,9 +5,9 @@ Why not httpx: at 50 requests in flight its pool cost 4-9 ms of client CPU per r
 (most of it in httpcore's pool, which scans every pooled connection, ``is_idle`` and
 ``has_expired``, for every request it queues or finishes: quadratic in the connections), this
 pool 0.3-0.5 ms (``tests/bench/bench_kube_client.py``, BENCHMARKS.md session 7). Here idle
-connections are a stack: a request pops one (or dials one, agent/_kube_dial.py: TCP, a
+connections are a stack: a request pops one (or dials one, agent/kube/_dial.py: TCP, a
 proxy's tunnel, TLS), writes its head and body in one ``send_all`` and reads the answer with
-the sans-I/O parser of agent/_kube_http1_parse.py; the body is handed out as it arrives
+the sans-I/O parser of agent/kube/_http1_parse.py; the body is handed out as it arrives
 (watches, streamed lists) or read whole by the caller.
 
 A connection goes back to the pool only after a complete answer with nothing extra read and
@@ -189,7 +189,7 @@ def _unanswered(cause: BaseException | None) -> Http1Error:
 
 
 class Http1Exchange:
-    """An answer being read from one pooled connection (see Exchange in agent/_seam.py)."""
+    """An answer being read from one pooled connection (see Exchange in agent/kube/_seam.py)."""
 
     http_version = "HTTP/1.1"
 

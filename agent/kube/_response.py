@@ -1,7 +1,7 @@
 """Responses of the Kubernetes client, and its one translation of errors into KubeError.
 
 ``KubeReply`` is a whole answer (status, headers, body bytes); ``KubeStream`` a response whose
-body is read as it arrives, over any transport's Exchange (agent/_seam.py).
+body is read as it arrives, over any transport's Exchange (agent/kube/_seam.py).
 ``translate()`` turns a transport's TransportError into KubeConnectionError / KubeTimeoutError
 (the one place that does), and ``status_error_from()`` an error answer into the
 KubeStatusError subclass for its code, keeping the Kubernetes Status message.

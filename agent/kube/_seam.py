@@ -3,7 +3,7 @@
 Two levels, each a Protocol:
 
 - :class:`KubeTransport` / :class:`KubeResponse`: a streamed request, all the reflector, the
-  paged list and discovery need from the client. agent/_kube_client.py's ``KubeClient``
+  paged list and discovery need from the client. agent/kube/_client.py's ``KubeClient``
   satisfies it; tests use that same client against kubesim on loopback. Promises: ``stream()``
   returns the response for every HTTP status (a 410 or 403 is not raised: the caller reads the
   Status body itself) and applies the account's authentication; ``receive_some()`` returns the
@@ -12,7 +12,7 @@ Two levels, each a Protocol:
   failure raises ``agent._errors.KubeConnectionError``.
 
 - :class:`HttpTransport` / :class:`Exchange`: one HTTP version's connections to one API
-  server (agent/_kube_h2.py for HTTP/2 over TLS, agent/_kube_http1.py for HTTP/1.1: plain
+  server (agent/kube/_h2.py for HTTP/2 over TLS, agent/kube/_http1.py for HTTP/1.1: plain
   http, proxies, servers without h2). ``open(request)`` sends a request and returns once the
   response head arrived; the body is read from the exchange, which is closed after (an
   unfinished body resets the stream or drops the connection). A transport knows no

@@ -1,7 +1,7 @@
 """The link's drain on shutdown (``Link.drain``, on SIGTERM): its theory, its state and the
-answer to an operation it ends. The code is in two places: ``Link.drain`` (agent/_link.py)
+answer to an operation it ends. The code is in two places: ``Link.drain`` (agent/link/_link.py)
 for the operations, which outlive sessions, and ``Session.drain_when_asked``
-(agent/_link_session.py) for the stream.
+(agent/link/_session.py) for the stream.
 
 Theory of operation. The session's *drain* task stops every account runner (no new watch
 data), lets the sender empty the channel and waits for the Acks of everything sent.
@@ -14,7 +14,7 @@ follows it. ``Link.drain`` returns then, or at once when no session is connected
 bounds the whole drain with a cancel scope and then cancels the link.
 
 (The server's own drain is another matter: it ends the agent's call with ``wire.DRAINING``,
-and the link reconnects at once; see agent/_link.py.)
+and the link reconnects at once; see agent/link/_link.py.)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Hello (the accounts with their cluster identity, and the previous session's toke
 resuming) and waits for the server's Welcome, which gives every account a role and, for
 PRIMARY ones, the resourceVersions the server stored per kind; messages of a kind this version
 does not know that come before it are skipped. The session's tasks (account runners, batch
-and result senders, receiver, heartbeat, drain) are in agent/_link_session.py.
+and result senders, receiver, heartbeat, drain) are in agent/link/_session.py.
 
 Operations run in the link's own nursery, not the session's: one still running when the
 stream drops finishes, and its result waits in a bounded outbox for the next session (the
@@ -32,8 +32,8 @@ How a session ended decides when the next one opens, in one place (``_until_next
   pod costs backoff, not a tight loop;
 * with several server addresses (``clouddriver.grpcAddresses``) each failure moves to the
   next one at once, and the backoff is waited once per round of failures over all of them;
-  a draining server's end moves to the next address (agent/_link_rotation.py);
-* during our own drain (``drain(deadline)``, on SIGTERM; agent/_link_drain.py) no session
+  a draining server's end moves to the next address (agent/link/_rotation.py);
+* during our own drain (``drain(deadline)``, on SIGTERM; agent/link/_drain.py) no session
   follows: ``drain`` returns once the session has ended, or at once when none is connected,
   and the caller then cancels ``run``.
 """
@@ -221,7 +221,7 @@ class Link:
 
     async def drain(self, deadline: float) -> None:
         """Drain the link for a shutdown by ``deadline`` (trio's clock); see
-        agent/_link_drain.py. Returns once the stream is closed, or at once when no session
+        agent/link/_drain.py. Returns once the stream is closed, or at once when no session
         is open. The caller cancels it at ``deadline`` if it has not returned by then."""
         state = self._state
         now = trio.current_time()

@@ -13,7 +13,7 @@ A Welcome starts the round over at the address that gave it, and so does a drain
 that ended a session we had (``wire.DRAINING``): the link moves to the next address at once
 (the drain's short spread aside) and that address starts a fresh round, since the draining
 replica is expected to refuse new sessions for a while. Plain and synchronous: the link
-(agent/_link.py) sleeps and dials; tests drive this with no event loop.
+(agent/link/_link.py) sleeps and dials; tests drive this with no event loop.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One session of the agent's link: one Connect call, from the Welcome to its end.
 
-Theory of operation. agent/_link.py opens the stream, sends Hello and reads the Welcome; then
+Theory of operation. agent/link/_link.py opens the stream, sends Hello and reads the Welcome; then
 a ``Session`` runs these tasks in the session's nursery, and they all end with it:
 
 * one *account runner* per PRIMARY account (the app's reflectors), started with the resume
@@ -14,19 +14,19 @@ a ``Session`` runs these tasks in the session's nursery, and they all end with i
   unacknowledged it waits for an Ack, so a server that falls behind receives fewer, larger
   batches. An object too large for a message travels as its metadata, marked
   OVERSIZE_ANNOTATION. A watch notice in the channel (a kind unavailable or back, an
-  account's watch scope: agent/_watch_notices.py) cuts the batch: the records before it go
+  account's watch scope: agent/watch/_notices.py) cuts the batch: the records before it go
   as one EventBatch, then the notice as its own message, then the rest; the budget's batch
   is released by the Ack of its last EventBatch;
 * the *receiver*: Acks, Assignments, Operations and Heartbeats from the server; any message
   pushes the inactivity deadline forward; a message kind or field this version does not know
-  is skipped (agent/_link_edge.py); an Ack of a batch not in flight, an empty message or a
+  is skipped (agent/link/_edge.py); an Ack of a batch not in flight, an empty message or a
   second Welcome ends the session (SessionEnded), as does the server's silence for
   ``heartbeat_seconds + heartbeat_timeout_seconds`` (when heartbeats are on);
 * the *result sender*: operation results, the ones ready together in one write; a result too
   large for the server's messages is reported as a failure (``reportable``);
 * the *account-change sender*, the only writer of AccountsChanged;
 * the *heartbeat*, every ``keepAliveHeartbeatSeconds``;
-* the *drain* task, which waits for ``Link.drain`` (agent/_link_drain.py).
+* the *drain* task, which waits for ``Link.drain`` (agent/link/_drain.py).
 
 One lock keeps messages whole on the stream. What outlives a session (the results outbox,
 account changes not yet announced, the drain's state) lives in ``LinkState``, owned by the
@@ -269,7 +269,7 @@ class Session:
             for index, part in enumerate(parts):
                 if part.notices:
                     # After the records before them: the server applies a session's
-                    # messages in order (agent/_watch_notices.py).
+                    # messages in order (agent/watch/_notices.py).
                     async with self._send_lock:
                         for message in notice_messages(part.notices):
                             await self._stream.send(message)

@@ -1,7 +1,7 @@
 """What the agent's link is given and what it reports: its settings (``clouddriver.*``), the
 callables it runs (an account's watches, an operation's handler) and its status (read by
-/ready, the admin views and the metrics). Plain data, shared by agent/_link.py (the
-reconnect loop) and agent/_link_session.py (one session).
+/ready, the admin views and the metrics). Plain data, shared by agent/link/_link.py (the
+reconnect loop) and agent/link/_session.py (one session).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class LinkSettings:
     """How to reach the server and shape the stream (from ``clouddriver.*``).
 
     ``host``/``port`` is the server's address; ``addresses``, when given, are all of them
-    (``clouddriver.grpcAddresses``), dialled in turn (agent/_link_rotation.py)."""
+    (``clouddriver.grpcAddresses``), dialled in turn (agent/link/_rotation.py)."""
 
     host: str
     port: int

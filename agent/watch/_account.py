@@ -93,7 +93,7 @@ async def run_account(
     Reflector). ``task_status.started(status)`` is called once the first
     discovery succeeded and its reflectors started. Discovery failures are retried with
     backoff and reported in ``status.discovery_error``. ``log_book`` and ``nudge`` are the
-    account's (they outlive this call: see agent/_kind_availability.py); ``nudge`` also
+    account's (they outlive this call: see agent/watch/_kind_availability.py); ``nudge`` also
     wakes the unavailable kinds' retries after every discovery.
     """
     status = status or AccountWatchStatus(account.name)

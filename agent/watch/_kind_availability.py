@@ -4,7 +4,7 @@ tells the server (docs/protocol.md §7.4).
 Theory of operation. The API server refuses a kind (401/403), stops serving it (404/406), or
 discovery drops it: the watch cannot go on, and the server must stop showing the kind's
 objects. :class:`KindAvailability` (one per reflector) then marks the reflector's state,
-puts a KindNotice into the budget channel behind the kind's events (agent/_watch_notices.py)
+puts a KindNotice into the budget channel behind the kind's events (agent/watch/_notices.py)
 and logs. Logging is per account, not per reflector: :class:`AvailabilityLog` remembers what
 was last said of each (group, kind, scope), and outlives sessions (the account keeps it), so
 an operator reads one WARNING when a kind becomes forbidden (naming the account, the kind

@@ -1,7 +1,7 @@
 """Bounded reads of whole responses, failures as Kubernetes Status errors, and the paged list.
 
 A list is read page by page (``limit`` + ``continue``), each page body whole (bounded by
-``max_page_bytes``) and decoded with its items kept raw (agent/_watchline.py). The pages go
+``max_page_bytes``) and decoded with its items kept raw (agent/watch/_lines.py). The pages go
 to the caller's ``on_page`` one at a time, so the agent holds at most one page of objects.
 A 410 on a continue token (it expired while we paged) raises ``KubeGoneError``: the caller
 starts the whole list again, as a list spread over pages of different versions is not one

@@ -13,13 +13,13 @@ Theory of operation (DESIGN section 3):
 3. The watch ends: a timeout or a disconnect resumes from the last version (no list); 410 or
    an ERROR event with 410 forgets the version and lists again; 429/5xx and network errors
    back off with jitter (honouring Retry-After); 401/403/404/406 mark the kind unavailable
-   (state, hook, a KindNotice to the server and one WARNING: agent/_kind_availability.py)
+   (state, hook, a KindNotice to the server and one WARNING: agent/watch/_kind_availability.py)
    and retry it from ~10 s up to ~2 min, at once when the account nudges. Every other
    KubeError (a credential source failed, the client was closed under us by a config
    reload) is recorded in ``state.last_error`` and retried with backoff too. Nothing here
    ends the reflector but cancellation or a closed channel. How long to wait, and when the
    backoff starts over (a watch that delivered or lived past the cap, a completed list), is
-   ``RetryPolicy``'s decision (``agent._watch_retry``); every retry is counted by reason in
+   ``RetryPolicy``'s decision (``agent.watch._retry``); every retry is counted by reason in
    ``state.retries`` and logged, at most one line per ``retry_log_interval`` (an
    unavailable kind's retries are not: it was said once).
 4. An inactivity deadline (one cancel scope, pushed forward by every read that yields
@@ -214,7 +214,8 @@ class Reflector:
     closes it. ``budget_capacity`` is the capacity of the channel's ByteBudget (a group of
     entries larger than it is sent in chunks; unknown, every group of several entries is
     sent the awaited way). ``log_book`` and ``nudge`` are the account's (what was logged of its
-    kinds' availability; the wake-up of unavailable kinds' retries: agent/_kind_availability.py).
+    kinds' availability; the wake-up of unavailable kinds' retries:
+    agent/watch/_kind_availability.py).
     ``run`` returns only by cancellation or when the channel is closed (then
     trio.BrokenResourceError / ClosedResourceError / budget.BudgetClosed propagate).
     """

@@ -1,4 +1,4 @@
-"""The HTTP/2 connections' own TLS layer (agent._kube_tls.TlsStream) against trio's TLS server
+"""The HTTP/2 connections' own TLS layer (agent.kube._tls.TlsStream) against trio's TLS server
 on loopback: one read hands over every whole TLS record already received (trio.SSLStream gives
 one record per read, a scheduler pass each), writes reach the server, and the end of the
 connection reads as b""."""

@@ -1,4 +1,4 @@
-"""AddressRotation, the link's choice of the next server address (agent/_link_rotation.py): a
+"""AddressRotation, the link's choice of the next server address (agent/link/_rotation.py): a
 failure moves to the next address at once, the backoff comes once per round of failures, a
 Welcome or a drain starts a round over. Plain objects, no event loop."""
 

@@ -1,5 +1,5 @@
 """Artifact binding, sans-I/O: every reference type of Clouddriver's replacers, the namespace
-and account filter, and which artifact wins (agent/_operations/_binding.py)."""
+and account filter, and which artifact wins (agent/operations/_binding.py)."""
 
 from __future__ import annotations
 

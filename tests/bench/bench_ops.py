@@ -101,7 +101,7 @@ class _Rest:
     cores, so it has to be cheap or it measures itself: httpx cost ~2 ms of CPU per request at
     50 concurrent clients (most in httpcore's pool, which scans every connection per request),
     more than the server spends on the request. This goes through the agent's own HTTP/1.1
-    pool (agent/_kube_http1.py: a stack of idle connections, one write per request).
+    pool (agent/kube/_http1.py: a stack of idle connections, one write per request).
     """
 
     def __init__(self, port: int) -> None:
