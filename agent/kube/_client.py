@@ -132,7 +132,6 @@ class KubeClient:
         account: str = "",
     ) -> None:
         self.access = access
-        self.base_url = access.server
         parts = urlsplit(access.server)
         self.host = parts.netloc
         self.retries = retries

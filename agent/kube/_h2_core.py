@@ -116,7 +116,6 @@ class Stream:
     #: the connection ended under it (EOF, reset, our close), rather than a stream error
     lost: bool = False
     closed_by_us: bool = False  # ... because we closed the connection
-    reset_by_us: bool = False
     # outbound
     send_window: int = _DEFAULT_WINDOW
     pending: memoryview | None = None  # request body not yet sent (waits for window)
@@ -299,7 +298,6 @@ class H2Core:
         # early, 413): either way the server must hear that nothing more comes.
         unfinished = not stream.done or (stream.ended and not stream.sent_all)
         if unfinished and self.error is None:
-            stream.reset_by_us = True
             self._out += _frame(_RST_STREAM, 0, stream.stream_id, CANCEL.to_bytes(4, "big"))
         if held:
             self._return_connection_credit(held)
@@ -519,7 +517,6 @@ class H2Core:
     def _stream_error(self, stream: Stream, message: str, touched: list[Stream]) -> None:
         """A stream error (section 5.4.2): reset the stream, tell its consumer."""
         stream.error = f"the server broke the HTTP/2 stream: {message}"
-        stream.reset_by_us = True
         self._drop_pending(stream)
         self._out += _frame(_RST_STREAM, 0, stream.stream_id, PROTOCOL_ERROR.to_bytes(4, "big"))
         touched.append(stream)

@@ -45,10 +45,6 @@ class ListCaps:
             self._accounts[account] = caps
         return caps
 
-    def forget_account(self, account: str) -> None:
-        """Drop a removed account's cap (its reflectors must have stopped)."""
-        self._accounts.pop(account, None)
-
 
 class AccountListCaps:
     """Both caps as one: ``acquire`` takes the account's then the total, ``release`` both."""

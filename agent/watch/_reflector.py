@@ -158,7 +158,6 @@ class ReflectorState:
     relists: int = 0
     stalls: int = 0
     events: int = 0
-    event_bytes: int = 0
     streaming: bool = False
     last_error: str = ""
     #: the last request failed and none has succeeded since (``last_error`` says why); a
@@ -616,7 +615,6 @@ class Reflector:
         scope = self.target.scope
         fixed = self._fixed_size + len(scope)
         in_initial = initial is not None and not initial.done
-        received = 0
         for event in events:
             kinds = _ENTRY_KINDS.get(event.type)
             if kinds is not None:
@@ -624,7 +622,6 @@ class Reflector:
                     continue
                 # Ordinary objects were stripped by the decoder (it had the metadata at hand).
                 data = self._scrubber.secret(event.object) if self._is_secret else event.object
-                received += len(data)
                 record = EventRecord(
                     kinds[0],
                     account,
@@ -650,7 +647,6 @@ class Reflector:
                 break
             # Unknown event types are skipped: the API may grow new ones.
         self.state.events += len(entries)
-        self.state.event_bytes += received
         return entries
 
     def _marker(self, event_type: EventType, resource_version: str) -> Entry:

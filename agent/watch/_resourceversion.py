@@ -17,12 +17,10 @@ class ResourceVersionTracker:
     ``current`` is None when the reflector must (re)list, else the version to watch from.
     """
 
-    __slots__ = ("_current", "expired_count", "observed_count")
+    __slots__ = ("_current",)
 
     def __init__(self, resume_from: str | None = None) -> None:
         self._current = resume_from or None
-        self.observed_count = 0
-        self.expired_count = 0
 
     @property
     def current(self) -> str | None:
@@ -46,9 +44,7 @@ class ResourceVersionTracker:
         """An event or bookmark arrived carrying this version (empty ones are ignored)."""
         if resource_version:
             self._current = resource_version
-            self.observed_count += 1
 
     def expired(self) -> None:
         """The API server answered 410 Gone for the current version: forget it."""
         self._current = None
-        self.expired_count += 1
