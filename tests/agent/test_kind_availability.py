@@ -25,6 +25,7 @@ from agent import AccountConfig, AccountWatchStatus, ReflectorSettings, run_acco
 from agent.watch._kind_availability import AvailabilityLog, Nudge
 from agent.watch._notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice
 from agent.watch._retry import RetryReason
+from tests._wait import wait_until
 
 from .operations_harness import widget_crd
 from .test_reflector import Env, open_env, pod
@@ -140,7 +141,8 @@ async def test_revoked_rbac_is_said_once_backs_off_and_comes_back(
             env.sim.create(config_map("while-forbidden"))
             restored_at = trio.current_time()
             env.server.set_grants("agent", READ_ALL)
-            await env.receiver.wait_for(lambda: state.available)
+            # The next retry may be up to the 2 min cap away: wait that long, not wait_for's 60 s.
+            await wait_until(lambda: state.available, timeout=120.0 + 1)
             assert trio.current_time() - restored_at <= 120.0 + 1
             await env.receiver.wait_for(
                 lambda: env.receiver.names("ConfigMap") == {"c", "while-forbidden"}
