@@ -1,31 +1,24 @@
-"""agent package."""
+"""The agent: watches Kubernetes clusters and runs operations, over one stream to the server.
 
-# -- config, errors (the config/client engineer) -------------------------------------------------
-# -- data path: discovery, reflectors, secrets (the reflector engineer) ---------------------------
-# -- the link and the composition (the lead) ----------------------------------------------------
-from ._account_watch import AccountWatchStatus, ResumeKey, run_account
+Its parts, innermost first (import-linter keeps each from importing the ones after it):
+
+- ``config``      the option model, loading the file, live reload
+- ``kube``        the Kubernetes client: kubeconfig, credentials, one transport seam, HTTP/2 and
+                  HTTP/1.1
+- ``watch``       the data path: discovery, reflectors, listing, watch lines, retries, notices
+- ``operations``  Clouddriver's operations: deploy, delete, rollout, ... with kubectl's apply
+- ``link``        the gRPC stream to the server: sessions, batches, heartbeats, drain
+
+Here, above them: the composition (``_app``: config -> budget -> accounts -> link, reload),
+the accounts (``_accounts``), the status, health and metrics endpoints (``_status``,
+``_health``, ``_metrics``), and what every part shares: the one exception tree
+(``_errors``), ``Backoff`` (``_backoff``) and the account named in every log line
+(``_log_context``).
+"""
+
 from ._accounts import AccountSet, AccountState
 from ._app import Agent, build_agent, link_settings, parse_grpc_address, run_agent
 from ._backoff import Backoff
-from ._config_load import default_config_path, load_config, parse_config
-from ._config_reload import AccountsDiff, diff_accounts, diff_config, watch_config
-from ._config_schema import (
-    AccountConfig,
-    ClouddriverConfig,
-    Config,
-    KubernetesConfig,
-)
-from ._config_values import parse_duration, parse_size
-from ._discovery import (
-    DiscoveryResult,
-    KindFilter,
-    KindInfo,
-    TargetDiff,
-    WatchTarget,
-    diff_targets,
-    discover,
-    select_targets,
-)
 from ._errors import (
     AgentError,
     ConfigError,
@@ -43,30 +36,70 @@ from ._errors import (
     KubeTimeoutError,
     KubeTooManyRequestsError,
     KubeUnauthorizedError,
+    LineTooLong,
     LinkTimeoutError,
+    WatchDecodeError,
+    WatchError,
 )
 from ._health import health_app, metrics_app, serve_http
-from ._kube_client import (
+from ._log_context import account_logs, log_context
+from ._metrics import metrics_registry
+from ._status import AgentStatus, OperationRecord
+from .config import (
+    AccountConfig,
+    AccountsDiff,
+    ClouddriverConfig,
+    Config,
+    KubernetesConfig,
+    default_config_path,
+    diff_accounts,
+    diff_config,
+    load_config,
+    parse_config,
+    parse_duration,
+    parse_size,
+    watch_config,
+)
+from .kube import (
+    ClusterAccess,
     ClusterIdentity,
     KubeClient,
     KubeReply,
+    KubeResponse,
     KubeStream,
+    KubeTransport,
     access_for_account,
+    load_kubeconfig,
     open_kube_client,
+    parse_kubeconfig,
+    service_account_access,
 )
-from ._kubeconfig import ClusterAccess, load_kubeconfig, parse_kubeconfig, service_account_access
-from ._link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus
-from ._log_context import account_logs, log_context
-from ._metrics import metrics_registry
-from ._operations import OperationExecutor, OperationSettings
-from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
-from ._scrub import Scrubber
-from ._seam import KubeResponse, KubeTransport
-from ._status import AgentStatus, OperationRecord
-from ._tasks import AccountListCaps, ListCaps
-from ._token import TokenSource
-from ._watch_errors import LineTooLong, WatchDecodeError, WatchError
-from ._watchline import WatchDecoder, WatchEvent, decode_list_page
+from .link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus, TokenSource
+from .operations import OperationExecutor, OperationSettings
+from .watch import (
+    AccountListCaps,
+    AccountWatchStatus,
+    BookmarkKey,
+    DiscoveryResult,
+    KindFilter,
+    KindInfo,
+    ListCaps,
+    Reflector,
+    ReflectorHooks,
+    ReflectorSettings,
+    ReflectorState,
+    ResumeKey,
+    Scrubber,
+    TargetDiff,
+    WatchDecoder,
+    WatchEvent,
+    WatchTarget,
+    decode_list_page,
+    diff_targets,
+    discover,
+    run_account,
+    select_targets,
+)
 
 __all__ = [
     "OVERSIZE_ANNOTATION",

@@ -22,18 +22,20 @@ import yaml
 from budget import EventSender
 from wire import messages
 
-from ._account_watch import AccountWatchStatus, run_account
 from ._backoff import Backoff
-from ._config_load import parse_config
-from ._config_reload import diff_config
-from ._config_schema import AccountConfig, Config
 from ._errors import AgentError, ConfigError
-from ._kind_availability import AvailabilityLog, Nudge
-from ._kube_client import ClusterIdentity, KubeClient, open_kube_client
-from ._link import ResumeKey
 from ._log_context import account_logs
-from ._reflector import ReflectorSettings
-from ._tasks import ListCaps
+from .config import AccountConfig, Config, diff_config, parse_config
+from .kube import ClusterIdentity, KubeClient, open_kube_client
+from .link import ResumeKey
+from .watch import (
+    AccountWatchStatus,
+    AvailabilityLog,
+    ListCaps,
+    Nudge,
+    ReflectorSettings,
+    run_account,
+)
 
 log = logging.getLogger("agent.accounts")
 

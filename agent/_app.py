@@ -24,18 +24,14 @@ from wire import messages
 
 from ._accounts import AccountSet
 from ._backoff import Backoff
-from ._config_load import load_config
-from ._config_reload import watch_config
-from ._config_schema import ClouddriverConfig, Config
 from ._errors import ConfigError
 from ._health import health_app, metrics_app, serve_http
-from ._link import Link, LinkSettings
-from ._link_rotation import ServerAddress
 from ._log_context import account_logs, agent_logs
 from ._metrics import metrics_registry
-from ._operations import OperationExecutor, OperationSettings
 from ._status import AgentStatus
-from ._token import TokenSource
+from .config import ClouddriverConfig, Config, load_config, watch_config
+from .link import Link, LinkSettings, ServerAddress, TokenSource
+from .operations import OperationExecutor, OperationSettings
 
 log = logging.getLogger("agent")
 
@@ -253,7 +249,7 @@ async def run_agent(
 async def drain_agent(agent: Agent) -> None:
     """Drain for a shutdown within ``shutdown.drainSeconds``: no new watch data, what the
     agent holds sent and acknowledged, running operations finished or ended with a
-    retryable failure, the stream closed (agent/_link_drain.py). Past the bound it
+    retryable failure, the stream closed (agent/link/_drain.py). Past the bound it
     gives up and logs what was left; the caller then cancels the agent."""
     bound = agent.config.shutdown.drain_seconds
     log.info("shutdown: draining (at most %g s)", bound)

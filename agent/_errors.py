@@ -2,7 +2,7 @@
 
 Every error the agent raises on purpose derives from :class:`AgentError`. Errors of the
 libraries underneath (ssl, yaml, OS errors, and the Kubernetes transports' TransportError, in
-agent/_kube_response.py's ``translate``) are translated at the edge that calls them, with
+agent/kube/_response.py's ``translate``) are translated at the edge that calls them, with
 ``raise ... from exc`` so the original stays visible in tracebacks. Dependency exceptions are
 never subclassed.
 
@@ -27,6 +27,12 @@ docs/protocol.md §11.3)::
             ├── KubeGoneError           410 (expired resourceVersion or continue token: relist)
             ├── KubeTooManyRequestsError 429 (see ``retry_after``)
             └── KubeServerError         5xx
+    └── WatchError                  the data path's own (discovery, listing, watching); a body
+        │                           cut inside a line is a KubeConnectionError, a watch ERROR
+        │                           event a KubeStatusError (built with ``status_error``)
+        └── WatchDecodeError        a watch line, list page or discovery document that is
+            │                       not what the API promises (says what and where)
+            └── LineTooLong         one line longer than the decoder's hard cap
 """
 
 from __future__ import annotations
@@ -51,7 +57,10 @@ __all__ = [
     "KubeTooManyRequestsError",
     "KubeUnauthorizedError",
     "KubeconfigError",
+    "LineTooLong",
     "LinkTimeoutError",
+    "WatchDecodeError",
+    "WatchError",
     "status_error",
 ]
 
@@ -162,6 +171,23 @@ class KubeTooManyRequestsError(KubeStatusError):
 
 class KubeServerError(KubeStatusError):
     """5xx: the API server (or something in front of it) failed."""
+
+
+class WatchError(AgentError):
+    """Root of the data path's own errors."""
+
+
+class WatchDecodeError(WatchError):
+    """A watch line, list page or discovery document could not be decoded."""
+
+
+class LineTooLong(WatchDecodeError):
+    """A single watch line exceeded the decoder's hard cap (the peer misbehaves)."""
+
+    def __init__(self, limit: int, seen: int) -> None:
+        super().__init__(f"watch line exceeds {limit} bytes (saw {seen} bytes without a newline)")
+        self.limit = limit
+        self.seen = seen
 
 
 _BY_CODE: dict[int, type[KubeStatusError]] = {

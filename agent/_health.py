@@ -19,10 +19,10 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 from prometheus_client import CollectorRegistry
 
-from ._config_schema import ServerSslConfig
 from ._errors import ConfigError
 from ._metrics import CONTENT_TYPE_LATEST, render_metrics
 from ._status import AgentStatus, accounts_view, operations_view, watches_view
+from .config import ServerSslConfig
 
 __all__ = ["health_app", "metrics_app", "serve_http"]
 

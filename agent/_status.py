@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ._account_watch import AccountWatchStatus
 from ._accounts import AccountState
-from ._link import LinkStatus
-from ._sync_progress import sync_progress
+from .link import LinkStatus
+from .operations import OperationRecord
+from .watch import AccountWatchStatus, sync_progress
 
 __all__ = ["AgentStatus", "BudgetStats", "OperationRecord", "accounts_view", "watches_view"]
 
@@ -41,19 +41,6 @@ class BudgetStats(Protocol):
     def waits(self) -> int: ...
     @property
     def wait_seconds(self) -> float: ...
-
-
-@dataclass(slots=True)
-class OperationRecord:
-    """One operation the server sent, as ``/operations`` lists it."""
-
-    id: str
-    account: str
-    type: str
-    started_at: float = field(default_factory=time.time)
-    finished_at: float | None = None
-    ok: bool | None = None  # None while running
-    error: str = ""
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""The agent's option table for the README, generated from agent/_config_schema.py.
+"""The agent's option table for the README, generated from agent/config/_schema.py.
 
 ``option_rows()`` walks the frozen config dataclasses (their defaults are the defaults) and
 names each field as the config file spells it. ``markdown_table()`` renders the README's

@@ -33,7 +33,7 @@ _POLL = 0.25  # seconds between progress/status samples
 _SYNC_PATIENCE = 120.0  # give up waiting for the initial sync after this long
 _DEPLOY_PATIENCE = 30.0
 _PRIMARY_PATIENCE = 15.0  # several replicas: wait this long for the PRIMARY to show
-# The agent's own answer when it was built without an operations executor (agent/_link.py).
+# The agent's own answer when it was built without an operations executor (agent/link/_link.py).
 _NO_EXECUTOR = "UNSUPPORTED"
 
 

@@ -248,7 +248,7 @@ MAX_YAML_DEPTH = 64
 class _BoundedLoader(yaml.SafeLoader):
     """SafeLoader that refuses documents nesting deeper than MAX_YAML_DEPTH: PyYAML composes
     nodes by recursion, so a deep enough document (``a: [[[[...``) raised RecursionError
-    instead of an error naming its place. (The agent has the same loader, agent/_yaml.py:
+    instead of an error naming its place. (The agent has the same loader, agent/config/_yaml.py:
     the two packages share no code.)"""
 
     _depth = 0

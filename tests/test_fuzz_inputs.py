@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 import wire
 from agent import ConfigError as AgentConfigError
 from agent import KubeconfigError
-from agent._config_load import parse_config
-from agent._kubeconfig import parse_kubeconfig
+from agent.config._load import parse_config
+from agent.kube._kubeconfig import parse_kubeconfig
 from server import ConfigError as ServerConfigError
 from server import load_server_config, parse_server_config
 from server.ops import OPERATIONS, OperationError, normalize, parse_request

@@ -12,7 +12,7 @@ from typing import Any
 
 import kubesim
 from agent import AccountConfig, KubeClient, open_kube_client
-from agent._operations import OperationExecutor
+from agent.operations import OperationExecutor
 from wire import messages
 
 _ids = itertools.count(1)

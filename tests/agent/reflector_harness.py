@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from agent._watch_notices import KindNotice, Notice, ScopeNotice
+from agent.watch._notices import KindNotice, Notice, ScopeNotice
 from budget import EventReceiver
 from wire import EventRecord, EventType
 

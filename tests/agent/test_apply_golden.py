@@ -22,16 +22,16 @@ import trio
 
 import kubesim
 from agent import AccountConfig, KubeClient, open_kube_client
-from agent._operations import parse_v3, three_way_strategic_merge_patch
-from agent._operations._apply import _with_last_applied, apply_object
-from agent._operations._context import OperationContext, OperationSettings
-from agent._operations._deploy import DEPLOY
-from agent._operations._description import Description
-from agent._operations._kinds import KindResolver
-from agent._operations._kube import Cluster
-from agent._operations._manifests import LAST_APPLIED, Strategy
-from agent._operations._openapi import PatchSchemas
-from agent._operations._outcome import Outcome
+from agent.operations import parse_v3, three_way_strategic_merge_patch
+from agent.operations._apply import _with_last_applied, apply_object
+from agent.operations._context import OperationContext, OperationSettings
+from agent.operations._deploy import DEPLOY
+from agent.operations._description import Description
+from agent.operations._kinds import KindResolver
+from agent.operations._kube import Cluster
+from agent.operations._manifests import LAST_APPLIED, Strategy
+from agent.operations._openapi import PatchSchemas
+from agent.operations._outcome import Outcome
 from tests.agent.golden import REAL_APPS_V1, RESULTS, strip_volatile, write_record
 
 RECORDED = sorted(RESULTS.glob("*.json"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent import ConfigError, load_config, parse_config, parse_duration, parse_size
-from agent._config_load import default_config_path
+from agent.config._load import default_config_path
 
 FULL = """
 clouddriver:

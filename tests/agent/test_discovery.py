@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from agent._config_schema import AccountConfig, CustomResourceDefinition
-from agent._discovery import (
+from agent._errors import WatchDecodeError
+from agent.config._schema import AccountConfig, CustomResourceDefinition
+from agent.watch._discovery import (
     KindFilter,
     KindInfo,
     WatchTarget,
@@ -16,7 +17,6 @@ from agent._discovery import (
     parse_resource_list,
     select_targets,
 )
-from agent._watch_errors import WatchDecodeError
 
 LW = ["create", "delete", "get", "list", "patch", "update", "watch"]
 

@@ -11,15 +11,15 @@ import pytest
 import trio
 
 from agent import AccountConfig, ClusterIdentity, ConfigError
-from agent._account_watch import AccountWatchStatus
 from agent._accounts import AccountState
-from agent._config_schema import ServerSslConfig
-from agent._discovery import KindInfo, WatchTarget
 from agent._health import health_app, metrics_app, serve_http
-from agent._link import LinkStatus
 from agent._metrics import metrics_registry
-from agent._reflector import ReflectorState
 from agent._status import AgentStatus
+from agent.config._schema import ServerSslConfig
+from agent.link._link import LinkStatus
+from agent.watch._account import AccountWatchStatus
+from agent.watch._discovery import KindInfo, WatchTarget
+from agent.watch._reflector import ReflectorState
 from budget import ByteBudget
 
 from ._kube_edge import make_pki

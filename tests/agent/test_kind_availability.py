@@ -22,9 +22,9 @@ import trio.testing
 
 import kubesim
 from agent import AccountConfig, AccountWatchStatus, ReflectorSettings, run_account
-from agent._kind_availability import AvailabilityLog, Nudge
-from agent._watch_notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice
-from agent._watch_retry import RetryReason
+from agent.watch._kind_availability import AvailabilityLog, Nudge
+from agent.watch._notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice
+from agent.watch._retry import RetryReason
 
 from .operations_harness import widget_crd
 from .test_reflector import Env, open_env, pod

@@ -13,8 +13,8 @@ import trio
 import trio.testing
 
 from agent import KubeCredentialError
-from agent._kube_auth import Credential, ExecPlugin, TokenFile, credential_source
-from agent._kubeconfig import ClusterAccess, ExecConfig
+from agent.kube._auth import Credential, ExecPlugin, TokenFile, credential_source
+from agent.kube._kubeconfig import ClusterAccess, ExecConfig
 
 V1 = "client.authentication.k8s.io/v1"
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

@@ -25,9 +25,9 @@ from agent import (
     KubeTimeoutError,
     KubeTooManyRequestsError,
 )
-from agent._config_schema import RetriesConfig
-from agent._kube_client import KubeClient
-from agent._kubeconfig import ClusterAccess, ExecConfig
+from agent.config._schema import RetriesConfig
+from agent.kube._client import KubeClient
+from agent.kube._kubeconfig import ClusterAccess, ExecConfig
 
 from ._kube_edge import ApiServer, Pki, Reply, Seen, make_pki, serve_api, status_body
 

@@ -17,8 +17,8 @@ import h2.events
 import pytest
 import trio
 
-from agent._kube_client import KubeClient
-from agent._kubeconfig import ClusterAccess
+from agent.kube._client import KubeClient
+from agent.kube._kubeconfig import ClusterAccess
 
 from ._kube_edge import Pki, make_pki
 

@@ -22,9 +22,9 @@ import trio
 import trio.testing
 
 from agent import KubeClosedError, KubeConnectionError, KubeStream, KubeTimeoutError
-from agent._config_schema import RetriesConfig
-from agent._kube_client import KubeClient
-from agent._kubeconfig import ClusterAccess, ExecConfig
+from agent.config._schema import RetriesConfig
+from agent.kube._client import KubeClient
+from agent.kube._kubeconfig import ClusterAccess, ExecConfig
 
 from ._kube_edge import Pki, Reply, Seen, make_pki, serve_api
 

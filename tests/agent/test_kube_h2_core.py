@@ -1,4 +1,4 @@
-"""The sans-I/O HTTP/2 client core (agent._kube_h2_core) back to back with the h2 library's
+"""The sans-I/O HTTP/2 client core (agent.kube._h2_core) back to back with the h2 library's
 server side, no network: requests and answers, request bodies that wait for flow-control
 window, credit returned as the consumer reads, GOAWAY (streams it covers go on, the others
 are unprocessed), REFUSED_STREAM, header blocks in CONTINUATIONs, padding, and the peer's
@@ -11,7 +11,7 @@ import h2.connection
 import h2.events
 import pytest
 
-from agent._kube_h2_core import H2Core, H2ProtocolError, Stream
+from agent.kube._h2_core import H2Core, H2ProtocolError, Stream
 
 
 class Server:

@@ -10,8 +10,8 @@ import trio
 
 import kubesim
 from agent import AccountConfig, open_kube_client
-from agent._kube_h2 import STREAM_WINDOW, H2Exchange
-from agent._watchline import WatchDecoder
+from agent.kube._h2 import STREAM_WINDOW, H2Exchange
+from agent.watch._lines import WatchDecoder
 
 PODS = 1500  # ~6.6 MB of events: more than six stream windows
 

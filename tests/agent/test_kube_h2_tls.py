@@ -1,4 +1,4 @@
-"""The HTTP/2 connections' own TLS layer (agent._kube_tls.TlsStream) against trio's TLS server
+"""The HTTP/2 connections' own TLS layer (agent.kube._tls.TlsStream) against trio's TLS server
 on loopback: one read hands over every whole TLS record already received (trio.SSLStream gives
 one record per read, a scheduler pass each), writes reach the server, and the end of the
 connection reads as b""."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agent._kube_tls import TlsStream as _TlsStream
+from agent.kube._tls import TlsStream as _TlsStream
 
 from .._wait import wait_until
 from ._kube_edge import Pki, make_pki

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hpack
 import pytest
 
-from agent._kube_hpack import Decoder, HpackError, encode_field
+from agent.kube._hpack import Decoder, HpackError, encode_field
 
 REQUEST = [
     (b":method", b"GET"),

@@ -10,10 +10,10 @@ import pytest
 import trio
 
 from agent import KubeConnectionError, KubeError
-from agent._config_schema import RetriesConfig
-from agent._kube_client import KubeClient
-from agent._kube_http1_parse import BodyTooLarge, Http1Error, ResponseReader
-from agent._kubeconfig import ClusterAccess
+from agent.config._schema import RetriesConfig
+from agent.kube._client import KubeClient
+from agent.kube._http1_parse import BodyTooLarge, Http1Error, ResponseReader
+from agent.kube._kubeconfig import ClusterAccess
 
 NO_RETRIES = RetriesConfig(enabled=False)
 

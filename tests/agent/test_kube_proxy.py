@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent._kube_proxy import no_proxy_matches, select_proxy
+from agent.kube._proxy import no_proxy_matches, select_proxy
 
 ENV = {"HTTPS_PROXY": "http://proxy:3128", "http_proxy": "http://plain-proxy:8080"}
 

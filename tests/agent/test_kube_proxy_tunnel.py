@@ -14,9 +14,9 @@ import trio
 
 import kubesim
 from agent import KubeConnectionError
-from agent._config_schema import RetriesConfig
-from agent._kube_client import KubeClient
-from agent._kubeconfig import ClusterAccess, load_kubeconfig
+from agent.config._schema import RetriesConfig
+from agent.kube._client import KubeClient
+from agent.kube._kubeconfig import ClusterAccess, load_kubeconfig
 
 NO_RETRIES = RetriesConfig(enabled=False)
 

@@ -19,8 +19,8 @@ import pytest
 import trio
 
 import kubesim
-from agent._kube_client import KubeClient
-from agent._kubeconfig import ClusterAccess, load_kubeconfig
+from agent.kube._client import KubeClient
+from agent.kube._kubeconfig import ClusterAccess, load_kubeconfig
 
 from ._kube_edge import Pki, Reply, Seen, make_pki, serve_api, status_body
 

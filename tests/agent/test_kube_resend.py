@@ -14,7 +14,7 @@ import trio
 
 import kubesim
 from agent import AccountConfig, KubeClient, KubeConnectionError, open_kube_client
-from agent._discovery import discover
+from agent.watch._discovery import discover
 
 TRANSPORTS = [
     pytest.param(True, True, id="h2-tls"),

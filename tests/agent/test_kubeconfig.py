@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from agent import AccountConfig, KubeconfigError
-from agent._kube_client import access_for_account
-from agent._kubeconfig import load_kubeconfig, parse_kubeconfig, service_account_access
+from agent.kube._client import access_for_account
+from agent.kube._kubeconfig import load_kubeconfig, parse_kubeconfig, service_account_access
 
 from ._kube_edge import make_pki
 

@@ -3,7 +3,7 @@
 to the next at once, and backs off only once every address has failed in a row.
 
 Each test gives the link a 60 s backoff: a connect that still comes within seconds came
-without it. The sequence itself is agent/_link_rotation.py's (tests/agent/
+without it. The sequence itself is agent/link/_rotation.py's (tests/agent/
 test_link_rotation.py).
 """
 

@@ -24,8 +24,8 @@ import trio
 import server
 import wire
 from agent import Backoff
-from agent._link import Link, LinkSettings
-from agent._link_rotation import ServerAddress
+from agent.link._link import Link, LinkSettings
+from agent.link._rotation import ServerAddress
 from budget import ByteBudget, EventSender
 from wire import messages
 

@@ -1,4 +1,4 @@
-"""Watch notices travel in order with the events (agent/_watch_notices.py): the real Link cuts
+"""Watch notices travel in order with the events (agent/watch/_notices.py): the real Link cuts
 a budget batch at a notice, sends the records before it as one EventBatch, the notice as a
 KindStatus or WatchScope, then the rest; the budget's bytes come back with the last Ack."""
 
@@ -12,8 +12,8 @@ import trio
 
 import wire
 from agent import Backoff
-from agent._link import Link, LinkSettings
-from agent._watch_notices import (
+from agent.link._link import Link, LinkSettings
+from agent.watch._notices import (
     GONE_FROM_DISCOVERY,
     KindNotice,
     ScopeNotice,

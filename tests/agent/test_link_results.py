@@ -3,7 +3,7 @@ failure instead of being retried (with the results behind it) by every session."
 
 from __future__ import annotations
 
-from agent._link import reportable
+from agent.link._link import reportable
 from wire import messages
 from wire._envelope import encode_operation_result
 

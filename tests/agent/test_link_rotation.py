@@ -1,4 +1,4 @@
-"""AddressRotation, the link's choice of the next server address (agent/_link_rotation.py): a
+"""AddressRotation, the link's choice of the next server address (agent/link/_rotation.py): a
 failure moves to the next address at once, the backoff comes once per round of failures, a
 Welcome or a drain starts a round over. Plain objects, no event loop."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent import Backoff, ConfigError, link_settings, parse_config
-from agent._link_rotation import AddressRotation, ServerAddress
+from agent.link._rotation import AddressRotation, ServerAddress
 
 A, B, C = ServerAddress("a", 9091), ServerAddress("b", 9091), ServerAddress("c", 9092)
 

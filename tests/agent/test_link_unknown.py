@@ -16,8 +16,8 @@ import trio
 
 import wire
 from agent import AgentStatus, Backoff
-from agent._link import Link, LinkSettings
 from agent._metrics import metrics_registry, render_metrics
+from agent.link._link import Link, LinkSettings
 from budget import ByteBudget, EventSender
 from wire import messages as m
 

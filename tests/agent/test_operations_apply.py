@@ -13,8 +13,8 @@ import trio
 
 import kubesim
 from agent import AccountConfig, open_kube_client
-from agent._operations._kinds import KindResolver
-from agent._operations._openapi import PatchSchemas
+from agent.operations._kinds import KindResolver
+from agent.operations._openapi import PatchSchemas
 from tests.agent.operations_harness import OpsBench, assert_ok, deployment, open_ops_bench
 
 STRATEGIC = "application/strategic-merge-patch+json"

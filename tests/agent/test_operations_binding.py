@@ -1,5 +1,5 @@
 """Artifact binding, sans-I/O: every reference type of Clouddriver's replacers, the namespace
-and account filter, and which artifact wins (agent/_operations/_binding.py)."""
+and account filter, and which artifact wins (agent/operations/_binding.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from agent._operations import REPLACERS, bind
-from agent._operations._binding import references, upstream_bound
+from agent.operations import REPLACERS, bind
+from agent.operations._binding import references, upstream_bound
 
 
 def _artifact(kind: str, name: str, reference: str, **extra: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from agent._operations import OperationExecutor
+from agent.operations import OperationExecutor
 from tests.agent.operations_harness import Ran, assert_ok, deployment, job, open_ops_bench
 from wire import messages
 

@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 import kubesim
-from agent._operations._traffic import attach_patch, detach_patch, selector_string
+from agent.operations._traffic import attach_patch, detach_patch, selector_string
 from tests.agent.operations_harness import assert_ok, deployment, open_ops_bench, replica_set
 
 LB = "traffic.spinnaker.io/load-balancers"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agent import KindInfo
-from agent._operations import (
+from agent.operations import (
     InvalidOperation,
     Strategy,
     bind,
@@ -18,9 +18,9 @@ from agent._operations import (
     next_version,
     three_way_merge_patch,
 )
-from agent._operations._delete import delete_options, label_selector
-from agent._operations._description import Description
-from agent._operations._manifests import is_versioned, label_moniker
+from agent.operations._delete import delete_options, label_selector
+from agent.operations._description import Description
+from agent.operations._manifests import is_versioned, label_moniker
 
 
 def test_three_way_patch_sets_changes_deletes_what_we_dropped_and_keeps_foreign_fields() -> None:

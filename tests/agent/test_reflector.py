@@ -31,7 +31,7 @@ from agent import (
     WatchTarget,
     run_account,
 )
-from agent._kube_client import KubeClient, open_kube_client
+from agent.kube._client import KubeClient, open_kube_client
 from budget import ByteBudget, EventSender, open_event_channel
 from wire import EventType
 

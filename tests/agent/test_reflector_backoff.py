@@ -28,7 +28,7 @@ import trio.testing
 
 import kubesim
 from agent import Reflector, ReflectorSettings, WatchTarget
-from agent._watch_retry import Retry, RetryReason
+from agent.watch._retry import Retry, RetryReason
 
 from .test_reflector import PODS, Env, open_env, pod
 

@@ -27,7 +27,7 @@ from agent import (
     WatchTarget,
     run_account,
 )
-from agent._kube_client import open_kube_client
+from agent.kube._client import open_kube_client
 from budget import ByteBudget, EventSender, open_event_channel
 
 from .reflector_harness import Receiver

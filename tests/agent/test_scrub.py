@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agent._scrub import LAST_APPLIED_ANNOTATION, Scrubber
+from agent.watch._scrub import LAST_APPLIED_ANNOTATION, Scrubber
 
 SECRET_VALUE = "c3VwZXItc2VjcmV0LXZhbHVl"
 

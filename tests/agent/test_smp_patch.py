@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from agent._operations import (
+from agent.operations import (
     InvalidOperation,
     PatchSchema,
     parse_v2,
     parse_v3,
     three_way_strategic_merge_patch,
 )
-from agent._operations._smp_schema import KindPatch
+from agent.operations._smp_schema import KindPatch
 
 
 def _ref3(name: str) -> dict[str, Any]:

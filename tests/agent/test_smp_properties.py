@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent._operations import parse_v3, three_way_strategic_merge_patch
+from agent.operations import parse_v3, three_way_strategic_merge_patch
 from kubesim._openapi import OpenApiDocs
 from kubesim._resources import BUILTIN_TYPES
 from kubesim._strategic import apply_strategic_merge_patch

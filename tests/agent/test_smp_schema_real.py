@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from agent._operations import PatchSchema, parse_v3
-from agent._operations._smp_schema import FieldPatch, KindPatch
+from agent.operations import PatchSchema, parse_v3
+from agent.operations._smp_schema import FieldPatch, KindPatch
 from kubesim._openapi import OpenApiDocs
 from kubesim._resources import BUILTIN_TYPES
 from tests.agent.golden import REAL_APPS_V1

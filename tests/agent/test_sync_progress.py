@@ -1,4 +1,4 @@
-"""An account's initial sync, followed (agent/_sync_progress.py): kinds done / total and
+"""An account's initial sync, followed (agent/watch/_sync_progress.py): kinds done / total and
 objects so far in ``/accounts`` while a kind's list is held back in kubesim, a progress line
 at most every 5 s (on trio's virtual clock), and one line when it is done with the time it
 took. Against kubesim over TLS with the agent's real client and ``run_account``."""
@@ -17,7 +17,7 @@ import trio.testing
 
 from agent import AccountConfig, AccountState, AccountWatchStatus, AgentStatus, run_account
 from agent._status import accounts_view
-from agent._sync_progress import progress_line, sync_progress
+from agent.watch._sync_progress import progress_line, sync_progress
 
 from .._wait import wait_until
 from .test_kind_availability import config_map
@@ -99,7 +99,7 @@ async def test_progress_shows_while_a_list_is_held_and_the_end_says_how_long(
 
 def test_a_kind_is_done_when_all_its_watches_are_synced_or_unavailable() -> None:
     from agent import KindInfo, WatchTarget
-    from agent._reflector import ReflectorState
+    from agent.watch._reflector import ReflectorState
 
     def state(kind: str, namespace: str, *, synced: bool, available: bool = True) -> Any:
         info = KindInfo(

@@ -9,8 +9,8 @@ import pytest
 import trio
 
 from agent import ConfigError, TokenSource
-from agent._config_schema import AuthConfig, TokenCommandConfig
-from agent._token import MAX_TOKEN_OUTPUT
+from agent.config._schema import AuthConfig, TokenCommandConfig
+from agent.link._token import MAX_TOKEN_OUTPUT
 
 
 def _command(tmp_path: Path, body: str, *, fmt: str = "raw", refresh: int = 0) -> AuthConfig:

@@ -10,7 +10,7 @@ from dataclasses import astuple
 import pytest
 
 from agent._backoff import Backoff
-from agent._watch_retry import LogLimiter, Retry, RetryPolicy, RetryReason
+from agent.watch._retry import LogLimiter, Retry, RetryPolicy, RetryReason
 
 NETWORK = RetryReason.NETWORK
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import trio
 
 from agent import AccountConfig
-from agent._account_watch import AccountWatchStatus
 from agent._accounts import AccountState
-from agent._discovery import WatchTarget
 from agent._status import AgentStatus, watches_view
+from agent.watch._account import AccountWatchStatus
+from agent.watch._discovery import WatchTarget
 
 from .test_reflector import PODS, open_env, pod
 

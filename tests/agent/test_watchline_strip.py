@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from agent._watchline import WatchDecoder
+from agent.watch._lines import WatchDecoder
 
 MANAGED = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:data": {"f:a": {}}}}]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from agent import ConfigError, KubeconfigError
-from agent._config_load import parse_config
-from agent._kubeconfig import parse_kubeconfig
-from agent._yaml import MAX_YAML_DEPTH
+from agent.config._load import parse_config
+from agent.config._yaml import MAX_YAML_DEPTH
+from agent.kube._kubeconfig import parse_kubeconfig
 
 
 def nested(levels: int) -> bytes:

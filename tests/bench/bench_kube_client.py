@@ -40,7 +40,7 @@ import httpx
 import trio
 
 from agent import AccountConfig, KubeClient, open_kube_client
-from agent._kubeconfig import ClusterAccess, load_kubeconfig
+from agent.kube._kubeconfig import ClusterAccess, load_kubeconfig
 
 _names = count()
 

@@ -56,9 +56,9 @@ import trio
 import yaml
 
 import kubesim
-from agent._kube_dial import Dialer
-from agent._kube_http1 import Http1Pool
-from agent._seam import Request
+from agent.kube._dial import Dialer
+from agent.kube._http1 import Http1Pool
+from agent.kube._seam import Request
 from kubesvc._postgres import TempPostgres
 from tests.bench.bench_server import _free_port, _spawn, _wait_http
 from tests.e2e.harness import open_stack
@@ -101,7 +101,7 @@ class _Rest:
     cores, so it has to be cheap or it measures itself: httpx cost ~2 ms of CPU per request at
     50 concurrent clients (most in httpcore's pool, which scans every connection per request),
     more than the server spends on the request. This goes through the agent's own HTTP/1.1
-    pool (agent/_kube_http1.py: a stack of idle connections, one write per request).
+    pool (agent/kube/_http1.py: a stack of idle connections, one write per request).
     """
 
     def __init__(self, port: int) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import kubesim
 from agent import KindInfo, ListCaps, Reflector, WatchTarget
-from agent._watchline import WatchDecoder
+from agent.watch._lines import WatchDecoder
 from budget import ByteBudget, open_event_channel
 
 

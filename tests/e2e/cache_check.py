@@ -1,8 +1,8 @@
 """Compare the server's cache with what kubesim holds, object by object, kind by kind.
 
-The agent changes what it sends in exactly two ways (agent/_scrub.py): ``metadata.managedFields``
-is stripped from every object, and a Secret keeps its metadata only (it is watched as
-PartialObjectMetadata: no ``data``/``stringData``/``type``, and no
+The agent changes what it sends in exactly two ways (agent/watch/_scrub.py):
+``metadata.managedFields`` is stripped from every object, and a Secret keeps its metadata only
+(it is watched as PartialObjectMetadata: no ``data``/``stringData``/``type``, and no
 ``kubectl.kubernetes.io/last-applied-configuration`` annotation). ``expected_objects`` applies
 the same reductions to kubesim's objects, so the comparison is otherwise exact.
 """

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import server.ops
-from agent._watch_retry import RetryReason
+from agent.watch._retry import RetryReason
 from manifests import ROOT
 from server.store import AccountState
 
@@ -68,7 +68,7 @@ KNOWN_VALUES: dict[tuple[str, str], set[str]] = {
     ("kubesvc_watch_retries_total", "reason"): {str(r) for r in RetryReason},
     ("kubesvc_server_operations_total", "outcome"): set(server.ops.OUTCOMES),
     ("kubesvc_kubernetes_requests_total", "verb"): {"list", "watch"},
-    # agent/_reflector.py: 401/403/404 (_UNAVAILABLE) and 406 make a kind unavailable
+    # agent/watch/_reflector.py: 401/403/404 (_UNAVAILABLE) and 406 make a kind unavailable
     ("kubesvc_watch_unavailable", "code"): {"401", "403", "404", "406"},
     ("up", "job"): {"kubesvc-agent", "kubesvc-server"},  # the PodMonitors' jobLabel values
 }

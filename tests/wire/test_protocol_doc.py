@@ -28,7 +28,7 @@ import pytest
 import trio
 
 import wire
-from agent._operations import OperationExecutor
+from agent.operations import OperationExecutor
 from server import RunningServer, parse_server_config, run_server
 from server._auth import Authenticator, AuthSettings, JwtSettings
 from server.api import serve_api

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agent._operations import OPERATIONS as AGENT_OPERATIONS
+from agent.operations import OPERATIONS as AGENT_OPERATIONS
 from server.ops import OPERATIONS as SERVER_OPERATIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
