@@ -5,7 +5,15 @@
 # -- the link and the composition (the lead) ----------------------------------------------------
 from ._account_watch import AccountWatchStatus, ResumeKey, run_account
 from ._accounts import AccountSet, AccountState
-from ._app import Agent, build_agent, link_settings, parse_grpc_address, run_agent
+from ._app import (
+    Agent,
+    build_agent,
+    client_ssl_context,
+    link_settings,
+    parse_grpc_address,
+    run_agent,
+    server_addresses,
+)
 from ._backoff import Backoff
 from ._config_load import default_config_path, load_config, parse_config
 from ._config_reload import AccountsDiff, diff_accounts, diff_config, watch_config
@@ -46,6 +54,7 @@ from ._errors import (
     LinkTimeoutError,
 )
 from ._health import health_app, metrics_app, serve_http
+from ._kube_auth import Credential, CredentialSource, credential_source
 from ._kube_client import (
     ClusterIdentity,
     KubeClient,
@@ -85,6 +94,8 @@ __all__ = [
     "ClusterIdentity",
     "Config",
     "ConfigError",
+    "Credential",
+    "CredentialSource",
     "DiscoveryResult",
     "KindFilter",
     "KindInfo",
@@ -132,6 +143,8 @@ __all__ = [
     "WatchTarget",
     "access_for_account",
     "build_agent",
+    "client_ssl_context",
+    "credential_source",
     "decode_list_page",
     "default_config_path",
     "diff_accounts",
@@ -154,6 +167,7 @@ __all__ = [
     "run_agent",
     "select_targets",
     "serve_http",
+    "server_addresses",
     "service_account_access",
     "watch_config",
 ]
