@@ -160,14 +160,27 @@ async def _ask_cluster(
     # No retries: the doctor reports the first failure, with its cause, at once.
     retries = dataclasses.replace(kube.retries, enabled=False)
     findings: list[Finding] = []
-    async with agent.KubeClient(
-        access,
-        retries=retries,
-        timeout_seconds=seconds,
-        no_proxy=account.no_proxy or kube.no_proxy,
-        environ=environ,
-        account=name,
-    ) as client:
+    try:
+        client = agent.KubeClient(
+            access,
+            retries=retries,
+            timeout_seconds=seconds,
+            no_proxy=account.no_proxy or kube.no_proxy,
+            environ=environ,
+            account=name,
+        )
+    except agent.KubeError as exc:  # a CA or client certificate that does not load
+        return [
+            Finding(
+                name,
+                "api-server",
+                Verdict.FAIL,
+                str(exc),
+                f"fix the CA in {facts.ca_place()}, or the user's client-certificate-data / "
+                "client-key-data, or the cluster's proxy-url",
+            )
+        ]
+    async with client:
         try:
             identity = await client.identity()
         except agent.KubeError as exc:

@@ -67,9 +67,20 @@ async def run_doctor(
 
     async def one(index: int, account: agent.AccountConfig) -> None:
         async with limiter:
-            results[index] = await check_account(
-                index, account, config.kubernetes, now=moment, seconds=seconds, environ=environ
-            )
+            try:
+                results[index] = await check_account(
+                    index, account, config.kubernetes, now=moment, seconds=seconds, environ=environ
+                )
+            except Exception as exc:  # one account's surprise must not hide the others'
+                results[index] = [
+                    Finding(
+                        account.name,
+                        "doctor",
+                        Verdict.FAIL,
+                        f"the checks of this account stopped: {type(exc).__name__}: {exc}",
+                        "a doctor bug or an unexpected answer: report it with this line",
+                    )
+                ]
 
     findings: list[Finding] = [
         Finding(

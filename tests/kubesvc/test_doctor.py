@@ -290,3 +290,20 @@ async def test_a_config_the_agent_refuses_is_one_failure(tmp_path: Path) -> None
     [line] = report.findings
     assert line.check == "config"
     assert "kubernetes.accounts[0]" in line.detail
+
+
+async def test_a_ca_that_is_not_a_certificate_is_a_failure(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9', "
+        "certificate-authority-data: bm90IGEgY2VydGlmaWNhdGU=}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    with trio.fail_after(30):
+        report = await doctor(write_config(tmp_path, [account("k1", kubeconfig)]), server=False)
+    line = only(report, "k1", "api-server")
+    assert line.verdict is Verdict.FAIL
+    assert "not valid PEM" in line.detail
+    assert "clusters[name=c].cluster.certificate-authority-data" in line.hint
