@@ -5,6 +5,7 @@ is the point, and in this process where the findings are."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import sys
@@ -139,8 +140,6 @@ async def test_a_wrong_ca_is_named_with_the_field_to_fix(tmp_path: Path) -> None
             other = CertificateAuthority("some-other-ca")
             text = kubeconfig.read_text()
             assert kube.ca_pem is not None
-            import base64
-
             text = text.replace(
                 base64.b64encode(kube.ca_pem).decode(), base64.b64encode(other.cert_pem).decode()
             )
