@@ -194,7 +194,9 @@ async def test_a_token_that_expires_soon_is_a_warning(tmp_path: Path) -> None:
     assert report.exit_code == 0
 
 
-async def test_an_exec_plugin_credential_and_its_expiry(tmp_path: Path) -> None:
+async def test_exec_plugin_and_client_certificate_credentials_and_their_expiry(
+    tmp_path: Path,
+) -> None:
     with trio.fail_after(30):
         async with open_kubesim() as kube:
             token = kube.users["agent"].token
@@ -214,8 +216,12 @@ async def test_an_exec_plugin_credential_and_its_expiry(tmp_path: Path) -> None:
             kubeconfig.write_text(text)
             broken = tmp_path / "broken.yaml"
             broken.write_text(text.replace(str(plugin), str(tmp_path / "missing.py")))
+            certified = kube.kubeconfig(tmp_path / "cert.yaml", user="agent", auth="cert")
             report = await doctor(
-                write_config(tmp_path, [account("k1", kubeconfig), account("k2", broken)]),
+                write_config(
+                    tmp_path,
+                    [account("k1", kubeconfig), account("k2", broken), account("k3", certified)],
+                ),
                 server=False,
             )
     good = only(report, "k1", "credential")
@@ -227,6 +233,10 @@ async def test_an_exec_plugin_credential_and_its_expiry(tmp_path: Path) -> None:
     assert "exited with 2" in failed.detail
     assert "by hand" in failed.hint
     assert "users[name=agent].user.exec" in failed.hint
+    certificate = only(report, "k3", "credential")
+    assert certificate.verdict is Verdict.OK
+    assert "client certificate CN=agent (issued by CN=kubesim-ca) valid until" in certificate.detail
+    assert only(report, "k3", "identity").detail == "authenticated as agent"
 
 
 async def test_an_unreadable_kubeconfig_is_a_failure_with_the_path_to_fix(tmp_path: Path) -> None:
