@@ -65,6 +65,7 @@ from ._kube_client import (
 )
 from ._kubeconfig import ClusterAccess, load_kubeconfig, parse_kubeconfig, service_account_access
 from ._link import OVERSIZE_ANNOTATION, Link, LinkSettings, LinkStatus
+from ._log_context import account_logs, log_context
 from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
 from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
@@ -142,6 +143,7 @@ __all__ = [
     "WatchEvent",
     "WatchTarget",
     "access_for_account",
+    "account_logs",
     "build_agent",
     "client_ssl_context",
     "credential_source",
@@ -155,6 +157,7 @@ __all__ = [
     "link_settings",
     "load_config",
     "load_kubeconfig",
+    "log_context",
     "metrics_app",
     "metrics_registry",
     "open_kube_client",

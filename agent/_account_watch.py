@@ -32,6 +32,7 @@ from ._errors import KubeError
 from ._kind_availability import AvailabilityLog, Nudge, target_key
 from ._reflector import Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
 from ._seam import KubeTransport
+from ._sync_progress import SyncProgress, report_sync_progress
 from ._tasks import ListCaps
 from ._watch_errors import WatchDecodeError
 from ._watch_notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice, notice_entry
@@ -55,6 +56,9 @@ class AccountWatchStatus:
     discovery_error: str = ""
     #: group versions legacy discovery could not read: (path, why)
     discovery_failures: tuple[tuple[str, str], ...] = ()
+    #: when the watches started (trio's clock) and how far the initial sync is
+    started_at: float = 0.0
+    progress: SyncProgress | None = None
 
     @property
     def synced(self) -> bool:
@@ -98,6 +102,7 @@ async def run_account(
     wakes the unavailable kinds' retries after every discovery.
     """
     status = status or AccountWatchStatus(account.name)
+    status.started_at = trio.current_time()
     kind_filter = KindFilter.from_account(account)
     account_caps = caps.for_account(account.name)
     resume = dict(resume or {})
@@ -175,6 +180,7 @@ async def run_account(
             nudge.nudge()  # a kind refused before may be readable now: try it at once
             if not started:
                 started = True
+                nursery.start_soon(report_sync_progress, status)
                 task_status.started(status)
             await trio.sleep(discovery_interval)
 

@@ -31,6 +31,7 @@ from ._errors import AgentError, ConfigError
 from ._kind_availability import AvailabilityLog, Nudge
 from ._kube_client import ClusterIdentity, KubeClient, open_kube_client
 from ._link import ResumeKey
+from ._log_context import account_logs
 from ._reflector import ReflectorSettings
 from ._tasks import ListCaps
 
@@ -124,10 +125,18 @@ class AccountSet:
             strip_managed_fields=config.kubernetes.strip_managed_fields
         )
         for account in diff.removed:
-            log.info("account %s removed from the config: stopping it", account.name)
+            log.info(
+                "account %s removed from the config: stopping it",
+                account.name,
+                extra={"account": account.name},
+            )
             self._stop(account.name)
         for account in diff.changed:
-            log.info("account %s changed in the config: restarting it", account.name)
+            log.info(
+                "account %s changed in the config: restarting it",
+                account.name,
+                extra={"account": account.name},
+            )
             self._stop(account.name)
         # Removed and changed accounts stop streaming now (their clients are closing); a
         # changed one is announced again once its new client has read the cluster's identity,
@@ -137,7 +146,7 @@ class AccountSet:
             await self.on_change([], stopped)
         started = {account.name for account in (*diff.changed, *diff.added)}
         for account in (*diff.changed, *diff.added):
-            log.info("account %s: starting it", account.name)
+            log.info("account %s: starting it", account.name, extra={"account": account.name})
             self._start(account)
         # The others go on; a kind they could not read is tried again now (the reload may
         # come with new RBAC, say), not at its next retry.
@@ -147,7 +156,8 @@ class AccountSet:
 
     async def _hold_client(self, state: AccountState) -> None:
         backoff = Backoff(base=1.0, max_delay=60.0)
-        with state.scope:
+        # The client's own tasks (HTTP/2 connections) start in here: their lines name it too.
+        with state.scope, account_logs(state.config.name):
             while True:
                 try:
                     async with open_kube_client(
@@ -202,7 +212,7 @@ class AccountSet:
         if action == "restarted" and self.on_change is not None:
             await self.on_change([], [account.name])  # stop streaming with the old client
         self._start(account)
-        log.info("dynamic account %s %s", account.name, action)
+        log.info("dynamic account %s %s", account.name, action, extra={"account": account.name})
         return f"dynamic account {account.name} {action}"
 
     def client_for(self, name: str) -> KubeClient | None:
@@ -244,24 +254,27 @@ class AccountSet:
         """Watch the account ``name`` into ``send`` until cancelled (the link's runner)."""
         state = self.accounts.get(name)
         if state is None or state.client is None:
-            log.warning("account %s was assigned but is not running here", name)
+            log.warning(
+                "account %s was assigned but is not running here", name, extra={"account": name}
+            )
             task_status.started()
             return
         state.watch = AccountWatchStatus(name)
         task_status.started()
-        await run_account(
-            state.config,
-            state.client,
-            send,
-            caps=self._caps,
-            settings=self._settings,
-            resume=resume,
-            status=state.watch,
-            discovery_interval=self._config.kubernetes.discovery_interval_seconds,
-            budget_capacity=self._config.budget.bytes,
-            log_book=state.log_book,
-            nudge=state.nudge,
-        )
+        with account_logs(name):  # every line of its watches names it (agent/_log_context.py)
+            await run_account(
+                state.config,
+                state.client,
+                send,
+                caps=self._caps,
+                settings=self._settings,
+                resume=resume,
+                status=state.watch,
+                discovery_interval=self._config.kubernetes.discovery_interval_seconds,
+                budget_capacity=self._config.budget.bytes,
+                log_book=state.log_book,
+                nudge=state.nudge,
+            )
 
 
 # What the server may know of an account: never credentials (no kubeconfig, no token).

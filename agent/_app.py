@@ -31,6 +31,7 @@ from ._errors import ConfigError
 from ._health import health_app, metrics_app, serve_http
 from ._link import Link, LinkSettings
 from ._link_rotation import ServerAddress
+from ._log_context import account_logs, agent_logs
 from ._metrics import metrics_registry
 from ._operations import OperationExecutor, OperationSettings
 from ._status import AgentStatus
@@ -103,6 +104,11 @@ def client_ssl_context(clouddriver: ClouddriverConfig) -> ssl.SSLContext | None:
     return context
 
 
+def agent_id(environ: Mapping[str, str] = os.environ) -> str:
+    """The agent's id: the pod's name, else the host's."""
+    return environ.get("POD_NAME") or socket.gethostname()
+
+
 def link_settings(config: Config, *, environ: Mapping[str, str] = os.environ) -> LinkSettings:
     clouddriver = config.clouddriver
     addresses = server_addresses(clouddriver)
@@ -111,7 +117,7 @@ def link_settings(config: Config, *, environ: Mapping[str, str] = os.environ) ->
         host=addresses[0].host,
         port=addresses[0].port,
         addresses=addresses,
-        agent_id=environ.get("POD_NAME") or socket.gethostname(),
+        agent_id=agent_id(environ),
         instance_id=uuid.uuid4().hex,
         agent_version=agent_version(),
         ssl_context=client_ssl_context(clouddriver),
@@ -159,7 +165,8 @@ async def _run_operation(
 ) -> messages.OperationResult:
     """Dynamic accounts are the agent's own business; everything else goes to Kubernetes."""
     if operation.type != DYNAMIC_ACCOUNT:
-        return await executor(operation)
+        with account_logs(operation.account):  # the operation's lines name its account
+            return await executor(operation)
     try:
         definition = json.loads(operation.payload_json)
         if not isinstance(definition, dict):
@@ -208,37 +215,39 @@ async def run_agent(
     def report(error: ConfigError) -> None:
         log.error("config %s is invalid, keeping the running config: %s", config_path, error)
 
-    async with trio.open_nursery() as nursery:
-        agent.health_port = await nursery.start(
-            functools.partial(
-                serve_http,
-                health_app(agent.status),
-                config.server.host,
-                config.server.port,
-                ssl=config.server.ssl,
+    # Every line of this agent's tasks carries its id (the one Hello announces).
+    with agent_logs(agent_id(environ)):
+        async with trio.open_nursery() as nursery:
+            agent.health_port = await nursery.start(
+                functools.partial(
+                    serve_http,
+                    health_app(agent.status),
+                    config.server.host,
+                    config.server.port,
+                    ssl=config.server.ssl,
+                )
             )
-        )
-        if config.prometheus.enabled:
-            registry = metrics_registry(agent.status)
-            agent.metrics_port = await nursery.start(
-                serve_http, metrics_app(registry), config.server.host, config.prometheus.port
+            if config.prometheus.enabled:
+                registry = metrics_registry(agent.status)
+                agent.metrics_port = await nursery.start(
+                    serve_http, metrics_app(registry), config.server.host, config.prometheus.port
+                )
+            await nursery.start(agent.accounts.run)
+            await nursery.start(agent.link.run)
+            await nursery.start(
+                lambda task_status: watch_config(
+                    config_path,
+                    reload,
+                    on_error=report,
+                    poll_interval=reload_poll_seconds,
+                    task_status=task_status,
+                )
             )
-        await nursery.start(agent.accounts.run)
-        await nursery.start(agent.link.run)
-        await nursery.start(
-            lambda task_status: watch_config(
-                config_path,
-                reload,
-                on_error=report,
-                poll_interval=reload_poll_seconds,
-                task_status=task_status,
-            )
-        )
-        task_status.started(agent)
-        if stop is not None:
-            await stop.wait()
-            await drain_agent(agent)
-            nursery.cancel_scope.cancel()
+            task_status.started(agent)
+            if stop is not None:
+                await stop.wait()
+                await drain_agent(agent)
+                nursery.cancel_scope.cancel()
 
 
 async def drain_agent(agent: Agent) -> None:

@@ -197,6 +197,7 @@ class Session:
                         "account %s rejected by the server: %s",
                         assignment.name,
                         assignment.reason or "no reason given",
+                        extra={"account": assignment.name},
                     )
                 elif role is None:  # a newer server's role: run nothing, as for STANDBY
                     log.warning(
@@ -205,6 +206,7 @@ class Session:
                         assignment.name,
                         int(assignment.role),
                         assignment.reason or "no reason given",
+                        extra={"account": assignment.name},
                     )
                 self.stop_account(assignment.name)
 
@@ -220,7 +222,12 @@ class Session:
         }
         scope = trio.CancelScope()
         self._accounts[name] = scope
-        log.info("account %s: PRIMARY, resuming %d kind(s), listing the rest", name, len(resume))
+        log.info(
+            "account %s: PRIMARY, resuming %d kind(s), listing the rest",
+            name,
+            len(resume),
+            extra={"account": name},
+        )
         self._nursery.start_soon(self._run_account, name, resume, scope)
 
     async def _run_account(
@@ -367,6 +374,7 @@ class Session:
             len(record.object),
             room,
             OVERSIZE_ANNOTATION,
+            extra={"account": record.account},
         )
         return oversize_stand_in(record, room)
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn, Protocol
 
@@ -159,6 +159,8 @@ class ReflectorState:
     stalls: int = 0
     events: int = 0
     event_bytes: int = 0
+    #: objects received by lists (and streaming lists' initial events), for sync progress
+    listed: int = 0
     streaming: bool = False
     last_error: str = ""
     #: the last request failed and none has succeeded since (``last_error`` says why); a
@@ -169,6 +171,8 @@ class ReflectorState:
     #: the delay being waited now before the next request (0 while not waiting)
     backoff_seconds: float = 0.0
     last_retry: Retry | None = None
+    #: called when the kind has synced (the account's progress report waits on it)
+    on_synced: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
 
 
 class ReflectorHooks(Protocol):
@@ -465,6 +469,7 @@ class Reflector:
 
     async def _send_page(self, page: ListPage) -> None:
         entries = self._entries(page.items, None)
+        self.state.listed += len(entries)  # a list page holds objects only
         if entries:
             await self._send.send_many(entries)
 
@@ -616,11 +621,13 @@ class Reflector:
         fixed = self._fixed_size + len(scope)
         in_initial = initial is not None and not initial.done
         received = 0
+        initial_objects = 0
         for event in events:
             kinds = _ENTRY_KINDS.get(event.type)
             if kinds is not None:
                 if omit and event.namespace in omit:
                     continue
+                initial_objects += in_initial
                 # Ordinary objects were stripped by the decoder (it had the metadata at hand).
                 data = self._scrubber.secret(event.object) if self._is_secret else event.object
                 received += len(data)
@@ -650,6 +657,7 @@ class Reflector:
             # Unknown event types are skipped: the API may grow new ones.
         self.state.events += len(entries)
         self.state.event_bytes += received
+        self.state.listed += initial_objects
         return entries
 
     def _marker(self, event_type: EventType, resource_version: str) -> Entry:
@@ -682,6 +690,7 @@ class Reflector:
         self.state.synced = True
         self.state.failing = False
         self.state.resource_version = resource_version
+        self.state.on_synced()
         if self._availability.settled:
             return
         # Waiting for room in the budget is not inactivity (as in _deliver).

@@ -16,8 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ._account_watch import AccountWatchStatus
 from ._accounts import AccountState
 from ._link import LinkStatus
+from ._sync_progress import sync_progress
 
 __all__ = ["AgentStatus", "BudgetStats", "OperationRecord", "accounts_view", "watches_view"]
 
@@ -121,9 +123,23 @@ def accounts_view(status: AgentStatus) -> list[dict[str, Any]]:
                     for r in reflectors
                     if not r.available
                 ),
+                "initialSync": _initial_sync(watch),
             }
         )
     return view
+
+
+def _initial_sync(watch: AccountWatchStatus | None) -> dict[str, object] | None:
+    """Kinds done / total and objects so far while the initial sync runs (live); how it
+    ended once done (the report's snapshot: later relists do not change it)."""
+    if watch is None:
+        return None
+    known = watch.progress
+    if known is not None and known.done:
+        return known.to_json()
+    seconds = known.seconds if known is not None else 0.0
+    live = sync_progress(watch.reflectors.values(), discovered=watch.discovered, seconds=seconds)
+    return live.to_json()
 
 
 def watches_view(status: AgentStatus) -> list[dict[str, Any]]:
@@ -148,6 +164,7 @@ def watches_view(status: AgentStatus) -> list[dict[str, Any]]:
                     "watches": r.watches,
                     "relists": r.relists,
                     "events": r.events,
+                    "objectsListed": r.listed,
                     "streaming": r.streaming,
                     # Only while the watch is failing: an error it recovered from is
                     # history (in the log and the retry counts), not its state.

@@ -224,6 +224,9 @@ class ApiApp:
             stall = self.faults.take_stall()
             if stall:
                 await trio.sleep(stall)
+        gate = self.faults.take_hold(verb, resource)
+        if gate is not None:
+            await gate.wait()
         accept = request.headers.get("accept")
         if sub == "log":
             if verb != "get" or target.name is None:

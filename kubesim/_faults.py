@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import Protocol
 
 from kubesim._errors import ApiError
 
@@ -22,6 +23,19 @@ _REASONS = {
     503: ("ServiceUnavailable", "The server is currently unable to handle the request"),
     504: ("Timeout", "The server was unable to return a response in the time allotted"),
 }
+
+
+class Gate(Protocol):
+    """What holds a request (``Faults.hold``): a ``trio.Event`` the test sets, say."""
+
+    async def wait(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Hold:
+    gate: Gate
+    verb: str | None
+    resource: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +84,9 @@ class Faults:
         self._drops: list[_Drop] = []
         #: (method, path) of every request whose connection a drop fault closed
         self.dropped: list[tuple[str, str]] = []
+        self._holds: list[_Hold] = []
+        #: (verb, resource) of every request a hold held (counted when it arrived)
+        self.held: list[tuple[str, str]] = []
 
     def fail_next(
         self,
@@ -127,6 +144,20 @@ class Faults:
         """Hold the next ``count`` non-watch responses for ``seconds`` before answering."""
         self.stall_next = count
         self.stall_seconds = seconds
+
+    def hold(self, gate: Gate, *, verb: str | None = None, resource: str | None = None) -> None:
+        """Hold every API request (of ``verb`` on ``resource``, e.g. "watch" and "pods", if
+        given) before it is answered until ``gate.wait()`` returns; for as long as the fault
+        is armed (``clear`` disarms it; a set gate lets everything through)."""
+        self._holds.append(_Hold(gate, verb, resource))
+
+    def take_hold(self, verb: str, resource: str) -> Gate | None:
+        """The gate this request waits on, if a hold matches it (noted in ``held``)."""
+        for hold in self._holds:
+            if hold.verb in (None, verb) and hold.resource in (None, resource):
+                self.held.append((verb, resource))
+                return hold.gate
+        return None
 
     def slow(self, delay: float) -> None:
         """Delay every API response by ``delay`` seconds (0 turns it off)."""

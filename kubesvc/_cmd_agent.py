@@ -12,7 +12,7 @@ import trio
 import agent
 import wire
 
-from ._logging import configure_logging
+from ._logging import add_log_options, chosen_format, configure_logging
 from ._signals import run_until_signalled
 
 
@@ -28,6 +28,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="the agent's config file (default: $KUBESVC_CONFIG, else kubesvc.yaml)",
     )
+    add_log_options(parser, level=None)
     parser.set_defaults(func=_main)
 
 
@@ -36,7 +37,11 @@ def _main(args: argparse.Namespace) -> int:
     config = agent.load_config(path)  # fail here, before any task, with the file's own error
     logs = config.logging
     configure_logging(
-        level=logs.level, format=logs.format, file=logs.file, fields=dict(logs.fields)
+        level=args.log_level or logs.level,
+        format=chosen_format(args.log_format, logs.format),
+        file=logs.file,
+        fields=dict(logs.fields),
+        context=(agent.log_context,),
     )
     logging.getLogger("kubesvc").info("agent starting with %s", path)
 

@@ -15,11 +15,13 @@ from typing import Any
 
 import trio
 
+import agent
+import server
 from server.store import parse_store_url
 
 from ._demo import DemoOptions, run_demo
 from ._demo_view import Display, summary_lines
-from ._logging import configure_logging
+from ._logging import FORMATS, LOG_FORMAT_ENV, chosen_format, configure_logging
 
 _MAX_REPLICAS = 9
 
@@ -96,6 +98,13 @@ def register(subparsers: Any) -> None:
         default="ERROR",
         help="log level of the parts (default: %(default)s, to keep the status line readable)",
     )
+    parser.add_argument(
+        "--log-format",
+        default=None,
+        choices=FORMATS,
+        help=f"the parts' log lines on stderr: text, or one JSON object per line (default: "
+        f"${LOG_FORMAT_ENV}, else text)",
+    )
     parser.set_defaults(func=_main)
 
 
@@ -117,7 +126,11 @@ def _main(args: argparse.Namespace) -> int:
                 "(or leave --store out to start a PostgreSQL for the demo)"
             )
     level = args.log_level.upper()
-    configure_logging(level=level)
+    configure_logging(
+        level=level,
+        format=chosen_format(args.log_format),
+        context=(agent.log_context, server.log_context),
+    )
     # Hypercorn (kubesim's and the REST API's HTTP server) gives its logger its own handler
     # at INFO when it starts; a filter on the logger itself survives that and keeps
     # "Running on ..." lines out of the demo's screen.

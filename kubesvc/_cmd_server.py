@@ -13,7 +13,7 @@ import server
 import server.api
 import wire
 
-from ._logging import configure_logging
+from ._logging import add_log_options, chosen_format, configure_logging
 from ._signals import run_until_signalled
 
 
@@ -34,8 +34,7 @@ def register(subparsers: Any) -> None:
         "maxConnections still apply): sqlite:///path, sqlite://:memory: "
         "or postgresql://user@host:port/db?sslmode=...&passwordFile=/path",
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    parser.add_argument("--log-format", default="text", choices=("text", "json"))
+    add_log_options(parser)
     parser.set_defaults(func=_main)
 
 
@@ -53,7 +52,11 @@ def _main(args: argparse.Namespace) -> int:
     config = server.load_server_config(args.config) if args.config else server.ServerConfig()
     if args.store:
         config = with_store_url(config, args.store)
-    configure_logging(level=args.log_level, format=args.log_format)
+    configure_logging(
+        level=args.log_level,
+        format=chosen_format(args.log_format),
+        context=(server.log_context,),
+    )
 
     async def main() -> int:
         async with wire.open_loop():

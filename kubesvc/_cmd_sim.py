@@ -18,6 +18,8 @@ import trio
 
 import kubesim
 
+from ._logging import add_log_options, chosen_format, configure_logging
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -65,6 +67,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--for-seconds", type=float, default=math.inf, help=argparse.SUPPRESS
     )  # bounded runs, for tests
+    add_log_options(parser)
     parser.set_defaults(func=_main)
 
 
@@ -79,6 +82,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     _check(args)
+    configure_logging(level=args.log_level, format=chosen_format(args.log_format))
     # Start the resourceVersions at the time in microseconds, so they keep growing across
     # restarts (agents resuming with a version from an earlier run get events, not 504s).
     config = kubesim.SimConfig(

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 
 from kubesvc import __version__
 
+from ._logging import failure_line
+
 # The subcommands (each in ``kubesvc/_cmd_<name>.py``), in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = ("demo", "agent", "server", "sim", "certs", "token", "doctor")
 
@@ -73,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # the one place failures are collapsed into lines
         for line in _leaf_messages(exc):
-            print(f"kubesvc: error: {line}", file=sys.stderr)
+            print(failure_line(line, getattr(args, "log_format", None)), file=sys.stderr)
         return 1
 
 

@@ -26,6 +26,7 @@ from ._errors import (
     UnknownAccount,
 )
 from ._feed import ChangeFeed, FeedClosed, FeedError, SubscriberLagged
+from ._log_context import account_logs, log_context, replica_logs
 from ._manifest_status import ManifestStatus, compute_status
 from ._moniker import Moniker, moniker_for
 from ._registry import Claim, Registry, Role, RoleChange
@@ -74,11 +75,14 @@ __all__ = [
     "SubscriberLagged",
     "TlsSettings",
     "UnknownAccount",
+    "account_logs",
     "compute_status",
     "load_server_config",
+    "log_context",
     "moniker_for",
     "open_server_state",
     "parse_server_config",
+    "replica_logs",
     "run_server",
     "server_ssl_context",
     "store_config",

@@ -579,6 +579,9 @@ class RegistryStore:
     async def trim_changes(self, keep_ms: int, max_rows: int) -> int:
         return await self._store.trim_changes(keep_ms, max_rows)
 
+    async def fill_views(self) -> int:
+        return await self._store.fill_views()
+
     async def read_views(self, queries: Sequence[ViewQuery]) -> builtins.list[list[ViewRow]]:
         return await self._store.read_views(queries)
 

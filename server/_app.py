@@ -32,6 +32,7 @@ from ._errors import ServerError
 from ._feed import ChangeFeed
 from ._feed_follower import ChangeFollower
 from ._grpc import ConnectHandler
+from ._log_context import replica_logs
 from ._readiness import Readiness
 from ._replica import ReplicaService, advertised_address, take_store_alone
 from ._sessions import SessionManager
@@ -85,6 +86,19 @@ async def open_server_state(
     Raises StoreError/SchemaError when the store cannot be opened.
     """
     server_id = config.server_id or f"kubesvc-server-{secrets.token_hex(4)}"
+    # The caller's task and the tasks it starts from here on log as this replica.
+    with replica_logs(server_id):
+        async with _opened_state(config, server_id, now_ms, operations) as state:
+            yield state
+
+
+@asynccontextmanager
+async def _opened_state(
+    config: ServerConfig,
+    server_id: str,
+    now_ms: Callable[[], int],
+    operations: OperationsHook | None,
+) -> AsyncIterator[ServerState]:
     async with open_store(config.store, now_ms=now_ms, replica_id=server_id) as store:
         alone = config.store.location.backend == "sqlite"
         if alone:

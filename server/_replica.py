@@ -7,7 +7,10 @@ sessions, primaries), which also renews every account lease it holds for
 a local primary whose lease another replica took is demoted. Then it claims the "housekeeping"
 duty; the one replica holding it deletes expired lease rows, forgets replicas long dead (with
 the agent rows they left) and trims the change log (PostgreSQL: what the other replicas' feeds
-read, server/_feed_follower.py), and only it removes orphaned accounts past their grace period.
+read, server/_feed_follower.py); when a replica has left, it indexes the objects that have no
+view row (a replica of a version from before the view index, still running during a rolling
+upgrade, ingests without writing them); and only it removes orphaned accounts past their grace
+period.
 Each heartbeat also reads the accounts table, so an account registered, added or removed on
 another replica is known here within a heartbeat. A graceful drain deletes the replica's row,
 which releases its leases at once, so its agents' accounts are taken over on their next
@@ -113,6 +116,9 @@ class ReplicaService:
         # The replicas as the last heartbeat read them (metrics read this at scrape time).
         self.replicas: list[ReplicaRecord] = []
         self.beats = trio.Event()  # set at each heartbeat (then replaced): for waiters
+        # A replica left (drained or forgotten) since housekeeping last filled the view index:
+        # one of a version from before the index ingests without writing view rows.
+        self._replica_left = False
         accounts.housekeeper = lambda: self.housekeeper
         accounts.recheck_seconds = heartbeat_ms / 1000
 
@@ -153,7 +159,10 @@ class ReplicaService:
             return
         now = self._now_ms()
         await self._store.heartbeat_replica(self.record(now), self.lease_ttl_ms)
+        before = {r.replica_id for r in self.replicas}
         self.replicas = await self._store.list_replicas()
+        if before - {r.replica_id for r in self.replicas}:
+            self._replica_left = True
         live = live_replicas(self.replicas, now, self.lease_ttl_ms)
         self._accounts.registry.live_replicas = frozenset(
             [self.replica_id, *(r.replica_id for r in live)]
@@ -205,6 +214,11 @@ class ReplicaService:
         trimmed = await self._store.trim_changes(self.change_log_keep_ms, self.change_log_max_rows)
         if trimmed:
             log.debug("change log: %d old rows trimmed", trimmed)
+        if self._replica_left or forgotten:
+            # Objects a replica of an older version ingested (a rolling upgrade) have no view
+            # row: Deck would not show them. The anti-join costs one pass over the index.
+            self._replica_left = False
+            await self._store.fill_views()
 
     async def leave(self) -> None:
         """A graceful drain: stop beating and delete this replica's row, which releases its

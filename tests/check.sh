@@ -26,4 +26,8 @@ if ! have_pg; then
 fi
 "$venv/bin/python" -m kubesvc._postgres \
     || echo "the PostgreSQL store tests will be SKIPPED (the reason is above and in pytest's summary)"
-echo "== pytest";        "$venv/bin/python" -m pytest "$@"
+# Two workers (pytest-xdist): the suite waits more than it computes (~500 s of CPU in ~730 s
+# on 2 cores, one process), so two test processes fit the machine's two cores.
+# KUBESVC_TEST_WORKERS=0 runs it in one process.
+workers="${KUBESVC_TEST_WORKERS:-2}"
+echo "== pytest";        "$venv/bin/python" -m pytest -n "$workers" --dist worksteal "$@"

@@ -117,5 +117,12 @@ def postgres_server() -> Iterator[TempPostgres]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for reason in dict.fromkeys(_postgres_skipped_because):
+    # The reasons come from this process's fixture, or, with pytest-xdist, from the workers'
+    # skip reports (the fixture ran there).
+    reasons = list(_postgres_skipped_because)
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and "PostgreSQL tests skipped: " in str(longrepr[2]):
+            reasons.append(str(longrepr[2]).split("PostgreSQL tests skipped: ", 1)[1])
+    for reason in dict.fromkeys(reasons):
         terminalreporter.write_line(f"PostgreSQL tests SKIPPED: {reason}", yellow=True, bold=True)

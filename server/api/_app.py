@@ -7,6 +7,7 @@ Every endpoint is declared once in `ENDPOINTS`: the router and the OpenAPI docum
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from typing import Any, Literal
 
@@ -400,6 +401,9 @@ async def serve_api(
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
+    # Hypercorn's errors and notices through our logging (its default is a handler of its own
+    # on stderr, which would break the one-format-per-process rule of --log-format json).
+    config.errorlog = logging.getLogger("server.api.http")
     # Hypercorn's own drain: the caller bounds the whole drain with a cancel scope.
     config.graceful_timeout = 1.0 if drain is None else math.inf
     app = build_app(state, registry=registry)

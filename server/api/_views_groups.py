@@ -241,9 +241,8 @@ def _check_provider(request: Request) -> None:
         )
 
 
-async def one_cluster(request: Request) -> Response:
-    """``GET .../clusters/{account}/{cluster}/kubernetes`` (Orca's getCluster)."""
-    _check_provider(request)
+async def _cluster_or_404(request: Request) -> tuple[dict[str, Any], ViewReads]:
+    """The cluster of the path (``expand`` on by default), or Clouddriver's 404."""
     body, view = await _cluster(request, truthy(request, "expand", default=True))
     if body is None:
         p = request.path_params
@@ -251,6 +250,13 @@ async def one_cluster(request: Request) -> Response:
             f"No clusters found (application: {p['app']}, account: {p['account']}, "
             f"type: {p['type']})"
         )
+    return body, view
+
+
+async def one_cluster(request: Request) -> Response:
+    """``GET .../clusters/{account}/{cluster}/kubernetes`` (Orca's getCluster)."""
+    _check_provider(request)
+    body, view = await _cluster_or_404(request)
     return _json(body, view)
 
 
@@ -258,13 +264,7 @@ async def cluster_server_groups(request: Request) -> Response:
     """``GET .../{cluster}/kubernetes/serverGroups``: the cluster's server groups (full),
     of one namespace with ``region``."""
     _check_provider(request)
-    body, view = await _cluster(request, truthy(request, "expand", default=True))
-    if body is None:
-        p = request.path_params
-        raise NotFound(
-            f"No clusters found (application: {p['app']}, account: {p['account']}, "
-            f"type: {p['type']})"
-        )
+    body, view = await _cluster_or_404(request)
     region = request.query_params.get("region")
     groups = [g for g in body["serverGroups"] if not region or g["region"] == region]
     return _json(groups, view)

@@ -48,6 +48,7 @@ from wire import EventRecord, messages
 from .._accounts import AccountService
 from .._errors import ServerError
 from .._feed import ChangeFeed
+from .._log_context import account_logs
 from .._sessions import Session, SessionManager
 from ..store import DispatchRecord, OperationRecord, Store
 from ._agents import AgentLink, Outstanding
@@ -348,26 +349,27 @@ class OperationService:
         records appended to ``objects``; else both written here). An operation another
         replica ran for us is recorded there. Never raises for the agent's or the cluster's
         failures (they are the outcome); StoreError when recording fails."""
-        record = self._received_record(op_id, (spec, account, payload))
-        # The agent gets the payload whole; the record holds it redacted (Secret data).
-        # Nothing redacted (no Secret): the same JSON, encoded once.
-        payload_json = record.payload_json if not has_secret(payload) else dumps(payload)
-        if not recorded:
-            await self._journal.write(record, "received")
-        ended = self._ending(record, finals, objects)
-        started = trio.current_time()
-        deadline = started + self.wait_ms / 1000
-        outcome = await self._send_local(ended, payload_json, deadline)
-        if outcome is None and self.dispatcher is not None:
-            outcome = await self.dispatcher.remote(ended, payload_json, deadline)
-        if outcome is None:
-            outcome = await ended.failed(
-                "NoAgent",
-                f"no agent serves account {account} now (its agent is disconnected); "
-                "nothing was sent",
-            )
-        self.statistics.note(account, spec.name, outcome, trio.current_time() - started)
-        return outcome
+        with account_logs(account):  # every line of its sending and waiting names it
+            record = self._received_record(op_id, (spec, account, payload))
+            # The agent gets the payload whole; the record holds it redacted (Secret data).
+            # Nothing redacted (no Secret): the same JSON, encoded once.
+            payload_json = record.payload_json if not has_secret(payload) else dumps(payload)
+            if not recorded:
+                await self._journal.write(record, "received")
+            ended = self._ending(record, finals, objects)
+            started = trio.current_time()
+            deadline = started + self.wait_ms / 1000
+            outcome = await self._send_local(ended, payload_json, deadline)
+            if outcome is None and self.dispatcher is not None:
+                outcome = await self.dispatcher.remote(ended, payload_json, deadline)
+            if outcome is None:
+                outcome = await ended.failed(
+                    "NoAgent",
+                    f"no agent serves account {account} now (its agent is disconnected); "
+                    "nothing was sent",
+                )
+            self.statistics.note(account, spec.name, outcome, trio.current_time() - started)
+            return outcome
 
     def _ending(
         self,
@@ -412,34 +414,35 @@ class OperationService:
         """The target's side of a dispatched operation (``Dispatcher``): send it to the local
         primary until ``deadline`` and write its end, the objects it returned and a
         notification to the origin, in one journal write."""
-        payload_json = row.payload_json
-        shown = payload_json
-        if "Secret" in payload_json:  # cheap: most payloads hold none to redact
-            payload = msgspec.json.decode(payload_json)
-            if isinstance(payload, dict) and has_secret(payload):
-                shown = dumps(redacted_payload(payload))
-        now = self._now_ms()
-        record = OperationRecord(
-            row.op_id, row.account, row.type, shown, "DISPATCHED", row.created_ms, now
-        )
-        finals: list[tuple[OperationRecord, str]] = []
-        objects: list[list[EventRecord]] = []
-        ended = self._ending(record, finals, objects)
-        note = f"dispatched by replica {row.origin_replica}; on replica {self.owner_id}: "
-        if deadline <= trio.current_time():
-            await ended.failed(
-                "OperationTimeout", f"{note}taken after its deadline; nothing was sent"
+        with account_logs(row.account):
+            payload_json = row.payload_json
+            shown = payload_json
+            if "Secret" in payload_json:  # cheap: most payloads hold none to redact
+                payload = msgspec.json.decode(payload_json)
+                if isinstance(payload, dict) and has_secret(payload):
+                    shown = dumps(redacted_payload(payload))
+            now = self._now_ms()
+            record = OperationRecord(
+                row.op_id, row.account, row.type, shown, "DISPATCHED", row.created_ms, now
             )
-        elif await self._send_local(ended, payload_json, deadline, note) is None:
-            await ended.failed(
-                "NoAgent",
-                f"{note}this replica no longer holds the account's primary agent stream (it "
-                "moved, or its agent disconnected); nothing was sent",
+            finals: list[tuple[OperationRecord, str]] = []
+            objects: list[list[EventRecord]] = []
+            ended = self._ending(record, finals, objects)
+            note = f"dispatched by replica {row.origin_replica}; on replica {self.owner_id}: "
+            if deadline <= trio.current_time():
+                await ended.failed(
+                    "OperationTimeout", f"{note}taken after its deadline; nothing was sent"
+                )
+            elif await self._send_local(ended, payload_json, deadline, note) is None:
+                await ended.failed(
+                    "NoAgent",
+                    f"{note}this replica no longer holds the account's primary agent stream (it "
+                    "moved, or its agent disconnected); nothing was sent",
+                )
+            errors = await self._journal.write_all(
+                finals, objects, notices=[result_notice(row.origin_replica, row.op_id)]
             )
-        errors = await self._journal.write_all(
-            finals, objects, notices=[result_notice(row.origin_replica, row.op_id)]
-        )
-        self._published(objects, errors)
+            self._published(objects, errors)
 
     async def _received(self, ended: Ending, waiting: Outstanding) -> OperationOutcome:
         result = waiting.result
@@ -512,6 +515,7 @@ class OperationService:
                 result.id,
                 session.session_id,
                 sent_to,
+                extra={"account": result.account},
             )
             await self._note(
                 result.id,
@@ -524,7 +528,12 @@ class OperationService:
                 "dynamic account %s: ok=%s %s", result.account, result.ok, result.error_message
             )
             return
-        log.warning("operation %s: late result from agent %s ignored", result.id, session.agent_id)
+        log.warning(
+            "operation %s: late result from agent %s ignored",
+            result.id,
+            session.agent_id,
+            extra={"account": result.account},
+        )
         await self._note(
             result.id,
             f"late result from agent {session.agent_id} ignored: ok={result.ok} "

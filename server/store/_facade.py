@@ -190,6 +190,8 @@ class CoreOps(Protocol[H_contra]):
 
     def trim_changes(self, h: H_contra, keep_ms: int, max_rows: int, /) -> int: ...
 
+    def fill_views(self, h: H_contra, /) -> int: ...
+
 
 class ThreadedStore(Generic[H]):
     """``_protocol.Store``'s data methods on ``ops`` through ``threads`` (its docstrings say
@@ -407,6 +409,9 @@ class ThreadedStore(Generic[H]):
 
     async def trim_changes(self, keep_ms: int, max_rows: int) -> int:
         return await self._write(SMALL_WRITE, self._ops.trim_changes, keep_ms, max_rows)
+
+    async def fill_views(self) -> int:
+        return await self._write(SMALL_WRITE, self._ops.fill_views)
 
     async def aclose(self) -> None:
         """Close the connections (after the calls in progress); later calls raise

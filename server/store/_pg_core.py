@@ -244,26 +244,41 @@ class PgCore(PgRecordTables):
         return version
 
     def _build_views(self, conn: Conn) -> None:
-        """Index the objects stored before the view index existed (once: ``view_state``;
-        replicas starting together wait for the one building it)."""
-        if self._read(conn, "SELECT built FROM view_state")[0][0]:
-            return
+        """Index the objects without a view row: all of them once after the migration, and
+        at every start those that replicas of an older version wrote meanwhile (a rolling
+        upgrade). Replicas starting together wait for the one building it."""
+        self.fill_views(conn)
 
-        def build(cur: Cursor) -> None:
+    def fill_views(self, conn: Conn) -> int:
+        """Write the view rows of the objects that have none (``_views_build``); how many."""
+
+        def fill(cur: Cursor) -> int:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_VIEWS_LOCK,))
             cur.execute("SELECT built FROM view_state")
             row = cur.fetchone()
-            if row is not None and row[0]:
-                return
+            built = bool(row is not None and row[0])
 
             def read(sql: str, params: Sequence[Any]) -> list[Any]:
                 cur.execute(sql, params)
                 return cur.fetchall()
 
-            build_views(read, lambda rows: cur.executemany(_UPSERT_VIEW, rows), "%s", "kind_key")
-            cur.execute("UPDATE view_state SET built = 1")
+            # The first build reads every object without locks (nothing else writes rows
+            # yet); a fill locks the few it indexes against a concurrent deletion.
+            written = build_views(
+                read,
+                lambda rows: cur.executemany(_UPSERT_VIEW, rows),
+                "%s",
+                "kind_key",
+                missing_only=built,
+                lock="FOR KEY SHARE" if built else "",
+            )
+            if not built:
+                cur.execute("UPDATE view_state SET built = 1")
+            elif written:
+                log.info("view index: %d objects stored without their view row indexed", written)
+            return written
 
-        self._tx(conn, build)
+        return self._tx(conn, fill)
 
     # -- transactions -------------------------------------------------------------------
 

@@ -268,6 +268,11 @@ class Store(Protocol):
         """Delete the change-log rows older than ``keep_ms`` or beyond the newest
         ``max_rows`` (housekeeping); how many. SQLite: 0."""
 
+    async def fill_views(self) -> int:
+        """Index the objects of the views' kinds that have no view row (housekeeping, when a
+        replica left: one of a version from before the index ingests without writing rows);
+        how many."""
+
     # -- notifications and operations across replicas (``_notify``, ``_dispatch``) -------
 
     async def notify(self, channel: str, payload: str) -> None:

@@ -125,15 +125,25 @@ class SqliteCore(RecordTables):
         def build() -> None:
             if int(self._conn.execute("SELECT built FROM view_state").get):
                 return  # another process built it while this one waited for the lock
-            build_views(
-                lambda sql, params: self._conn.execute(sql, params).fetchall(),
-                lambda rows: self._conn.executemany(_UPSERT_VIEW, rows),
-                "?",
-                "kind",
-            )
+            self._index_views(missing_only=False)
             self._conn.execute("UPDATE view_state SET built = 1")
 
         self._write(build)
+
+    def fill_views(self) -> int:
+        """Write the view rows of the objects that have none; how many. (One process owns
+        the file, so none are missing but after a fault: the same call as PostgreSQL's.)"""
+        written: int = self._write(lambda: self._index_views(missing_only=True))
+        return written
+
+    def _index_views(self, *, missing_only: bool) -> int:
+        return build_views(
+            lambda sql, params: self._conn.execute(sql, params).fetchall(),
+            lambda rows: self._conn.executemany(_UPSERT_VIEW, rows),
+            "?",
+            "kind",
+            missing_only=missing_only,
+        )
 
     def set_autocheckpoint(self, pages: int) -> None:
         """Let SQLite checkpoint inside the COMMIT that makes the log ``pages`` long (0: never;

@@ -47,6 +47,7 @@ __all__ = [
     "SearchRequest",
     "ViewQuery",
     "ViewRow",
+    "object_key_sql",
     "search_hits",
     "view_row",
     "view_sql",
@@ -71,11 +72,18 @@ VIEW_COLUMNS = (
 # trigger that deletes a row with its object computes the key the way ``cache_key`` does
 # (the views' kinds are single words: their lowerCamel is their first letter lowered).
 _KEY = "kind_key, search_key, grp"
-_OBJECT_KEY_SQL = (
-    "'kubernetes.v2:infrastructure:' || lower(substr(old.kind, 1, 1)) || substr(old.kind, 2)"
-    " || ':' || replace(old.account, ':', ';') || ':' || replace(old.namespace, ':', ';')"
-    " || ':' || replace(old.name, ':', ';')"
-)
+
+
+def object_key_sql(row: str) -> str:
+    """SQL for the cache key (``search_key``) of the objects row named ``row``."""
+    return (
+        f"'kubernetes.v2:infrastructure:' || lower(substr({row}.kind, 1, 1))"
+        f" || substr({row}.kind, 2) || ':' || replace({row}.account, ':', ';')"
+        f" || ':' || replace({row}.namespace, ':', ';') || ':' || replace({row}.name, ':', ';')"
+    )
+
+
+_OBJECT_KEY_SQL = object_key_sql("old")
 _VIEW_KINDS_SQL = ", ".join(f"'{kind}'" for kind in sorted(VIEW_KINDS))
 
 Execute = Callable[[str, Sequence[Any]], list[Any]]

@@ -1,5 +1,8 @@
-"""Building the view index from the objects already stored (a database migrated from before
-it existed): each object of a UI kind gets its row as if it had just been ingested."""
+"""Building the view index from the objects already stored: each object of a UI kind gets its
+row as if it had just been ingested. All of them once, in a database migrated from before the
+index existed; later only those without a row (``missing_only``): on PostgreSQL, replicas of a
+version from before the index, still running during a rolling upgrade, ingest objects without
+writing their rows."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import msgspec
 
 from ..views import VIEW_KINDS
 from ._prepared import view_of_body
+from ._views import object_key_sql
 
 __all__ = ["build_views"]
 
@@ -21,21 +25,32 @@ def build_views(
     write: Callable[[list[tuple[str, ...]]], object],
     mark: str,
     kind_key: str,
+    *,
+    missing_only: bool = False,
+    lock: str = "",
 ) -> int:
     """Page through the stored objects of the views' kinds with ``read`` (SQL with ``mark``
     placeholders; ``kind_key`` the objects' case-insensitive kind column) and ``write`` their
-    view_index rows, inside the caller's transaction. Returns how many rows it wrote."""
+    view_index rows, inside the caller's transaction. Returns how many rows it wrote.
+    ``missing_only``: only the objects without a row; ``lock``: a locking clause for the
+    objects read (PostgreSQL's ``FOR KEY SHARE``: a deletion waits for the transaction, so
+    that its trigger removes the row written here instead of leaving it behind)."""
     kinds = sorted(VIEW_KINDS)
     key = f"account, grp, {kind_key}, namespace, name"
     sql = (
         f"SELECT account, grp, kind, namespace, name, body, {kind_key} FROM objects"
         f" WHERE lower(kind) IN ({','.join([mark] * len(kinds))})"
     )
+    if missing_only:
+        sql += (
+            " AND NOT EXISTS (SELECT 1 FROM view_index v WHERE v.kind_key = lower(objects.kind)"
+            f" AND v.search_key = {object_key_sql('objects')} AND v.grp = objects.grp)"
+        )
     after: tuple[Any, ...] | None = None
     written = 0
     while True:
         page_sql = sql + (f" AND ({key}) > ({','.join([mark] * 5)})" if after else "")
-        page_sql += f" ORDER BY {key} LIMIT {_PAGE}"
+        page_sql += f" ORDER BY {key} LIMIT {_PAGE}" + (f" {lock}" if lock else "")
         rows = read(page_sql, [*kinds, *(after or ())])
         views = []
         for account, group, kind, namespace, name, body, _ in rows:

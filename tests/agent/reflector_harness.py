@@ -87,13 +87,13 @@ class Receiver:
     def names(self, kind: str, namespace: str | None = None) -> set[str]:
         return {k[3] for k in self.objects if k[1] == kind and namespace in (None, k[2])}
 
-    async def wait_for(self, predicate: object, *, what: str = "") -> None:
-        """Wait until ``predicate`` (records or reflector state) holds.
+    async def wait_for(self, predicate: object, *, what: str = "", timeout: float = 60.0) -> None:  # noqa: ASYNC109 (tests/_wait.py)
+        """Wait until ``predicate`` (records or reflector state) holds, for ``timeout`` s.
 
         Polls (tests/_wait.py): the reflector's state changes with no signal a test can see.
         """
         assert callable(predicate)
-        await wait_until(predicate, what=what)
+        await wait_until(predicate, what=what, timeout=timeout)
 
     def count(self, event_type: EventType, kind: str | None = None) -> int:
         return sum(1 for r in self.records if r.type == event_type and kind in (None, r.kind))

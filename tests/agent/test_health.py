@@ -103,6 +103,15 @@ async def test_health_and_admin_views() -> None:
             "synced": False,
             "watches": 3,
             "unavailableKinds": ["Secret"],
+            # Pod synced and Secret unavailable are done; Deployment is still listing.
+            "initialSync": {
+                "done": False,
+                "kindsDone": 2,
+                "kindsTotal": 3,
+                "objects": 0,
+                "unavailableKinds": 1,
+                "seconds": 0.0,
+            },
         }
     ]
     assert [(w["kind"], w["synced"], w["available"]) for w in watches] == [

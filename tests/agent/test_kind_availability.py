@@ -140,7 +140,8 @@ async def test_revoked_rbac_is_said_once_backs_off_and_comes_back(
             env.sim.create(config_map("while-forbidden"))
             restored_at = trio.current_time()
             env.server.set_grants("agent", READ_ALL)
-            await env.receiver.wait_for(lambda: state.available)
+            # (The retry in progress may be up to 2 min away: more than wait_for's minute.)
+            await env.receiver.wait_for(lambda: state.available, timeout=180)
             assert trio.current_time() - restored_at <= 120.0 + 1
             await env.receiver.wait_for(
                 lambda: env.receiver.names("ConfigMap") == {"c", "while-forbidden"}

@@ -1,7 +1,7 @@
 """Server benchmark: the store's ingest rate into a SQLite file, and change-to-REST visibility.
 
     .venv/bin/python -m tests.bench.bench_server [--events N] [--batch 500] [--rate 1000]
-        [--seconds 10] [--objects 500] [--rest-samples 20] [--json]
+        [--seconds 10] [--objects 500] [--rest-samples 20] [--kube-plain-http] [--json]
     .venv/bin/python -m tests.bench.bench_server --store postgresql [--pg-url URL] [--json]
 
 ``--store postgresql`` measures ingest only, into PostgreSQL and into SQLite in the same run
@@ -19,7 +19,8 @@ checkpointer) running as in the server: half first-time inserts, half updates of
 same objects, as a relist followed by churn would give. Only the gRPC transport is left out
 (bench_wire measures it). Target: >= 30,000 events/s.
 
-Visibility (``visible_p99_ms``): kubesim runs in this process; the server and the agent run as
+Visibility (``visible_p99_ms``): kubesim runs in this process, over HTTPS with a CA and a token
+(``--kube-plain-http`` for plain HTTP); the server and the agent run as
 separate ``kubesvc server`` / ``kubesvc agent`` processes (on 2 cores that is the honest setup: no
 process gets the others' idle time for free). ConfigMaps (~0.5 KB) are updated round robin at
 ``--rate`` changes/s (default 1,000) for ``--seconds``; ``--rest-samples`` times a second the
@@ -353,10 +354,12 @@ async def measure_visibility(
     work: Path,
     rest_samples: float = 20.0,
     http_server: str = "kubesvc",
+    kube_tls: bool = True,
 ) -> _Visibility:
-    """kubesim here; the server and the agent as ``kubesvc`` processes (one core each at most):
-    change ConfigMaps at ``rate``/s and time how long until REST (sampled) and the feed show
-    each change."""
+    """kubesim here (over HTTPS with a CA and a token, as production's clusters are, unless
+    ``kube_tls`` is off for a comparison); the server and the agent as ``kubesvc`` processes
+    (one core each at most): change ConfigMaps at ``rate``/s and time how long until REST
+    (sampled) and the feed show each change."""
     sim = kubesim.Cluster(kubesim.SimConfig(controllers=False))
     sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BENCH_NAMESPACE}})
     names = [f"cm-{i:04d}" for i in range(objects)]
@@ -374,7 +377,7 @@ async def measure_visibility(
     )
     python = sys.executable
     seen = _Visibility()
-    async with kubesim.open_server(sim, host="127.0.0.1", port=0) as kube:
+    async with kubesim.open_server(sim, host="127.0.0.1", port=0, tls=kube_tls) as kube:
         kube.kubeconfig(work / "kubeconfig", user="admin")
         (work / "agent.yaml").write_text(
             yaml.safe_dump(
@@ -456,7 +459,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     print(f"ingest: {args.events} events of ~4.4 KB, batches of {args.batch}: {rate:,.0f} events/s")
     with tempfile.TemporaryDirectory() as tmp:
         seen = await measure_visibility(
-            args.rate, args.seconds, args.objects, Path(tmp), args.rest_samples, args.http_server
+            args.rate,
+            args.seconds,
+            args.objects,
+            Path(tmp),
+            args.rest_samples,
+            args.http_server,
+            kube_tls=not args.kube_plain_http,
         )
     unseen = sum(len(p) for p in seen.pending.values())
     rest_p99 = _percentile(seen.rest_ms, 0.99)
@@ -488,6 +497,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         "feed_resyncs": seen.feed_resyncs,
         "processes": "separate",
         "http_server": args.http_server,
+        "kube": "http" if args.kube_plain_http else "https",
     }
 
 
@@ -509,6 +519,11 @@ def main() -> None:
         choices=("kubesvc", "hypercorn"),
         default="kubesvc",
         help="the server's api.httpServer (who speaks HTTP/1.1 for the REST API and the feed)",
+    )
+    parser.add_argument(
+        "--kube-plain-http",
+        action="store_true",
+        help="kubesim over plain HTTP, to compare with the default HTTPS",
     )
     parser.add_argument(
         "--store",

@@ -6,6 +6,7 @@ either replica; /armory/clouddrivers and /metrics show both replicas."""
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,6 +21,7 @@ import wire
 from server import RunningServer, ServerConfig, run_server
 from server.api import serve_api
 from server.store import AccountRecord, AccountState, AgentRecord, ReplicaRecord
+from wire import EventRecord, EventType
 from wire import messages as m
 
 from .._wait import wait_until
@@ -291,3 +293,32 @@ async def test_an_account_deleted_on_the_other_replica_is_taken_from_its_agent(
                 await heartbeat.beats.wait()  # a whole beat after the one that rejected it
                 assert await r1.server.state.store.get_account("prod") is None
                 assert r1.server.state.accounts.get("prod") is None
+
+
+@in_loop
+async def test_a_replica_leaving_gets_the_objects_it_left_unindexed_indexed(
+    pg_backend: StoreBackend,
+) -> None:
+    """A replica of a version from before the view index (a rolling upgrade) stores objects
+    without their view rows; when it leaves, housekeeping indexes them, so Deck shows them."""
+    with trio.fail_after(30):
+        async with replicas() as nursery:
+            r1 = await start(nursery, config("r1", pg_backend.url, 1000))
+            await start(nursery, config("r2", pg_backend.url, 1000))
+            await r1.server.state.store.apply_batch("prod", [shop_pod("web-1"), shop_pod("web-2")])
+            # As the old replica wrote it: the object, no view row.
+            pg_backend.sql("DELETE FROM view_index WHERE name = 'web-2'")
+            r1.stop.set()
+
+            async def indexed() -> bool:
+                return bool(pg_backend.sql("SELECT 1 FROM view_index WHERE name = 'web-2'"))
+
+            await wait_until(indexed, timeout=10, what="the unindexed pod indexed")
+
+
+def shop_pod(name: str) -> EventRecord:
+    body = {"apiVersion": "v1", "kind": "Pod", "spec": {},
+            "metadata": {"name": name, "namespace": "shop", "uid": f"uid-{name}",
+                         "resourceVersion": "1"}}  # fmt: skip
+    return EventRecord(int(EventType.ADDED), "prod", "v1", "Pod", "shop", name, f"uid-{name}",
+                       "1", json.dumps(body).encode())  # fmt: skip
