@@ -17,7 +17,15 @@ the accounts (``_accounts``), the status, health and metrics endpoints (``_statu
 """
 
 from ._accounts import AccountSet, AccountState
-from ._app import Agent, build_agent, link_settings, parse_grpc_address, run_agent
+from ._app import (
+    Agent,
+    build_agent,
+    client_ssl_context,
+    link_settings,
+    parse_grpc_address,
+    run_agent,
+    server_addresses,
+)
 from ._backoff import Backoff
 from ._errors import (
     AgentError,
@@ -63,12 +71,15 @@ from .config import (
 from .kube import (
     ClusterAccess,
     ClusterIdentity,
+    Credential,
+    CredentialSource,
     KubeClient,
     KubeReply,
     KubeResponse,
     KubeStream,
     KubeTransport,
     access_for_account,
+    credential_source,
     load_kubeconfig,
     open_kube_client,
     parse_kubeconfig,
@@ -119,6 +130,8 @@ __all__ = [
     "ClusterIdentity",
     "Config",
     "ConfigError",
+    "Credential",
+    "CredentialSource",
     "DiscoveryResult",
     "KindFilter",
     "KindInfo",
@@ -167,6 +180,8 @@ __all__ = [
     "access_for_account",
     "account_logs",
     "build_agent",
+    "client_ssl_context",
+    "credential_source",
     "decode_list_page",
     "default_config_path",
     "diff_accounts",
@@ -190,6 +205,7 @@ __all__ = [
     "run_agent",
     "select_targets",
     "serve_http",
+    "server_addresses",
     "service_account_access",
     "watch_config",
 ]

@@ -1,8 +1,9 @@
 """The ASGI application: route, authenticate, authorize, count, inject faults, dispatch.
 
-Routes: health probes and discovery, ``/kubesim/...`` (admin: faults and counters), and the
-resource paths ``/api/v1/[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]`` and the same
-under ``/apis/{group}/{version}``. Every ApiError is answered here, once, as a Status.
+Routes: health probes and discovery, ``/kubesim/...`` (admin: faults and counters), the
+self-reviews (kubesim/_h_authz.py: what may I do, who am I), and the resource paths
+``/api/v1/[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]`` and the same under
+``/apis/{group}/{version}``. Every ApiError is answered here, once, as a Status.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kubesim._cluster import Cluster
 from kubesim._errors import ApiError
 from kubesim._faults import Faults, RequestCounters, Write, WriteLog
 from kubesim._h_admin import serve_admin
+from kubesim._h_authz import is_review, serve_review
 from kubesim._h_discovery import DiscoveryDocs, serve_discovery
 from kubesim._h_logs import serve_pod_log
 from kubesim._h_openapi import serve_openapi
@@ -115,7 +117,7 @@ class ApiApp:
         header = request.headers.get("authorization", "")
         if header[:7].lower() == "bearer ":
             user = self.users.by_token(header[7:].strip())
-            if user is not None:
+            if user is not None and not user.expired():
                 return user
             raise _status.unauthorized()
         client = request.scope.get("client")
@@ -149,6 +151,9 @@ class ApiApp:
         parts = [p for p in path.split("/") if p]
         if not parts:
             raise _status.path_not_found(path)
+        if is_review(parts):
+            await serve_review(request, send, parts)
+            return
         if parts[0] == "openapi":
             self.counters.record("get", "openapi")
             injected = self.faults.take_failure("get", "openapi", named_only=True)

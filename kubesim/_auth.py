@@ -7,11 +7,16 @@ namespace would); the most specific entry wins, so ``{"*": ALL_VERBS, "secrets":
 namespace b". Grants can change while clients run (``Users.set_grants``): what is already
 being served (an open watch) goes on, as on a real API server, and the next request is judged
 anew. Anonymous requests are refused (401) except the health probes.
+
+A user's token may expire (``User.expires_at``, wall-clock epoch seconds): from then on it is
+refused with 401, as a real API server refuses an expired service-account or OIDC token
+(kubectl's "You must be logged in to the server (Unauthorized)").
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -35,12 +40,27 @@ class User:
         default_factory=lambda: {"*": ALL_VERBS}
     )
     groups: tuple[str, ...] = ("system:authenticated",)
+    #: When the token stops being accepted (epoch seconds, wall clock); None: never.
+    expires_at: float | None = None
+
+    def expired(self, now: float | None = None) -> bool:
+        """Whether the token is past ``expires_at`` (``now`` defaults to the wall clock)."""
+        if self.expires_at is None:
+            return False
+        return (time.time() if now is None else now) >= self.expires_at
 
     def allows(self, verb: str, rtype: ResourceType, namespace: str | None = None) -> bool:
-        qualified = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
-        keys: tuple[str, ...] = (qualified, rtype.plural, "*")
+        return self.allows_resource(verb, rtype.group, rtype.plural, namespace)
+
+    def allows_resource(
+        self, verb: str, group: str, plural: str, namespace: str | None = None
+    ) -> bool:
+        """Whether ``verb`` on ``plural`` of API ``group`` (in ``namespace``) is granted; what
+        requests and SelfSubjectAccessReviews are both judged by."""
+        qualified = f"{plural}.{group}" if group else plural
+        keys: tuple[str, ...] = (qualified, plural, "*")
         if namespace:
-            keys = (f"{namespace}/{qualified}", f"{namespace}/{rtype.plural}", *keys)
+            keys = (f"{namespace}/{qualified}", f"{namespace}/{plural}", *keys)
         for key in keys:
             if key in self.grants:
                 verbs = self.grants[key]

@@ -14,6 +14,7 @@ import struct
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -113,9 +114,22 @@ class Server:
         """The CA certificate that signed the serving certificate (None without TLS)."""
         return self.ca.cert_pem if self.ca else None
 
-    def add_user(self, name: str, grants: dict[str, Any] | None = None) -> User:
-        """Register a user (every verb on everything unless ``grants`` says otherwise)."""
-        user = User(name) if grants is None else User(name, grants=grants)
+    def add_user(
+        self,
+        name: str,
+        grants: dict[str, Any] | None = None,
+        *,
+        token: str | None = None,
+        expires_at: float | None = None,
+    ) -> User:
+        """Register a user (every verb on everything unless ``grants`` says otherwise), with
+        a random token unless ``token`` is given, refused from ``expires_at`` (epoch
+        seconds) on."""
+        user = User(name, expires_at=expires_at)
+        if grants is not None:
+            user = replace(user, grants=grants)
+        if token is not None:
+            user = replace(user, token=token)
         return self.users.add(user)
 
     def set_grants(self, name: str, grants: dict[str, Any]) -> User:

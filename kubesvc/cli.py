@@ -23,7 +23,7 @@ from kubesvc import __version__
 from ._logging import failure_line
 
 # The subcommands (each in ``kubesvc/_cmd_<name>.py``), in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = ("demo", "agent", "server", "sim", "certs", "token")
+COMMANDS: tuple[str, ...] = ("demo", "agent", "server", "sim", "certs", "token", "doctor")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@
 ``_proxy``, ``_tls``. ``_kubeconfig`` makes a ``ClusterAccess``. Imports only ``config``.
 """
 
+from ._auth import Credential, CredentialSource, credential_source
 from ._client import ClusterIdentity, KubeClient, KubeStream, access_for_account, open_kube_client
 from ._kubeconfig import ClusterAccess, load_kubeconfig, parse_kubeconfig, service_account_access
 from ._response import KubeReply
@@ -14,12 +15,15 @@ from ._seam import KubeResponse, KubeTransport
 __all__ = [
     "ClusterAccess",
     "ClusterIdentity",
+    "Credential",
+    "CredentialSource",
     "KubeClient",
     "KubeReply",
     "KubeResponse",
     "KubeStream",
     "KubeTransport",
     "access_for_account",
+    "credential_source",
     "load_kubeconfig",
     "open_kube_client",
     "parse_kubeconfig",
