@@ -121,8 +121,7 @@ def kind_overview_sql(d: SqlDialect) -> tuple[str, str]:
     on the coordinates' index (no body is read), and the resume points per (account,
     apiVersion, kind); merge their rows with ``kind_overview``."""
     objects = (
-        f"SELECT account, grp, min(kind), count(*) FROM objects"
-        f" GROUP BY account, grp, {d.kind_key}"
+        f"SELECT account, grp, min(kind), count(*) FROM objects GROUP BY account, grp, {d.kind_key}"
     )
     watches = (
         "SELECT account, api_version, kind, count(*), max(updated_at_ms) FROM resource_versions"
