@@ -44,6 +44,11 @@
     return Math.floor(s / 86400) + " d";
   }
 
+  function ago(ms) {
+    const text = age(ms);
+    return text === "—" ? text : text + " ago";
+  }
+
   function clock(ms) {
     return ms ? new Date(ms).toLocaleString() : "—";
   }
@@ -196,7 +201,7 @@
       el("span", { class: "muted", text: " " + (a.kubeVersion || "") + " " + fingerprint }),
     ]);
     const rowAttrs = { class: "account", "data-account": a.name, "aria-expanded": expanded.has(a.name) };
-    const newestTitle = "newest watch progress: " + age(a.watchProgress) + " ago";
+    const newestTitle = "newest watch progress (events or bookmarks): " + ago(a.watchProgress);
     return el("tr", rowAttrs, [
       el("td", { "data-col": "name", class: "mono", text: a.name }),
       el("td", { "data-col": "state", title: a.error || null }, [stateBadge(a.state)]),
@@ -208,25 +213,27 @@
       el("td", { "data-col": "kinds", class: "num", text: a.kindsSynced + " / " + a.kinds.length }),
       el("td", { "data-col": "forbidden", class: "num" + (a.forbidden ? " bad" : ""),
                  text: a.unavailable.length }),
-      el("td", { "data-col": "newest", class: "num", title: newestTitle, text: age(a.newestEvent) }),
+      el("td", { "data-col": "newest", class: "num", title: newestTitle, text: ago(a.newestEvent) }),
       el("td", { "data-col": "rate", class: "num", text: number(a.eventsLastMinute) }),
     ]);
   }
 
   function detailRow(a) {
-    const kinds = el("div", { class: "kinds" }, a.kinds.map(([kind, group, objects, synced]) =>
-      el("div", { "data-kind": kind, "data-group": group, class: synced ? "" : "unsynced",
-                  title: synced ? group || "core" : "no listing finished yet" }, [
-        el("span", { text: group ? `${kind}.${group}` : kind }),
+    const kinds = el("div", { class: "kinds" }, a.kinds.map(([kind, group, objects, synced]) => {
+      const label = group ? `${kind}.${group}` : kind;
+      return el("div", { "data-kind": kind, "data-group": group, class: synced ? "" : "unsynced",
+                         title: synced ? label : label + ": no listing finished yet" }, [
+        el("span", { text: label }),
         el("span", { class: "count", text: number(objects) }),
-      ])));
+      ]);
+    }));
     const parts = [kinds];
     if (!a.kinds.length) parts.push(el("span", { class: "muted", text: "no objects cached" }));
     if (a.unavailable.length) {
       parts.push(el("ul", { class: "unavailable" }, a.unavailable.map((u) =>
         el("li", { "data-unavailable": u.kind, text:
           `${u.kind}${u.group ? "." + u.group : ""}${u.scope ? " in " + u.scope : ""}: ` +
-          `${u.code || "gone"} ${u.reason} (since ${age(u.since)} ago)` }))));
+          `${u.code || "gone"} ${u.reason} (since ${ago(u.since)})` }))));
     }
     if (a.error) parts.push(el("p", { class: "note", text: "error: " + a.error }));
     return el("tr", { class: "detail", "data-detail": a.name }, [
@@ -274,7 +281,7 @@
       el("td", { class: "mono", text: g.peer }),
       el("td", { class: "num", text: g.accounts }),
       el("td", { text: clock(g.connectedAt) + " (" + age(g.connectedAt) + ")" }),
-      el("td", { class: "num", text: age(g.lastHeartbeat || g.connectedAt) + " ago" }),
+      el("td", { class: "num", text: ago(g.lastHeartbeat || g.connectedAt) }),
     ]));
     if (!rows.length) {
       rows.push(el("tr", {}, [el("td", { colspan: 7, class: "empty", text: "no agent connected" })]));
@@ -288,7 +295,7 @@
       const tone = o.outcome === "succeeded" || o.outcome === "running" ? o.outcome
         : NOT_DELIVERED.has(o.outcome) ? "bad" : "failed";
       return el("tr", { "data-operation": o.id }, [
-        el("td", { title: clock(o.created), text: age(o.created) + " ago" }),
+        el("td", { title: clock(o.created), text: ago(o.created) }),
         el("td", { class: "mono", text: o.account }),
         el("td", { text: o.type }),
         el("td", {}, [el("span", { class: "outcome " + tone, text: o.outcome })]),
