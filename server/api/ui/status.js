@@ -381,6 +381,7 @@
         if (view.sort === key && view.desc) { view.sort = null; view.desc = false; }
         else if (view.sort === key) view.desc = true;
         else { view.sort = key; view.desc = false; }
+        view.page = 0;
         render();
       });
     }
