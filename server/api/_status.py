@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .._sessions import SessionManager
+from ._armory import lease_ttl_ms
 from ._context import ApiState, context
 from ._status_summary import Limits, SummaryInput, summarize
 
@@ -131,12 +132,24 @@ def _stale_agent_ms(state: ApiState) -> int:
     return int(max(180.0, 3 * period) * 1000)
 
 
+async def _live_replicas(state: ApiState, now_ms: int) -> frozenset[str] | None:
+    """The replicas whose heartbeat is younger than the lease TTL, this one included; None
+    when no replica writes heartbeats (one server on SQLite)."""
+    records = await state.store.list_replicas()
+    if not records:
+        return None
+    ttl = lease_ttl_ms(state)
+    live = {r.replica_id for r in records if r.heartbeat_ms + ttl > now_ms}
+    return frozenset({*live, state.server_id})
+
+
 async def _read(state: ApiState) -> SummaryInput:
     store = state.store
     sessions = getattr(state, "sessions", None)
     local = sessions.agents() if isinstance(sessions, SessionManager) else []
+    now_ms = int(time.time() * 1000)
     return SummaryInput(
-        now_ms=int(time.time() * 1000),
+        now_ms=now_ms,
         server_id=state.server_id,
         accounts=await store.list_accounts(),
         unavailable=await store.unavailable_kinds(),
@@ -146,6 +159,7 @@ async def _read(state: ApiState) -> SummaryInput:
         operations=await store.list_operations(limit=LIMITS.operations),
         activity=state.feed.activity.snapshot(),
         stale_agent_ms=_stale_agent_ms(state),
+        live_replicas=await _live_replicas(state, now_ms),
     )
 
 

@@ -62,8 +62,8 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class SummaryInput:
     """What the endpoint read for one summary. ``local_agents`` are this replica's open
-    sessions (their last heartbeat is fresher than the store's row); ``stale_agent_ms`` is how
-    long an agent may stay silent before it shows as a problem."""
+    sessions (the store's rows carry no heartbeats); ``stale_agent_ms`` is how long one of
+    them may stay silent before it shows as a problem."""
 
     now_ms: int
     server_id: str
@@ -75,6 +75,8 @@ class SummaryInput:
     operations: Sequence[OperationRecord]
     activity: ActivitySnapshot
     stale_agent_ms: int = 180_000
+    #: the replicas heartbeating now, this one included (None: no replica rows, one server)
+    live_replicas: frozenset[str] | None = None
 
 
 def _problem(severity: str, what: str, subject: str, message: str) -> dict[str, str]:
@@ -231,16 +233,22 @@ def _agents(inp: SummaryInput) -> tuple[list[dict[str, Any]], list[dict[str, str
         row["lastHeartbeat"] = max(view.last_seen_ms, int(row.get("lastHeartbeat") or 0))
     problems = []
     for row in rows.values():
-        silent = inp.now_ms - int(row["lastHeartbeat"] or row["connectedAt"])
-        if silent > inp.stale_agent_ms:
-            problems.append(
-                _problem(
-                    "critical",
-                    "agent",
-                    row["agentId"],
-                    f"session {row['sessionId']} on {row['replica']} silent for {silent // 1000} s",
-                )
+        if row["sessionId"] in local or row["replica"] == inp.server_id:
+            # This replica's sessions: it sees their heartbeats (a row it does not hold is
+            # one its previous run left).
+            silent = inp.now_ms - int(row["lastHeartbeat"] or row["connectedAt"])
+            if silent > inp.stale_agent_ms:
+                message = f"session {row['sessionId']} silent for {silent // 1000} s"
+                problems.append(_problem("critical", "agent", row["agentId"], message))
+            continue
+        # Another replica's: the store has no heartbeat of it, only that replica's own.
+        row["lastHeartbeat"] = None
+        if inp.live_replicas is not None and row["replica"] not in inp.live_replicas:
+            message = (
+                f"session {row['sessionId']} is on replica {row['replica']}, which stopped "
+                "heartbeating (the agent should have reconnected elsewhere)"
             )
+            problems.append(_problem("critical", "agent", row["agentId"], message))
     ordered = sorted(rows.values(), key=lambda r: (r["agentId"], r["connectedAt"]))
     return ordered, problems
 

@@ -4,6 +4,7 @@ computed (server/api/_status.py's SummaryCache)."""
 from __future__ import annotations
 
 import gzip
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -149,30 +150,32 @@ def test_an_accounts_kinds_role_and_activity() -> None:
 
 def test_agents_merge_the_store_and_this_replicas_sessions() -> None:
     fresh = AgentView("agent-a", "s1", "i1", "1.2.3", "peer", {"prod": Role.PRIMARY}, NOW, NOW - 5)
-    inp = summary_input(
-        accounts=[account("prod")],
-        agents=[
-            AgentRecord("s1", "agent-a", "i1", "1.2.3", "", "peer", ["prod"], NOW - 9000, 0),
-            # A session another replica wrote, silent for ten minutes (a replica that died).
-            AgentRecord(
-                "s9", "agent-z", "i9", "1.0.0", "srv-2", "p9", [], NOW - 10**6, NOW - 600_000
-            ),
-        ],
-        local_agents=[fresh],
-    )
+    agents = [
+        AgentRecord("s1", "agent-a", "i1", "1.2.3", "", "peer", ["prod"], NOW - 9000, 0),
+        # Another replica's session: the store has no heartbeat of it.
+        AgentRecord("s8", "agent-b", "i8", "1.2.3", "srv-2", "p8", [], NOW - 10**6, NOW - 10**6),
+        # One this replica's previous run left: silent for ten minutes.
+        AgentRecord("s9", "agent-z", "i9", "1.0.0", "srv-1", "p9", [], NOW - 10**6, NOW - 600_000),
+    ]
+    inp = summary_input(accounts=[account("prod")], agents=agents, local_agents=[fresh])
     out = summarize(inp)
-    a, z = out["agents"]
+    a, b, z = out["agents"]
     assert (a["agentId"], a["replica"], a["lastHeartbeat"], a["accounts"]) == (
         "agent-a",
         "srv-1",
         NOW - 5,
         1,
     )
-    assert z["replica"] == "srv-2"
+    assert (b["replica"], b["lastHeartbeat"]) == ("srv-2", None)
+    assert z["lastHeartbeat"] == NOW - 600_000
     (problem,) = out["problems"]
     assert (problem["what"], problem["subject"]) == ("agent", "agent-z")
     assert "silent for 600 s" in problem["message"]
-    assert (out["totals"]["agents"], out["totals"]["sessions"]) == (2, 2)
+    assert (out["totals"]["agents"], out["totals"]["sessions"]) == (3, 3)
+    # srv-2 stopped heartbeating: its sessions are a problem too.
+    out = summarize(replace(inp, live_replicas=frozenset({"srv-1"})))
+    assert [p["subject"] for p in out["problems"]] == ["agent-b", "agent-z"]
+    assert "replica srv-2, which stopped heartbeating" in out["problems"][0]["message"]
 
 
 def test_accounts_and_no_agent_at_all_is_a_problem() -> None:

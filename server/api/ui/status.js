@@ -281,7 +281,8 @@
       el("td", { class: "mono", text: g.peer }),
       el("td", { class: "num", text: g.accounts }),
       el("td", { text: clock(g.connectedAt) + " (" + age(g.connectedAt) + ")" }),
-      el("td", { class: "num", text: ago(g.lastHeartbeat || g.connectedAt) }),
+      el("td", { class: "num", text: g.lastHeartbeat === null
+        ? "(seen by " + g.replica + ")" : ago(g.lastHeartbeat || g.connectedAt) }),
     ]));
     if (!rows.length) {
       rows.push(el("tr", {}, [el("td", { colspan: 7, class: "empty", text: "no agent connected" })]));
