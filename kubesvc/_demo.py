@@ -170,6 +170,7 @@ def _print_endpoints(
             f"  agent:   {AGENT_ID}, health http://{HOST}:{run.agent.health_port}/ready, "
             f"config {files.agent_config}",
             f"  kubesim: {kube_url} (kubeconfig {files.kubeconfig})",
+            f"  status page: {api}/ui (in a browser)",
             "",
             "try (in another terminal):",
             f"  curl -s {api}/credentials",

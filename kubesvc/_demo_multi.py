@@ -345,6 +345,7 @@ def _print_endpoints(
         f"(mTLS, JWT; dialled in turn), health http://{HOST}:{run.agent.health_port}/ready",
         f"  kubesim: {kube_url} (kubeconfig {files.kubeconfig})",
         f"  state:   {files.folder / 'demo.json'} (pids, ports)",
+        f"  status page: {first}/ui (any replica's; in a browser)",
         "",
         "try (in another terminal):",
         f"  curl -s {last}/armory/clouddrivers",

@@ -33,6 +33,7 @@ from .store import (
     ChangePage,
     DispatchRecord,
     KindChange,
+    KindOverview,
     LeaseOutcome,
     LeaseRecord,
     Notice,
@@ -475,6 +476,9 @@ class RegistryStore:
 
     async def count_objects(self, account: str | None = None, kind: str | None = None) -> int:
         return await self._store.count_objects(account, kind)
+
+    async def kind_overview(self) -> list[KindOverview]:
+        return await self._store.kind_overview()
 
     async def resume_points(self, account: str) -> list[ResumePoint]:
         return await self._store.resume_points(account)

@@ -37,6 +37,7 @@ from typing import Protocol
 import msgspec
 import trio
 
+from ._activity import Activity
 from ._errors import ServerError
 from ._freshness import Freshness, ObjectRef
 
@@ -207,6 +208,8 @@ class ChangeFeed:
         self._lagged = 0
         #: read-your-writes watermarks; every committed change passes here (see _freshness)
         self.freshness = Freshness()
+        #: object events per account and in total, lately (the status page; see _activity)
+        self.activity = Activity()
 
     @contextmanager
     def subscribe(
@@ -249,6 +252,7 @@ class ChangeFeed:
         """
         self._published += len(records)
         self.freshness.observed(records, swept)
+        self.activity.observed(records, swept)
         if not self._subscribers:
             return
         pending: dict[tuple[str, str], list[SweptObject]] = {}

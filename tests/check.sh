@@ -26,6 +26,15 @@ if ! have_pg; then
 fi
 "$venv/bin/python" -m kubesvc._postgres \
     || echo "the PostgreSQL store tests will be SKIPPED (the reason is above and in pytest's summary)"
+echo "== Chromium (the status page's tests drive a real headless browser)"
+# Debian's browser and its WebDriver: no browser download at install time can work here (no
+# network but the package registries), so the tests use these, never a bundled build.
+have_browser() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
+if ! have_browser && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+        chromium-driver >/dev/null; } || echo "apt-get could not install chromium"
+fi
+have_browser || echo "the browser tests will be SKIPPED (no /usr/bin/chromium and /usr/bin/chromedriver)"
 # Two workers (pytest-xdist): the suite waits more than it computes (~500 s of CPU in ~730 s
 # on 2 cores, one process), so two test processes fit the machine's two cores.
 # KUBESVC_TEST_WORKERS=0 runs it in one process.

@@ -126,3 +126,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             reasons.append(str(longrepr[2]).split("PostgreSQL tests skipped: ", 1)[1])
     for reason in dict.fromkeys(reasons):
         terminalreporter.write_line(f"PostgreSQL tests SKIPPED: {reason}", yellow=True, bold=True)
+    # The status page's browser tests skip where Debian's chromium is missing: said here too.
+    from tests.e2e.browser import browser_missing
+
+    skipped = terminalreporter.stats.get("skipped", [])
+    if browser_missing() and any("status_page" in r.nodeid for r in skipped):
+        terminalreporter.write_line(
+            f"Browser tests SKIPPED: {browser_missing()}", yellow=True, bold=True
+        )

@@ -29,6 +29,7 @@ from . import _jobs as jobs
 from . import _ops_endpoints as ops_endpoints
 from . import _own as own
 from . import _schemas as schemas
+from . import _status as status
 from ._body import MAX_BODY_BYTES
 from ._context import ApiContext, ApiState
 from ._errors import EXCEPTION_HANDLERS
@@ -48,6 +49,7 @@ _ACCOUNTS = "Armory accounts"
 _AGENTS = "Armory agents"
 _CLOUDDRIVER = "Clouddriver"
 _OWN = "kubesvc"
+_STATUS = "kubesvc status page"
 
 _EXPAND = Param("expand", "true adds namespaces, spinnakerKindMap, ...", type="boolean")
 _INCLUDE_EVENTS = Param(
@@ -325,6 +327,47 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         },
     ),
     Endpoint("GET", "/metrics", own.metrics, "Prometheus metrics", _OWN),
+    # The operator's status page (server/api/_status.py).
+    Endpoint(
+        "GET",
+        "/",
+        status.to_status_page,
+        "Redirects to the status page",
+        _STATUS,
+        responses={307: "to ui"},
+    ),
+    Endpoint(
+        "GET",
+        "/ui",
+        status.status_page,
+        "The status page: agents, accounts, operations, event rate",
+        _STATUS,
+        media_type="text/html",
+    ),
+    Endpoint(
+        "GET",
+        "/ui/status.js",
+        status.status_script,
+        "The status page's script",
+        _STATUS,
+        media_type="text/javascript",
+    ),
+    Endpoint(
+        "GET",
+        "/ui/status.css",
+        status.status_style,
+        "The status page's style sheet",
+        _STATUS,
+        media_type="text/css",
+    ),
+    Endpoint(
+        "GET",
+        "/ui/summary.json",
+        status.status_summary,
+        "What the status page shows: problems first, then agents, accounts, operations, "
+        "event rate (polled every 2 s; computed at most once a second whoever asks)",
+        _STATUS,
+    ),
     Endpoint("GET", "/openapi.json", own.openapi, "This document", _OWN),
 )
 
@@ -379,6 +422,7 @@ def build_app(state: ApiState, *, registry: CollectorRegistry | None = None) -> 
         exception_handlers=EXCEPTION_HANDLERS,
     )
     app.state.ctx = ApiContext(state=state, metrics=metrics)
+    app.state.status_summary = status.SummaryCache()
     app.state.openapi = openapi_document(ENDPOINTS, title="kubesvc server", version=API_VERSION)
     return app
 

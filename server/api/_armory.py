@@ -21,7 +21,7 @@ from ._context import collect_objects, context
 from ._errors import BadRequest, Conflict, NotFound
 from ._unavailable import marks_by_account
 
-__all__ = ["account_json", "account_namespaces"]
+__all__ = ["account_json", "account_namespaces", "lease_ttl_ms"]
 
 # Dynamic-account fields that hold credentials: pushed to the agent, never stored.
 _CREDENTIAL_FIELDS = frozenset({"kubeconfigContents"})
@@ -315,7 +315,7 @@ async def disconnect_agent(request: Request) -> Response:
     return JSONResponse({"agentId": agent_id, "sessionsEnded": ended})
 
 
-def _lease_ttl_ms(state: object) -> int:
+def lease_ttl_ms(state: object) -> int:
     """The replicas' lease TTL: a replica silent longer is not live (default when the API
     runs without a server: StandaloneState)."""
     config = getattr(state, "config", None)
@@ -341,7 +341,7 @@ async def _clouddrivers(request: Request) -> dict[str, dict[str, Any]]:
         state.server_id: {"id": state.server_id, "local": True, "agents": []}
     }
     now = _now_ms()
-    ttl = _lease_ttl_ms(state)
+    ttl = lease_ttl_ms(state)
     records = await state.store.list_replicas()
     for record in records:
         if record.replica_id != state.server_id and record.heartbeat_ms + ttl <= now:

@@ -51,6 +51,7 @@ class Endpoint:
     body: str | None = None
     body_schema: Mapping[str, Any] | None = None  # the body's JSON Schema (None: any JSON)
     responses: Mapping[int, str] = field(default_factory=lambda: {200: "OK"})
+    media_type: str = "application/json"  # what its answers are (the status page's: HTML...)
 
     @property
     def openapi_method(self) -> str:
@@ -99,8 +100,9 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     responses: dict[str, Any] = {}
     for status, description in sorted(endpoint.responses.items()):
         response: dict[str, Any] = {"description": description}
-        if status not in (101, 204):
-            response["content"] = {"application/json": {"schema": {}}}
+        if status not in (101, 204) and not 300 <= status < 400:
+            media = endpoint.media_type if status < 300 else "application/json"
+            response["content"] = {media: {"schema": {}}}
         responses[str(status)] = response
     operation: dict[str, Any] = {
         "summary": endpoint.summary,

@@ -18,6 +18,7 @@ from ._errors import (
     UnknownCredentials,
     UnknownOperation,
 )
+from ._outcome import ENDED_STATES, outcome_of
 from ._results import AgentResult, cache_records, parse_result
 from ._rules import RULE_CONTEXTS, AccountRules, rule_errors
 from ._service import OperationOutcome, OperationService
@@ -25,6 +26,7 @@ from ._stats import OUTCOMES, OperationStatistics, outcome_label
 from ._task import Task, TaskState
 
 __all__ = [
+    "ENDED_STATES",
     "OPERATIONS",
     "OUTCOMES",
     "POD_LOGS",
@@ -48,6 +50,7 @@ __all__ = [
     "normalize",
     "operation_spec",
     "outcome_label",
+    "outcome_of",
     "parse_request",
     "parse_result",
     "rule_errors",

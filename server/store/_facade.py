@@ -29,6 +29,7 @@ from ._records import (
     ChangePage,
     DispatchRecord,
     KindChange,
+    KindOverview,
     LeaseOutcome,
     LeaseRecord,
     ObjectPage,
@@ -97,6 +98,8 @@ class CoreOps(Protocol[H_contra]):
     def query_objects(self, h: H_contra, q: ObjectQuery, /) -> ObjectPage: ...
 
     def count_objects(self, h: H_contra, account: str | None, kind: str | None, /) -> int: ...
+
+    def kind_overview(self, h: H_contra, /) -> list[KindOverview]: ...
 
     def resume_points(self, h: H_contra, account: str, /) -> list[ResumePoint]: ...
 
@@ -257,6 +260,9 @@ class ThreadedStore(Generic[H]):
 
     async def count_objects(self, account: str | None = None, kind: str | None = None) -> int:
         return await self._run(self._ops.count_objects, account, kind)
+
+    async def kind_overview(self) -> list[KindOverview]:
+        return await self._run(self._ops.kind_overview)
 
     async def resume_points(self, account: str) -> list[ResumePoint]:
         return await self._run(self._ops.resume_points, account)

@@ -50,6 +50,8 @@ from ._queries import (
     ObjectQuery,
     count_sql,
     get_object_sql,
+    kind_overview,
+    kind_overview_sql,
     operation_rows,
     page_of,
     query_sql,
@@ -63,6 +65,7 @@ from ._records import (
     ChangeCursor,
     ChangePage,
     KindChange,
+    KindOverview,
     ObjectPage,
     ObjectRef,
     ResumePoint,
@@ -431,6 +434,10 @@ class PgCore(PgRecordTables):
     def count_objects(self, conn: Conn, account: str | None, kind: str | None) -> int:
         rows = self._read(conn, *count_sql(POSTGRESQL, account, kind))
         return int(rows[0][0])
+
+    def kind_overview(self, conn: Conn) -> list[KindOverview]:
+        objects, watches = kind_overview_sql(POSTGRESQL)
+        return kind_overview(self._read(conn, objects), self._read(conn, watches))
 
     def resume_points(self, conn: Conn, account: str) -> list[ResumePoint]:
         rows = self._read(conn, resume_points_sql(POSTGRESQL), (account,))

@@ -27,6 +27,7 @@ from ._records import (
     ChangePage,
     DispatchRecord,
     KindChange,
+    KindOverview,
     LeaseOutcome,
     LeaseRecord,
     Notification,
@@ -111,6 +112,12 @@ class Store(Protocol):
 
     async def count_objects(self, account: str | None = None, kind: str | None = None) -> int:
         """How many objects match (for /metrics and admin views)."""
+        ...
+
+    async def kind_overview(self) -> list[KindOverview]:
+        """Every account's kinds at a glance (the status page): objects per kind, counted on
+        the coordinates' index, and the watches that finished a listing; ordered by account,
+        group and kind. One call, bounded by accounts x kinds, never by objects' bodies."""
         ...
 
     async def resume_points(self, account: str) -> list[ResumePoint]:

@@ -5,7 +5,7 @@ placeholder, how a kind is matched, what "true" is spelled)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from wire import EventRecord, EventType
@@ -14,7 +14,7 @@ from ._ingest import ObjectKey
 from ._labels import Dialect, selector_sql
 from ._paging import check_limit, make_token, read_token
 from ._prepared import upsert_row_and_view
-from ._records import ObjectPage, StoredObject, group_of
+from ._records import KindOverview, ObjectPage, StoredObject, group_of
 
 _DELETED = int(EventType.DELETED)
 
@@ -114,6 +114,40 @@ def count_sql(d: SqlDialect, account: str | None, kind: str | None) -> tuple[str
         where.append(d.kind_match)
         params.append(kind)
     return f"SELECT count(*) FROM objects WHERE {' AND '.join(where) or d.true}", params
+
+
+def kind_overview_sql(d: SqlDialect) -> tuple[str, str]:
+    """The two reads of ``Store.kind_overview``: objects per (account, group, kind), counted
+    on the coordinates' index (no body is read), and the resume points per (account,
+    apiVersion, kind); merge their rows with ``kind_overview``."""
+    objects = (
+        f"SELECT account, grp, min(kind), count(*) FROM objects GROUP BY account, grp, {d.kind_key}"
+    )
+    watches = (
+        "SELECT account, api_version, kind, count(*), max(updated_at_ms) FROM resource_versions"
+        " GROUP BY account, api_version, kind"
+    )
+    return objects, watches
+
+
+def kind_overview(
+    object_rows: Sequence[Sequence[Any]], watch_rows: Sequence[Sequence[Any]]
+) -> list[KindOverview]:
+    """``kind_overview_sql``'s rows as one KindOverview per (account, group, kind), the kind
+    compared case-insensitively; ordered by account, group and kind."""
+    found: dict[tuple[str, str, str], KindOverview] = {}
+    for account, group, kind, count in object_rows:
+        found[(account, group, kind.lower())] = KindOverview(account, group, kind, int(count))
+    for account, api_version, kind, watches, updated in watch_rows:
+        group = group_of(api_version)
+        key = (account, group, kind.lower())
+        seen = found.get(key) or KindOverview(account, group, kind)
+        found[key] = replace(
+            seen,
+            synced_watches=seen.synced_watches + int(watches),
+            watch_updated_ms=max(seen.watch_updated_ms, int(updated or 0)),
+        )
+    return [found[key] for key in sorted(found)]
 
 
 def resume_points_sql(d: SqlDialect) -> str:

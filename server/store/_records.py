@@ -131,6 +131,21 @@ class UnavailableKind:
 
 
 @dataclass(frozen=True, slots=True)
+class KindOverview:
+    """One kind of one account at a glance (the status page): how many objects the cache
+    holds, how many of its watches (one per scope) have finished a listing and keep a resume
+    point, and when the newest of those points moved (an event or a bookmark), 0 if none.
+    ``kind`` is spelled as the store holds it (the objects', else the resume points')."""
+
+    account: str
+    group: str
+    kind: str
+    objects: int = 0
+    synced_watches: int = 0
+    watch_updated_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class KindChange:
     """One entry of the agent's KindStatus: (account, kind, scope) unavailable (``code``,
     ``reason``) or available again."""

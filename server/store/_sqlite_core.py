@@ -25,6 +25,8 @@ from ._queries import (
     ObjectQuery,
     count_sql,
     get_object_sql,
+    kind_overview,
+    kind_overview_sql,
     operation_rows,
     page_of,
     query_sql,
@@ -38,6 +40,7 @@ from ._records import (
     ChangeCursor,
     ChangePage,
     KindChange,
+    KindOverview,
     ObjectPage,
     ObjectRef,
     ResumePoint,
@@ -270,6 +273,10 @@ class SqliteCore(RecordTables):
     def count_objects(self, account: str | None, kind: str | None) -> int:
         rows = self._read(*count_sql(SQLITE, account, kind))
         return int(rows[0][0])
+
+    def kind_overview(self) -> list[KindOverview]:
+        objects, watches = kind_overview_sql(SQLITE)
+        return kind_overview(self._read(objects), self._read(watches))
 
     def resume_points(self, account: str) -> list[ResumePoint]:
         return [ResumePoint(*row) for row in self._read(resume_points_sql(SQLITE), (account,))]
