@@ -232,7 +232,12 @@ class AccountService:
                 await self._store.release_lease(name, session_id)
             except StoreError as exc:
                 # It lapses at its TTL (the heartbeat renews only what the registry holds).
-                log.error("could not release the lease of %s: %s", name, exc)
+                log.error(
+                    "could not release the lease of account %s: %s",
+                    name,
+                    exc,
+                    extra={"account": name},
+                )
         changes: builtins.list[RoleChange] = []
         for name, session_id, reason in self.registry.take_new_heads():
             changes += await self.try_lease(name, session_id, reason)
@@ -330,7 +335,9 @@ class AccountService:
                     await self._store.upsert_account(record)
                 for name in changes.deletes:
                     await self._store.delete_account(name)
-                    log.info("account %s removed with its cached objects", name)
+                    log.info(
+                        "account %s removed with its cached objects", name, extra={"account": name}
+                    )
             except BaseException:
                 # Rewriting an account already written is harmless (newest state wins).
                 self.registry.requeue(changes)

@@ -484,7 +484,11 @@ def _log_rejections(session: Session, decisions: Sequence[RoleChange]) -> None:
     for d in decisions:
         if d.role is Role.REJECTED:
             log.warning(
-                "session %s: account %s rejected: %s", session.session_id, d.account, d.reason
+                "session %s: account %s rejected: %s",
+                session.session_id,
+                d.account,
+                d.reason,
+                extra={"account": d.account},
             )
 
 

@@ -303,6 +303,7 @@ class SessionManager:
                     c.account,
                     c.role.name,
                     c.reason,
+                    extra={"account": c.account},
                 )
             session.post(
                 messages.ServerMessage(assignment=messages.Assignment(accounts=assignments))

@@ -35,6 +35,7 @@ class Outstanding:
 
     session_id: str = ""
     agent_id: str = ""
+    account: str = ""
     sent_at: float = 0.0
     done: trio.Event = field(default_factory=trio.Event)
     result: messages.OperationResult | None = None
@@ -77,6 +78,7 @@ class AgentLink:
                 if session is None:
                     return None
                 waiting.session_id, waiting.agent_id = session.session_id, session.agent_id
+                waiting.account = record.account
                 waiting.sent_at = trio.current_time()
                 waiting.sent_note = (
                     f"{note}sent to agent {session.agent_id} (session {session.session_id})"
@@ -126,7 +128,13 @@ class AgentLink:
                 f"agent {waiting.agent_id} disconnected before answering ({reason}); "
                 "the operation may or may not have been applied, and it is not resent"
             )
-            log.warning("operation %s: %s", op_id, waiting.failure)
+            log.warning(
+                "operation %s on account %s: %s",
+                op_id,
+                waiting.account,
+                waiting.failure,
+                extra={"account": waiting.account},
+            )
             waiting.done.set()
 
     def answered(self, session: Session, result: messages.OperationResult) -> str:
