@@ -7,9 +7,12 @@ kubesim serves N member clusters from one process, each under its own path prefi
 objects and token, about 12 kinds and a few objects per kind (Deployments, a StatefulSet and a
 Job that the lite controllers turn into ReplicaSets and Pods). One agent process
 (``python -m kubesvc agent``) gets one account per cluster, each with its own kubeconfig, and
-streams to the counting receiver of bench_agent (wire.serve; it decodes each record's type and
-account and acks every batch). kubesim and the receiver share this process; the agent has its
-own, so its CPU and RSS are its own. Phases, in one run:
+streams to a counting receiver like bench_agent's (wire.serve; it decodes each record's type
+and account and acks every batch). Three processes: kubesim (a child: ``--sim``; its garbage
+collector frozen after the clusters are built), the agent (a child), and this one with the
+receiver, so that kubesim's work never delays the receiver's acks and heartbeats (a link the
+agent thinks dead restarts every account) and each process's CPU and RSS are its own. Phases,
+in one run:
 
 1. sync: from the agent's spawn until every (account, kind) has sent its SYNC_END:
    ``sync_all_s``.
@@ -32,9 +35,11 @@ agent_idle_cpu_pct, sync_all_s, events_per_s (plus the raw figures).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -344,6 +349,46 @@ async def churn(members: list[kubesim.Member], rate: float, seconds: float) -> i
     return done
 
 
+async def serve_sim(clusters: int, folder: Path, churn_rate: float, churn_s: float) -> None:
+    """The kubesim process: build ``clusters`` clusters, serve them over TLS, write their
+    kubeconfigs and ``sim.json`` (port, build time) into ``folder``; on SIGUSR1 churn, then
+    write ``churn.json``. Runs until killed."""
+    started = time.perf_counter()
+    built = [make_cluster() for _ in range(clusters)]
+    build_s = time.perf_counter() - started
+    # What was built lives as long as the process: keep the collector from walking it.
+    gc.freeze()
+    root = kubesim.Cluster(kubesim.SimConfig(namespaces=()))
+    async with kubesim.open_server(root, tls=True) as kube:
+        members = [kube.add_cluster(str(i), cluster) for i, cluster in enumerate(built)]
+        for member in members:
+            member.kubeconfig(folder / f"kubeconfig-{member.name}")
+        _write_json(folder / "sim.json", {"port": kube.port, "build_s": build_s})
+        with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+            async for _ in signals:
+                changes = await churn(members, churn_rate, churn_s)
+                _write_json(folder / "churn.json", {"changes": changes})
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    """Write ``path`` whole or not at all (the other process polls for it)."""
+    partial = path.with_suffix(".part")
+    partial.write_text(json.dumps(value))
+    partial.rename(path)
+
+
+async def _read_json(path: Path, limit: float, process: trio.Process) -> dict[str, Any]:
+    """Poll for ``path`` (written by the kubesim process) for up to ``limit`` seconds."""
+    found = trio.Path(path)
+    with trio.fail_after(limit):
+        while not await found.exists():
+            if process.poll() is not None:
+                raise RuntimeError(f"the kubesim process ended ({process.returncode})")
+            await trio.sleep(0.2)
+    value: dict[str, Any] = json.loads(await found.read_text())
+    return value
+
+
 async def _settled(receiver: Receiver, quiet: float = 3.0, limit: float = 120.0) -> None:
     """Wait until no MODIFIED event has come for ``quiet`` seconds (the churn drained)."""
     with trio.fail_after(limit):
@@ -371,72 +416,81 @@ async def _phases(
     args: argparse.Namespace, tmp_path: Path, log: Path, results: dict[str, Any]
 ) -> None:
     receiver = Receiver()
-    own = os.getpid()
-    rss_before = rss_kib(own)
-    started = time.perf_counter()
-    clusters = [make_cluster() for _ in range(args.clusters)]
-    results["sim_build_s"] = time.perf_counter() - started
-    async with (
-        wire.open_loop(),
-        kubesim.open_server(kubesim.Cluster(kubesim.SimConfig(namespaces=())), tls=True) as kube,
-        trio.open_nursery() as nursery,
-    ):
-        members = [kube.add_cluster(str(i), cluster) for i, cluster in enumerate(clusters)]
-        results["sim_rss_mb_loaded"] = rss_kib(own) / 1024
-        results["sim_rss_mb_per_cluster"] = (rss_kib(own) - rss_before) / 1024 / args.clusters
-        kubeconfigs = [
-            member.kubeconfig(tmp_path / f"kubeconfig-{member.name}") for member in members
-        ]
-        grpc_port = await nursery.start(wire.serve, receiver.handler, "127.0.0.1", 0)
-        config = tmp_path / "agent.yaml"
-        write_agent_config(config, kubeconfigs, grpc_port)
-        pairs = args.clusters * len(KINDS)
-        results["watches"] = pairs
+    command = [sys.executable, "-m", "tests.bench.bench_fleet", "--sim", str(tmp_path)]
+    command += ["--clusters", str(args.clusters), "--churn-rate", str(args.churn_rate)]
+    command += ["--churn-s", str(args.churn_s)]
+    with (tmp_path / "sim.log").open("ab") as sim_log:
+        sim = await trio.lowlevel.open_process(command, stdout=sim_log, stderr=sim_log)
+    try:
+        async with wire.open_loop(), trio.open_nursery() as nursery:
+            built = await _read_json(tmp_path / "sim.json", 600, sim)
+            results["sim_build_s"] = built["build_s"]
+            results["sim_rss_mb_loaded"] = rss_kib(sim.pid) / 1024
+            kubeconfigs = [tmp_path / f"kubeconfig-{index}" for index in range(args.clusters)]
+            grpc_port = await nursery.start(wire.serve, receiver.handler, "127.0.0.1", 0)
+            config = tmp_path / "agent.yaml"
+            write_agent_config(config, kubeconfigs, grpc_port)
+            await _run_agent(args, tmp_path, config, log, sim, receiver, results)
+            nursery.cancel_scope.cancel()
+    finally:
+        sim.kill()
+        await sim.wait()
 
-        # 1. sync
-        spawned = time.perf_counter()
-        agent = await start_agent(config, log, os.environ.get("BENCH_FLEET_PROFILE", ""))
-        try:
-            with trio.fail_after(args.sync_limit_s):
-                await receiver.wait_for(lambda: len(receiver.synced) >= pairs)
-            results["sync_all_s"] = receiver.last_sync_at - spawned
-            results["load_average_sync"] = load_average()
-            results["agent_rss_mb_synced"] = rss_kib(agent.pid) / 1024
-            results["agent_connections"] = kube.open_connections
 
-            # 2. quiet
-            await trio.sleep(args.settle_s)
-            agent_cpu, sim_cpu = cpu_seconds(agent.pid), time.process_time()
-            events, wall = receiver.events, time.perf_counter()
-            await trio.sleep(args.quiet_s)
-            wall = time.perf_counter() - wall
-            results["quiet_s"] = round(wall, 1)
-            results["agent_idle_cpu_pct"] = (cpu_seconds(agent.pid) - agent_cpu) / wall * 100
-            results["sim_idle_cpu_pct"] = (time.process_time() - sim_cpu) / wall * 100
-            results["quiet_records_per_s"] = (receiver.events - events) / wall
-            results["load_average_quiet"] = load_average()
-            results["agent_rss_mb"] = rss_kib(agent.pid) / 1024
-            results["sim_rss_mb"] = rss_kib(own) / 1024
+async def _run_agent(
+    args: argparse.Namespace,
+    tmp_path: Path,
+    config: Path,
+    log: Path,
+    sim: trio.Process,
+    receiver: Receiver,
+    results: dict[str, Any],
+) -> None:
+    pairs = args.clusters * len(KINDS)
+    results["watches"] = pairs
 
-            # 3. churn
-            agent_cpu, wall = cpu_seconds(agent.pid), time.perf_counter()
-            changes = await churn(members, args.churn_rate, args.churn_s)
-            await _settled(receiver)
-            wall = time.perf_counter() - wall
-            span = receiver.last_modified_at - receiver.first_modified_at
-            results["churn_changes"] = changes
-            # Pending changes of one object coalesce in the agent's budget (the newest wins):
-            # under churn the receiver may get fewer events than there were changes.
-            results["churn_events"] = receiver.modified
-            results["events_per_s"] = (receiver.modified - 1) / span if span > 0 else 0.0
-            results["churn_agent_cpu_us_per_event"] = (
-                (cpu_seconds(agent.pid) - agent_cpu) / changes * 1e6
-            )
-            results["load_average_churn"] = load_average()
-            results["agent_peak_rss_mb"] = rss_kib(agent.pid, "VmHWM") / 1024
-        finally:
-            await stop_agent(agent)
-        nursery.cancel_scope.cancel()
+    # 1. sync
+    spawned = time.perf_counter()
+    agent = await start_agent(config, log, os.environ.get("BENCH_FLEET_PROFILE", ""))
+    try:
+        with trio.fail_after(args.sync_limit_s):
+            await receiver.wait_for(lambda: len(receiver.synced) >= pairs)
+        results["sync_all_s"] = receiver.last_sync_at - spawned
+        results["load_average_sync"] = load_average()
+        results["agent_rss_mb_synced"] = rss_kib(agent.pid) / 1024
+
+        # 2. quiet
+        await trio.sleep(args.settle_s)
+        agent_cpu, sim_cpu = cpu_seconds(agent.pid), cpu_seconds(sim.pid)
+        events, wall = receiver.events, time.perf_counter()
+        await trio.sleep(args.quiet_s)
+        wall = time.perf_counter() - wall
+        results["quiet_s"] = round(wall, 1)
+        results["agent_idle_cpu_pct"] = (cpu_seconds(agent.pid) - agent_cpu) / wall * 100
+        results["sim_idle_cpu_pct"] = (cpu_seconds(sim.pid) - sim_cpu) / wall * 100
+        results["quiet_records_per_s"] = (receiver.events - events) / wall
+        results["load_average_quiet"] = load_average()
+        results["agent_rss_mb"] = rss_kib(agent.pid) / 1024
+        results["sim_rss_mb"] = rss_kib(sim.pid) / 1024
+
+        # 3. churn
+        agent_cpu, wall = cpu_seconds(agent.pid), time.perf_counter()
+        sim.send_signal(signal.SIGUSR1)
+        changes = (await _read_json(tmp_path / "churn.json", args.churn_s + 120, sim))["changes"]
+        await _settled(receiver)
+        span = receiver.last_modified_at - receiver.first_modified_at
+        results["churn_changes"] = changes
+        # Pending changes of one object coalesce in the agent's budget (the newest wins):
+        # under churn the receiver may get fewer events than there were changes.
+        results["churn_events"] = receiver.modified
+        results["events_per_s"] = (receiver.modified - 1) / span if span > 0 else 0.0
+        results["churn_agent_cpu_us_per_event"] = (
+            (cpu_seconds(agent.pid) - agent_cpu) / max(receiver.modified, 1) * 1e6
+        )
+        results["load_average_churn"] = load_average()
+        results["agent_peak_rss_mb"] = rss_kib(agent.pid, "VmHWM") / 1024
+    finally:
+        await stop_agent(agent)
 
 
 def report(results: dict[str, Any], as_json: bool) -> None:
@@ -448,14 +502,13 @@ def report(results: dict[str, Any], as_json: bool) -> None:
     )
     print(
         f"kubesim      : {results['clusters']} clusters built in {results['sim_build_s']:.1f} s, "
-        f"{results['sim_rss_mb_per_cluster'] * 1024:.0f} KB each; process RSS "
-        f"{results['sim_rss_mb']:.0f} MB serving {results['watches']} watches, idle CPU "
-        f"{results['sim_idle_cpu_pct']:.1f} % (with the receiver)"
+        f"RSS {results['sim_rss_mb_loaded']:.0f} MB loaded, {results['sim_rss_mb']:.0f} MB "
+        f"serving {results['watches']} watches; idle CPU {results['sim_idle_cpu_pct']:.1f} %"
     )
     print(
         f"sync         : {results['watches']} watches synced in {results['sync_all_s']:.1f} s "
         f"from spawn (target < {TARGET_SYNC_S:.0f}: {mark(results['sync_all_s'] < TARGET_SYNC_S)};"
-        f" load {results['load_average_sync']}); {results['agent_connections']} connections"
+        f" load {results['load_average_sync']})"
     )
     print(
         f"quiet        : agent CPU {results['agent_idle_cpu_pct']:.2f} % of a core over "
@@ -494,7 +547,11 @@ def main() -> None:
     parser.add_argument("--churn-rate", type=float, default=200.0)
     parser.add_argument("--churn-s", type=float, default=20.0)
     parser.add_argument("--sync-limit-s", type=float, default=600.0)
+    parser.add_argument("--sim", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.sim:
+        trio.run(serve_sim, args.clusters, Path(args.sim), args.churn_rate, args.churn_s)
+        return
     report(trio.run(bench, args), args.json)
 
 
