@@ -26,7 +26,9 @@ in one run:
    something falls behind), with the agent's CPU per event.
 
 On the 2 shared cores of the build machine the processes compete with each other and with
-other jobs: the load average is printed with every figure.
+other jobs: the load average is printed with every figure. ``BENCH_FLEET_PYSPY=FILE`` samples
+the agent with py-spy (``pip install py-spy`` into the venv) over the quiet window into FILE
+(raw collapsed stacks); ``BENCH_FLEET_PROFILE=FILE`` runs the agent under cProfile.
 
 With ``--json`` the last line is one JSON object: clusters, watches, agent_rss_mb,
 agent_idle_cpu_pct, sync_all_s, events_per_s (plus the raw figures).
@@ -389,6 +391,14 @@ async def _read_json(path: Path, limit: float, process: trio.Process) -> dict[st
     return value
 
 
+async def _py_spy(pid: int, seconds: float, out: str) -> None:
+    """Sample ``pid`` with py-spy (installed in the venv) for ``seconds`` into ``out``."""
+    spy = Path(sys.executable).with_name("py-spy")
+    command = [str(spy), "record", "--pid", str(pid), "--duration", str(int(seconds))]
+    command += ["--format", "raw", "--nonblocking", "-o", out]
+    await trio.run_process(command, capture_stdout=True, capture_stderr=True)
+
+
 async def _settled(receiver: Receiver, quiet: float = 3.0, limit: float = 120.0) -> None:
     """Wait until no MODIFIED event has come for ``quiet`` seconds (the churn drained)."""
     with trio.fail_after(limit):
@@ -463,7 +473,11 @@ async def _run_agent(
         await trio.sleep(args.settle_s)
         agent_cpu, sim_cpu = cpu_seconds(agent.pid), cpu_seconds(sim.pid)
         events, wall = receiver.events, time.perf_counter()
-        await trio.sleep(args.quiet_s)
+        spy = os.environ.get("BENCH_FLEET_PYSPY", "")
+        if spy:  # what the agent does while nothing happens, sampled (raw, for flamegraphs)
+            await _py_spy(agent.pid, args.quiet_s, spy)
+        else:
+            await trio.sleep(args.quiet_s)
         wall = time.perf_counter() - wall
         results["quiet_s"] = round(wall, 1)
         results["agent_idle_cpu_pct"] = (cpu_seconds(agent.pid) - agent_cpu) / wall * 100
