@@ -119,7 +119,10 @@ async def run_account(
         started = False
         while True:
             try:
-                result = await discover(transport)
+                # Under both list caps (tasks.*): the first discovery of every account comes
+                # at once when an agent starts.
+                async with account_caps.initial_list():
+                    result = await discover(transport)
             except (KubeError, WatchDecodeError) as exc:
                 # Any KubeError (credentials, a closed client, the network, a refusal) is
                 # retried: one account's trouble must never end the agent.

@@ -309,7 +309,9 @@ class Receiver:
 # --- the agent ---------------------------------------------------------------------------
 
 
-def write_agent_config(path: Path, kubeconfigs: list[Path], grpc_port: int) -> None:
+def write_agent_config(
+    path: Path, kubeconfigs: list[Path], grpc_port: int, total_budget: int
+) -> None:
     config = {
         "clouddriver": {
             "grpc": f"127.0.0.1:{grpc_port}",
@@ -322,6 +324,8 @@ def write_agent_config(path: Path, kubeconfigs: list[Path], grpc_port: int) -> N
                 for index, kubeconfig in enumerate(kubeconfigs)
             ]
         },
+        # At most this many accounts connect, discover or list at once (agent/_tasks.py).
+        "tasks": {"totalBudget": total_budget},
         "server": {"host": "127.0.0.1", "port": 0},
         "prometheus": {"enabled": False},
         "logging": {"level": os.environ.get("BENCH_AGENT_LOG", "WARN")},
@@ -410,7 +414,11 @@ async def _settled(receiver: Receiver, quiet: float = 3.0, limit: float = 120.0)
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {"clusters": args.clusters, "load_average_start": load_average()}
+    results: dict[str, Any] = {
+        "clusters": args.clusters,
+        "total_budget": args.total_budget,
+        "load_average_start": load_average(),
+    }
     with tempfile.TemporaryDirectory(prefix="bench_fleet") as tmp:
         tmp_path = Path(tmp)
         log = tmp_path / "agent.log"
@@ -439,7 +447,7 @@ async def _phases(
             kubeconfigs = [tmp_path / f"kubeconfig-{index}" for index in range(args.clusters)]
             grpc_port = await nursery.start(wire.serve, receiver.handler, "127.0.0.1", 0)
             config = tmp_path / "agent.yaml"
-            write_agent_config(config, kubeconfigs, grpc_port)
+            write_agent_config(config, kubeconfigs, grpc_port, args.total_budget)
             await _run_agent(args, tmp_path, config, log, sim, receiver, results)
             nursery.cancel_scope.cancel()
     finally:
@@ -561,6 +569,7 @@ def main() -> None:
     parser.add_argument("--churn-rate", type=float, default=200.0)
     parser.add_argument("--churn-s", type=float, default=20.0)
     parser.add_argument("--sync-limit-s", type=float, default=600.0)
+    parser.add_argument("--total-budget", type=int, default=50, help="tasks.totalBudget")
     parser.add_argument("--sim", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sim:
