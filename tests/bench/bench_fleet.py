@@ -474,6 +474,7 @@ async def _run_agent(
         with trio.fail_after(args.sync_limit_s):
             await receiver.wait_for(lambda: len(receiver.synced) >= pairs)
         results["sync_all_s"] = receiver.last_sync_at - spawned
+        results["agent_sync_cpu_s"] = cpu_seconds(agent.pid)  # since its spawn
         results["load_average_sync"] = load_average()
         results["agent_rss_mb_synced"] = rss_kib(agent.pid) / 1024
 
@@ -530,7 +531,7 @@ def report(results: dict[str, Any], as_json: bool) -> None:
     print(
         f"sync         : {results['watches']} watches synced in {results['sync_all_s']:.1f} s "
         f"from spawn (target < {TARGET_SYNC_S:.0f}: {mark(results['sync_all_s'] < TARGET_SYNC_S)};"
-        f" load {results['load_average_sync']})"
+        f" load {results['load_average_sync']}); agent CPU {results['agent_sync_cpu_s']:.0f} s"
     )
     print(
         f"quiet        : agent CPU {results['agent_idle_cpu_pct']:.2f} % of a core over "
