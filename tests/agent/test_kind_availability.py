@@ -26,6 +26,7 @@ from agent._kind_availability import AvailabilityLog, Nudge
 from agent._watch_notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice
 from agent._watch_retry import RetryReason
 
+from .._wait import wait_until
 from .operations_harness import widget_crd
 from .test_reflector import Env, open_env, pod
 
@@ -140,7 +141,9 @@ async def test_revoked_rbac_is_said_once_backs_off_and_comes_back(
             env.sim.create(config_map("while-forbidden"))
             restored_at = trio.current_time()
             env.server.set_grants("agent", READ_ALL)
-            await env.receiver.wait_for(lambda: state.available)
+            # The next retry may be the whole cap away (virtual time): wait past it, not the
+            # shared 60 s default.
+            await wait_until(lambda: state.available, timeout=130.0, what="ConfigMap back")
             assert trio.current_time() - restored_at <= 120.0 + 1
             await env.receiver.wait_for(
                 lambda: env.receiver.names("ConfigMap") == {"c", "while-forbidden"}
