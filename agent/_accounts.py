@@ -169,7 +169,11 @@ class AccountSet:
                         environ=self._environ,
                     ) as client:
                         state.client = client
-                        state.identity = await client.identity()
+                        # Under tasks.totalBudget, like the initial lists: an agent of 1,000
+                        # accounts would otherwise dial and handshake with all of them at
+                        # once, and behind one proxy the handshakes time out together.
+                        async with self._caps.total:
+                            state.identity = await client.identity()
                         state.error = ""
                         backoff.reset()
                         log.info(

@@ -71,6 +71,7 @@ class CoalescingQueue:
         "in_flight_bytes",
         "in_flight_entries",
         "max_pending_entries",
+        "pending_bookmarks",
         "pending_bytes",
         "sent",
         "taken",
@@ -88,6 +89,9 @@ class CoalescingQueue:
         self._next_id = 0
         self._index: dict[Hashable, _Slot] = {}
         self.pending_bytes = 0
+        # Pending slots holding a BOOKMARK (a bookmark merges only with a bookmark, so a
+        # slot's kind never crosses that line): the link holds a batch of bookmarks alone.
+        self.pending_bookmarks = 0
         self.in_flight_bytes = 0
         self.in_flight_entries = 0
         self.in_flight_batches = 0
@@ -145,6 +149,7 @@ class CoalescingQueue:
         replaced = 0
         added = 0
         coalesced = 0
+        bookmarks = 0
         for entry in entries:
             size = entry.size
             added += size
@@ -158,6 +163,7 @@ class CoalescingQueue:
             if key is None:
                 pending[sid] = [entry, None, size, sid]
                 sid += 1
+                bookmarks += kind is _BOOKMARK
                 continue
             slot = index.get(key)
             if slot is not None:
@@ -175,7 +181,9 @@ class CoalescingQueue:
             pending[sid] = slot
             sid += 1
             index[key] = slot
+            bookmarks += kind is _BOOKMARK
         self._next_id = sid
+        self.pending_bookmarks += bookmarks
         self.pending_bytes += added - replaced
         self.coalesced += coalesced
         self.sent += len(entries)
@@ -193,6 +201,7 @@ class CoalescingQueue:
             total = self.pending_bytes
             pending.clear()
             self._index = {}
+            self.pending_bookmarks = 0
         else:
             out, total = self._take_prefix(max_entries, max_bytes)
         if out:
@@ -224,7 +233,9 @@ class CoalescingQueue:
             key = slot[1]
             if key is not None and index.get(key) is slot:
                 del index[key]
-            out.append(slot[0])
+            entry = slot[0]
+            self.pending_bookmarks -= entry.kind is _BOOKMARK
+            out.append(entry)
         return out, total
 
     def acknowledge(self, nbytes: int, nentries: int) -> None:
@@ -244,6 +255,7 @@ class CoalescingQueue:
         self._pending.clear()
         self._index = {}
         self.pending_bytes = 0
+        self.pending_bookmarks = 0
         self.in_flight_bytes = 0
         self.in_flight_entries = 0
         self.in_flight_batches = 0

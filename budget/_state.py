@@ -28,6 +28,8 @@ class ChannelStatistics:
 
     pending_entries: int
     pending_bytes: int
+    #: how many of the pending entries are BOOKMARKs
+    pending_bookmarks: int
     in_flight_entries: int
     in_flight_bytes: int
     in_flight_batches: int
@@ -114,6 +116,7 @@ class ChannelState:
         return ChannelStatistics(
             pending_entries=len(q),
             pending_bytes=q.pending_bytes,
+            pending_bookmarks=q.pending_bookmarks,
             in_flight_entries=q.in_flight_entries,
             in_flight_bytes=q.in_flight_bytes,
             in_flight_batches=q.in_flight_batches,

@@ -10,6 +10,8 @@
         server.requests.count("list", "pods")             # request counters
         server.writes.recent("patch", "deployments.apps") # what clients wrote, bodies included
         await nursery.start(kubesim.Churn(sim, rate=50).run)
+        member = server.add_cluster("17", kubesim.Cluster())  # another cluster, same port:
+        member.kubeconfig("17.yaml")                      # https://.../clusters/17, own token
 
 What it serves, like a real API server: discovery (legacy and aggregated v2/v2beta1),
 OpenAPI (``/openapi/v3`` per group-version and ``/openapi/v2``, with the patch strategies
@@ -20,7 +22,9 @@ PartialObjectMetadata; create/replace/patch (merge, JSON, strategic, server-side
 apply)/delete with propagation, the status, scale and pods/log subresources; CRDs; lite
 controllers (Deployment -> ReplicaSet -> Pod, StatefulSet, DaemonSet, Job, a kubelet that
 makes pods Running); bearer tokens and client certificates with per-kind verb grants;
-HTTP/1.1 and HTTP/2.
+HTTP/1.1 and HTTP/2. One server can serve many clusters, each under ``/clusters/{name}``
+with its own resourceVersions, objects, CRDs and tokens (``kubesim._member``), the way
+Rancher-style proxies expose clusters.
 
 Where it is simpler than a real cluster: one synchronous process (garbage collection,
 namespace deletion and controllers finish within the write that caused them); pods are
@@ -36,6 +40,7 @@ from kubesim._cluster import Cluster, SimConfig
 from kubesim._errors import ApiError, ApplyConflict, InvalidObject, KubesimError, PatchError
 from kubesim._faults import Faults, RequestCounters, Write, WriteLog
 from kubesim._loader import load_pods, realistic_pod
+from kubesim._member import Member
 from kubesim._resources import ResourceType
 from kubesim._server import Server, open_server
 
@@ -50,6 +55,7 @@ __all__ = [
     "Faults",
     "InvalidObject",
     "KubesimError",
+    "Member",
     "PatchError",
     "RequestCounters",
     "ResourceType",

@@ -8,6 +8,7 @@ Hypercorn's per-connection ``TCPServer``; the app looks the name up by ``scope["
 
 from __future__ import annotations
 
+import base64
 import socket
 import ssl
 import struct
@@ -20,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-import yaml
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio.worker_context import WorkerContext
@@ -32,7 +32,10 @@ from kubesim._certs import CertificateAuthority, KeyPair
 from kubesim._cluster import Cluster
 from kubesim._errors import KubesimError
 from kubesim._faults import Faults, RequestCounters, WriteLog
+from kubesim._http import Receive, Scope, Send, respond_error
 from kubesim._hypercorn import ConnectionServer
+from kubesim._member import PREFIX, Member, split_member_path, write_kubeconfig
+from kubesim._status import path_not_found
 
 __all__ = ["Server", "open_server"]
 
@@ -69,6 +72,7 @@ class Server:
         self._peer_names: dict[tuple[str, int], str] = {}
         self._sockets: dict[tuple[str, int], trio.socket.SocketType] = {}
         self._servers: dict[tuple[str, int], ConnectionServer] = {}
+        self.members: dict[str, Member] = {}  # clusters under /clusters/{name}
         self.app = ApiApp(
             cluster,
             users,
@@ -148,21 +152,13 @@ class Server:
 
         Raises KeyError for an unknown user and ValueError for "cert" without TLS.
         """
-        path = Path(path)
         known = self.users[user]
-        cluster: dict[str, Any] = {"server": self.url}
-        if self.ca is not None:
-            import base64
-
-            cluster["certificate-authority-data"] = base64.b64encode(self.ca.cert_pem).decode()
         credentials: dict[str, Any]
         if auth == "token":
             credentials = {"token": known.token}
         elif auth == "cert":
             if self.ca is None:
                 raise ValueError("client-certificate auth needs a server opened with tls=True")
-            import base64
-
             pair = self.ca.issue_client(user)
             credentials = {
                 "client-certificate-data": base64.b64encode(pair.cert_pem).decode(),
@@ -170,16 +166,53 @@ class Server:
             }
         else:
             raise ValueError(f'auth must be "token" or "cert", got {auth!r}')
-        document = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "kubesim", "cluster": cluster}],
-            "users": [{"name": user, "user": credentials}],
-            "contexts": [{"name": "kubesim", "context": {"cluster": "kubesim", "user": user}}],
-            "current-context": "kubesim",
-        }
-        path.write_text(yaml.safe_dump(document, sort_keys=False))
-        return path
+        return write_kubeconfig(path, self.url, self.ca_pem, credentials, user)
+
+    # -- more clusters under /clusters/{name} ----------------------------------------------
+
+    def add_cluster(self, name: str, cluster: Cluster, users: list[User] | None = None) -> Member:
+        """Serve ``cluster`` under ``/clusters/{name}`` as well (see ``kubesim._member``),
+        now or while serving. ``users`` defaults to one user "admin" allowed everything,
+        with a token of its own. Raises ValueError for a name already served or not one
+        path segment."""
+        if not name or "/" in name or name in self.members:
+            raise ValueError(f"cluster name {name!r} is empty, has a '/' or is taken")
+        member = Member(
+            name,
+            cluster,
+            Users(users),
+            base_url=lambda: self.url,
+            ca_pem=self.ca_pem,
+            peer_names=self._peer_names,
+            cut_connection=self._cut_connection,
+            flush_connection=self._flush_connection,
+        )
+        member.app.server_address = self.app.server_address
+        self.members[name] = member
+        return member
+
+    def remove_cluster(self, name: str) -> None:
+        """Stop serving the member ``name`` (its next requests get 404). Raises KeyError."""
+        self.members.pop(name).unsubscribe()
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app Hypercorn calls: a member's path to its app (the prefix moved from
+        ``path`` to ``root_path``), any other path to the server's own cluster."""
+        split = split_member_path(scope.get("path", "")) if scope["type"] == "http" else None
+        if split is None:
+            await self.app(scope, receive, send)
+            return
+        name, rest = split
+        member = self.members.get(name)
+        if member is None:
+            await respond_error(send, path_not_found(scope["path"]))
+            return
+        prefix = PREFIX + name
+        inner = dict(scope)
+        inner["path"] = rest
+        inner["raw_path"] = rest.encode()
+        inner["root_path"] = scope.get("root_path", "") + prefix
+        await member.app(inner, receive, send)
 
     async def serve(
         self, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
@@ -194,9 +227,11 @@ class Server:
             raise KubesimError(f"cannot listen on {self.host}:{port}: {exc.strerror}") from exc
         self.port = listeners[0].socket.getsockname()[1]
         self.app.server_address = f"{self.host}:{self.port}"
+        for member in self.members.values():
+            member.app.server_address = self.app.server_address
         config = _hypercorn_config()
         context = WorkerContext(None)
-        wrapped = ASGIWrapper(self.app)  # type: ignore[arg-type]
+        wrapped = ASGIWrapper(self._route)  # type: ignore[arg-type]
         handler = partial(self._connection, wrapped, config, context)
         async with trio.open_nursery() as nursery:
             task_status.started(self.port)
@@ -306,3 +341,5 @@ async def open_server(
                 nursery.cancel_scope.cancel()
     finally:
         server.app.unsubscribe()
+        for member in server.members.values():
+            member.unsubscribe()

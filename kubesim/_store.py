@@ -81,7 +81,9 @@ class EventRing:
         if capacity < 1:
             raise ValueError(f"watch history capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self._buf: list[Event | None] = [None] * capacity
+        # Grows up to ``capacity`` as events come, then wraps: a quiet resource of one of a
+        # thousand simulated clusters costs a few slots, not ``capacity`` of them.
+        self._buf: list[Event | None] = []
         self.next_seq = 0
         # The resourceVersion of the newest event that fell off the ring: a watch from any
         # resourceVersion >= this one still sees every later event.
@@ -92,6 +94,10 @@ class EventRing:
         return max(0, self.next_seq - self.capacity)
 
     def append(self, event: Event) -> None:
+        if len(self._buf) < self.capacity:
+            self._buf.append(event)
+            self.next_seq += 1
+            return
         slot = self.next_seq % self.capacity
         old = self._buf[slot]
         if old is not None:

@@ -72,7 +72,7 @@ from ._response import (
     translate,
 )
 from ._seam import Exchange, Request, TransportError
-from ._tls import load_client_certificate, ssl_context
+from ._tls import load_client_certificate, shared_ssl_context, ssl_context
 
 __all__ = [
     "ClusterIdentity",
@@ -99,7 +99,9 @@ _PATH_SAFE = "/:@!$&'()*+,;=~%-._"
 class ClusterIdentity:
     """What the server is told about the cluster: host, serving-cert fingerprint, version.
 
-    ``cert_fingerprint`` is the lowercase hex SHA-256 of the DER certificate ("" over http).
+    ``host`` is the server URL's ``host:port`` followed by its path, if any
+    (``proxy:443/k8s/clusters/c1``). ``cert_fingerprint`` is the lowercase hex SHA-256 of
+    the DER certificate ("" over http).
     """
 
     host: str
@@ -138,7 +140,11 @@ class KubeClient:
         self.timeout_seconds = timeout_seconds
         self._label = f"account {account}: {self.host}" if account else self.host
         ssl_context(access)  # fail early on a bad CA
+        # TLS contexts: shared with other clients of the same CA while this one presents no
+        # client certificate (_kube_tls.shared_ssl_context); its own, in _contexts, from the
+        # first certificate on (installed now, or later by an exec plugin).
         self._contexts: list[ssl.SSLContext] = []
+        self._dialers: list[tuple[Dialer, list[str] | None]] = []
         self._installed_cert: tuple[bytes, bytes] | None = None
         if access.client_cert_pem and access.client_key_pem:
             self._install_cert(Credential(None, access.client_cert_pem, access.client_key_pem))
@@ -161,18 +167,18 @@ class KubeClient:
         server_name = access.tls_server_name or host
 
         def dialer(alpn: list[str] | None) -> Dialer:
-            context = self._new_context() if https else None
-            if context is not None and alpn:
-                context.set_alpn_protocols(alpn)
-            return Dialer(
+            made = Dialer(
                 host,
                 port,
-                tls=context,
+                tls=self._context_for(alpn) if https else None,
                 server_hostname=server_name,
                 proxy=proxy,
                 tunnel=https,  # http through a proxy: requests in absolute form instead
                 connect_timeout=CONNECT_TIMEOUT,
             )
+            if https:
+                self._dialers.append((made, alpn))
+            return made
 
         absolute = f"http://{self.host}" if proxy is not None and not https else ""
         self._http1 = Http1Pool(
@@ -194,12 +200,15 @@ class KubeClient:
         if self._h2_dialer is not None:
             self._h2 = H2Pool(self._h2_dialer, nursery=nursery, label=self._label)
 
-    def _new_context(self) -> ssl.SSLContext:
-        """A context with the CA, TLS options and current client certificate; it gets new
-        certificates when an exec plugin hands out one."""
+    def _context_for(self, alpn: list[str] | None) -> ssl.SSLContext:
+        """The TLS context of new connections offering ``alpn``: a shared one while no
+        client certificate is installed, else this client's own."""
+        if self._installed_cert is None:
+            return shared_ssl_context(self.access, alpn or ())
         context = ssl_context(self.access)
-        if self._installed_cert is not None:
-            load_client_certificate(context, *self._installed_cert)
+        if alpn:
+            context.set_alpn_protocols(alpn)
+        load_client_certificate(context, *self._installed_cert)
         self._contexts.append(context)
         return context
 
@@ -207,11 +216,18 @@ class KubeClient:
         if not (credential.client_cert_pem and credential.client_key_pem):
             return
         pair = (credential.client_cert_pem, credential.client_key_pem)
-        if pair != self._installed_cert:
-            # New connections present the new certificate; open ones keep theirs.
+        if pair == self._installed_cert:
+            return
+        # New connections present the new certificate; open ones keep theirs.
+        first = self._installed_cert is None
+        self._installed_cert = pair
+        if first:
+            # The dialers used shared contexts, which must never hold a certificate.
+            for dialer, alpn in self._dialers:
+                dialer.tls = self._context_for(alpn)
+        else:
             for context in self._contexts:
                 load_client_certificate(context, *pair)
-            self._installed_cert = pair
 
     async def __aenter__(self) -> KubeClient:
         if self._nursery is None and self._h2_dialer is not None:
@@ -486,7 +502,10 @@ class KubeClient:
         except ValueError as exc:
             raise KubeError(f"GET /version: the answer is not JSON: {exc}") from exc
         fingerprint = hashlib.sha256(der).hexdigest() if der else ""
-        return ClusterIdentity(self.host, fingerprint, version if isinstance(version, dict) else {})
+        # The path too: clusters behind one proxy (https://proxy/clusters/17) share its host
+        # and certificate, and only the path tells them apart.
+        host = self.host + self._base_path
+        return ClusterIdentity(host, fingerprint, version if isinstance(version, dict) else {})
 
 
 def access_for_account(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ssl
 import tempfile
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import trio
@@ -13,9 +14,17 @@ import trio
 from .._errors import KubeError
 from ._kubeconfig import ClusterAccess
 
-__all__ = ["TlsStream", "load_client_certificate", "ssl_context"]
+__all__ = ["TlsStream", "load_client_certificate", "shared_ssl_context", "ssl_context"]
 
 READ_SIZE = 256 * 1024
+
+# Contexts without a client certificate, shared by every client with the same CA, insecure
+# flag and ALPN list: an agent with 1,000 accounts of clusters behind one proxy (one CA)
+# holds one context per ALPN list, not two per account (~20 KB each, the CA parsed again
+# each time). Held weakly: the last client using one frees it.
+_SHARED: weakref.WeakValueDictionary[tuple[bytes, bool, tuple[str, ...]], ssl.SSLContext] = (
+    weakref.WeakValueDictionary()
+)
 
 
 def ssl_context(access: ClusterAccess) -> ssl.SSLContext:
@@ -29,6 +38,21 @@ def ssl_context(access: ClusterAccess) -> ssl.SSLContext:
     if access.insecure_skip_tls_verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def shared_ssl_context(access: ClusterAccess, alpn: Sequence[str]) -> ssl.SSLContext:
+    """A context for ``access`` with ``alpn`` set, shared with every other caller asking for
+    the same CA, insecure flag and ALPN list. Callers must never change it (a client that
+    needs a client certificate makes its own with ``ssl_context``). Raises KubeError for a
+    bad CA."""
+    key = (access.ca_pem or b"", access.insecure_skip_tls_verify, tuple(alpn))
+    context = _SHARED.get(key)
+    if context is None:
+        context = ssl_context(access)
+        if alpn:
+            context.set_alpn_protocols(list(alpn))
+        _SHARED[key] = context
     return context
 
 
@@ -71,14 +95,16 @@ class TlsStream(trio.abc.Stream):
             self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname
         )
         self._send_lock = trio.Lock()
+        self._peer_der: bytes | None = None
 
     def selected_alpn_protocol(self) -> str | None:
         return self._tls.selected_alpn_protocol()
 
     def getpeercert(self, binary_form: bool = True) -> bytes | None:
-        """The server's certificate (DER; the only form asked for here)."""
-        der = self._tls.getpeercert(binary_form=True)
-        return der if isinstance(der, bytes) else None
+        """The server's certificate (DER; the only form asked for here), as the handshake
+        received it: ssl's own answer raises ValueError once the connection has failed (a
+        fatal alert puts it back "in handshake"), which must not crash whoever asks."""
+        return self._peer_der
 
     async def do_handshake(self) -> None:
         while True:
@@ -94,6 +120,8 @@ class TlsStream(trio.abc.Stream):
             if not data:
                 raise trio.BrokenResourceError("the server closed the connection in the handshake")
             self._incoming.write(data)
+        der = self._tls.getpeercert(binary_form=True)
+        self._peer_der = der if isinstance(der, bytes) else None
         await self._send_pending()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:

@@ -9,8 +9,9 @@ a ``Session`` runs these tasks in the session's nursery, and they all end with i
   until an Assignment makes the account PRIMARY;
 * the *batch sender*: it takes batches from the budget channel (bounded by count and bytes,
   with a few ms of linger so a burst travels in full batches and a lone change still goes at
-  once), frames them as one EventBatch each with the next seq, and keeps them until the
-  server's Ack, which releases their bytes in the budget; with ``max_batches_in_flight``
+  once; bookmarks alone wait up to ``bookmark_linger_seconds`` for company), frames them
+  as one EventBatch each with the next seq, and keeps them until the server's Ack, which
+  releases their bytes in the budget; with ``max_batches_in_flight``
   unacknowledged it waits for an Ack, so a server that falls behind receives fewer, larger
   batches. An object too large for a message travels as its metadata, marked
   OVERSIZE_ANNOTATION. A watch notice in the channel (a kind unavailable or back, an
@@ -264,6 +265,7 @@ class Session:
         while True:
             await self._receive.wait_pending(1, 1)
             await self._in_flight.acquire()
+            await self._hold_bookmarks(settings.bookmark_linger_seconds)
             await self._linger(settings, max_events, max_bytes)
             try:
                 batch = self._receive.receive_batch_nowait(max_events, max_bytes)
@@ -317,6 +319,19 @@ class Session:
             count, total = by_kind.get((kind, api_version), (0, 0))
             by_kind[(kind, api_version)] = (count + end - start, total + size)
             start = end
+
+    async def _hold_bookmarks(self, seconds: float) -> None:
+        """While every pending entry is a bookmark, wait up to ``seconds`` for anything else
+        (which then goes at once, the bookmarks with it); see ``bookmark_linger_seconds``."""
+        receive = self._receive
+        with trio.move_on_after(seconds):
+            while True:
+                stats = receive.statistics()
+                if stats.pending_entries != stats.pending_bookmarks or stats.senders_waiting:
+                    return
+                await receive.wait_pending(stats.pending_entries + 1, stats.pending_bytes + 1)
+                if receive.statistics().pending_entries == stats.pending_entries:
+                    return  # woken for another reason (a sender blocked): send now
 
     async def _linger(self, settings: LinkSettings, max_events: int, max_bytes: int) -> None:
         """Wait for a full batch: ``linger_seconds`` at a time while events keep coming, at

@@ -2,8 +2,8 @@
 
 ``run_account`` is the role the agent's composition starts per account (and cancels to stop
 or restart it). It discovers the kinds, applies the account's filters, starts one reflector
-per watch target in its own cancel scope, and every ``discovery_interval`` seconds discovers
-again: new targets (a CRD installed) start, vanished ones (a CRD removed) are cancelled.
+per watch target in its own cancel scope, and every ``discovery_interval`` seconds (±10 %)
+discovers again: new targets (a CRD installed) start, vanished ones (a CRD removed) are cancelled.
 A failed rediscovery keeps the running reflectors as they are.
 
 What the server may show follows (docs/protocol.md §7.4, §7.5): after each discovery that
@@ -25,7 +25,7 @@ import trio
 
 from budget import EventSender
 
-from .._backoff import Backoff
+from .._backoff import SHARED_RANDOM, Backoff
 from .._errors import KubeError, WatchDecodeError
 from ..config import AccountConfig
 from ..kube import KubeTransport
@@ -123,7 +123,10 @@ async def run_account(
         started = False
         while True:
             try:
-                result = await discover(transport)
+                # Under both list caps (tasks.*): the first discovery of every account comes
+                # at once when an agent starts.
+                async with account_caps.initial_list():
+                    result = await discover(transport)
             except (KubeError, WatchDecodeError) as exc:
                 # Any KubeError (credentials, a closed client, the network, a refusal) is
                 # retried: one account's trouble must never end the agent.
@@ -181,7 +184,9 @@ async def run_account(
                 started = True
                 nursery.start_soon(report_sync_progress, status)
                 task_status.started(status)
-            await trio.sleep(discovery_interval)
+            # Spread ±10 %: accounts started together (1,000 at an agent's start) would
+            # otherwise rediscover together, every interval, for ever.
+            await trio.sleep(discovery_interval * SHARED_RANDOM.uniform(0.9, 1.1))
 
 
 class _Scope:

@@ -4,7 +4,9 @@ A full list is the expensive moment of a reflector (the API server reads a whole
 etcd, the agent parses every page), so the number that run at once is capped twice, as
 Armory's agent does: across the process and per account. Both caps are held for the whole
 list (or, for a streaming list, until its initial events end), then released; a watch holds
-neither.
+neither. An account's discoveries run under both caps too, and its first connection (the
+cluster's identity) under the total cap, so an agent starting 1,000 accounts opens at most
+``totalBudget`` of them at once.
 
 The per-account cap is taken first and the total second, always in this order, so two
 reflectors can never each hold the cap the other waits for.

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn, Protocol
@@ -43,7 +42,7 @@ import trio
 from budget import Entry, EntryKind, EventSender
 from wire import EventRecord, EventType
 
-from .._backoff import Backoff
+from .._backoff import SHARED_RANDOM, Backoff
 from .._errors import (
     KubeError,
     KubeForbiddenError,
@@ -259,7 +258,7 @@ class Reflector:
         self._watch_headers = {"Accept": SECRET_WATCH_ACCEPT if secret else "application/json"}
         self._fixed_size = RECORD_OVERHEAD + len(account) + len(info.api_version) + len(info.kind)
         self._bookmark_key = BookmarkKey(account, info.api_version, info.kind, target.scope)
-        self._random = random.Random()
+        self._random = SHARED_RANDOM  # one for all: a Random per watch is ~2.5 KB
         # What the channel admits as one group (see _admissible_at_once). Without the
         # budget's capacity, several entries always take the awaited (splitting) path.
         self._budget_capacity = budget_capacity or 0

@@ -116,3 +116,34 @@ async def test_a_server_of_another_ca_fails_the_handshake(pki: Pki, tmp_path: Pa
                 await stream.do_handshake()
             await stream.aclose()
             nursery.cancel_scope.cancel()
+
+
+async def test_the_peer_certificate_outlives_a_connection_that_failed(pki: Pki) -> None:
+    # ssl raises ValueError ("handshake not done yet") for getpeercert once a connection has
+    # failed after its handshake (a server that gave up on it mid-way sends garbage or an
+    # alert); the account's identity asks for it then, and the error crashed the agent.
+    server_context, client_context = _contexts(pki)
+    done = trio.Event()
+
+    async def serve(tcp: trio.SocketStream) -> None:
+        stream = trio.SSLStream(tcp, server_context, server_side=True)
+        await stream.do_handshake()
+        await tcp.send_all(b"\x15\x03\x03\x00\x02\x02\x28")  # not a record of this session
+        await done.wait()
+        await tcp.aclose()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            tcp = await trio.open_tcp_stream("127.0.0.1", port)
+            stream = _TlsStream(tcp, client_context, "localhost")
+            await stream.do_handshake()
+            certificate = stream.getpeercert()
+            assert certificate is not None
+            with pytest.raises(trio.BrokenResourceError):
+                await stream.receive_some(1000)
+            assert stream.getpeercert() == certificate
+            done.set()
+            await stream.aclose()
+            nursery.cancel_scope.cancel()

@@ -136,6 +136,8 @@ class QueueMachine(RuleBasedStateMachine):
     def accounting_matches(self) -> None:
         assert len(self.queue) == len(self.ref.pending)
         assert self.queue.pending_bytes == sum(s.size for s in self.ref.pending)
+        bookmarks = sum(s.kind is EntryKind.BOOKMARK for s in self.ref.pending)
+        assert self.queue.pending_bookmarks == bookmarks
         assert self.queue.in_flight_bytes == sum(size for size, _ in self.in_flight)
         assert self.queue.in_flight_entries == sum(n for _, n in self.in_flight)
         assert self.queue.in_flight_batches == len(self.in_flight)
@@ -204,6 +206,17 @@ def test_the_first_entry_taken_is_never_newer_than_one_behind_it() -> None:
     assert [e.value for e in got] == [11]
     got, _ = q.take(10, 100)
     assert [(e.kind, e.value) for e in got] == [(K, 12)]
+
+
+def test_pending_bookmarks_are_counted_through_merges_and_takes() -> None:
+    q = CoalescingQueue(10)
+    q.admit([Entry("bm1", K, 1, 1), Entry("bm2", K, 1, 2), Entry("a", M, 1, 3)])
+    q.admit([Entry("bm1", K, 1, 4), Entry(None, K, 1, 5)])  # a merge, a keyless one
+    assert q.pending_bookmarks == 3
+    q.take(2, 100)  # bm2, a
+    assert q.pending_bookmarks == 2
+    q.take(10, 100)
+    assert q.pending_bookmarks == 0
 
 
 def test_a_merged_entry_moves_within_its_barrier_segment_only() -> None:
