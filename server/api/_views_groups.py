@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._kinds import resolve_kind
-from ..store import ViewQuery
+from ..store import ViewQuery, ViewRow
 from ..views import (
     CLUSTER_ROLES,
     INSTANCES,
@@ -35,7 +35,7 @@ from ..views import (
     server_group_summary,
 )
 from ._errors import BadRequest, NotFound
-from ._views_read import ViewJSON, ViewReads, collector_paused, reads
+from ._views_read import ViewJSON, ViewReads, collector_paused, decode_rows, reads
 
 __all__ = [
     "application_clusters",
@@ -310,14 +310,26 @@ async def list_server_groups(request: Request) -> Response:
     view = await reads(request)
     if (provider and provider.lower() != PROVIDER) or clusters == []:
         return _json([], view)
-    parts = [p for p in await read_groups(view, ViewQuery(roles=SG, app=app))
-             if p.workload.moniker.cluster]  # fmt: skip
+    found = await view.rows(*with_relations(ViewQuery(roles=SG, app=app)))
+    with collector_paused():
+        return _server_groups_answer(found, clusters, expand, view)
+
+
+def _server_groups_answer(
+    found: list[list[ViewRow]], clusters: list[str] | None, expand: bool, view: ViewReads
+) -> Response:
+    """``list_server_groups``'s answer, decoded, shaped and encoded in one call under one
+    pause of the collector: its objects (an app's 100 pods decoded) are freed when it returns,
+    before the collector resumes, so resuming finds no young objects to walk (with a pause per
+    step, the collection at each resume walked them: 1.2 s of the server's 13 s of CPU in
+    the bench, ~6 ms an answer)."""
+    groups, pods, services = (decode_rows(rows) for rows in found)
+    parts = [p for p in assemble(groups, pods, services) if p.workload.moniker.cluster]
     if clusters is not None:
         wanted = {tuple(c.split(":", 1)) for c in clusters if c.count(":") == 1}
         parts = [p for p in parts if (p.workload.account, p.workload.moniker.cluster) in wanted]
     shape = server_group_expanded if expand else server_group_summary
-    with collector_paused():
-        return _json([shape(p) for p in parts], view)
+    return _json([shape(p) for p in parts], view)
 
 
 def _server_group_query(account: str, region: str, full: str) -> ViewQuery | None:

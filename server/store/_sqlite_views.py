@@ -20,7 +20,7 @@ import apsw
 from .._errors import StoreError
 from ..views import SearchHits
 from ._queries import SQLITE
-from ._views import SearchRequest, ViewQuery, ViewRow, read_views, search_hits
+from ._views import ClusterKeys, SearchRequest, ViewQuery, ViewRow, read_views, search_hits
 
 __all__ = ["READERS", "ViewReader"]
 
@@ -31,6 +31,7 @@ class ViewReader:
     """One read connection to the store's file (its thread's alone)."""
 
     def __init__(self, path: str) -> None:
+        self._clusters = ClusterKeys()  # this connection's, between its searches
         try:
             self._conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
             self._conn.execute("PRAGMA busy_timeout=5000")
@@ -63,5 +64,7 @@ class ViewReader:
         return result
 
     def search_views(self, request: SearchRequest) -> SearchHits:
-        hits: SearchHits = self._snapshot(lambda: search_hits(SQLITE, self._execute, request))
+        hits: SearchHits = self._snapshot(
+            lambda: search_hits(SQLITE, self._execute, request, self._clusters)
+        )
         return hits

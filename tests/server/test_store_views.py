@@ -240,6 +240,29 @@ async def test_rows_of_listed_owners(store_backend: StoreBackend) -> None:
     assert names(pods) == ["Pod shop-web-b2-z"]
 
 
+async def test_searches_see_clusters_come_and_go(store_backend: StoreBackend) -> None:
+    """A reader keeps the clusters between searches (``ClusterKeys``): a cluster that appears
+    or goes is seen by the next search, on every reader (several searches: both of them)."""
+
+    async def clusters() -> list[list[tuple[str, str, str]]]:
+        wanted = SearchRequest(("ReplicaSet",), "shop", 100)
+        return [list((await store.search_views(wanted)).clusters) for _ in range(4)]
+
+    with trio.fail_after(30):
+        async with store_backend.open() as store:
+            await store.apply_batch(ACCOUNT, shop())
+            before = await clusters()
+            await store.apply_batch(ACCOUNT, [
+                rec("ReplicaSet", "shop-api-v001", api="apps/v1", rv="2"),  # a new cluster
+                rec("StatefulSet", "shop-db-v002", api="apps/v1", etype=EventType.DELETED,
+                    rv="3"),  # its cluster's last row
+            ])  # fmt: skip
+            after = await clusters()
+    web = (ACCOUNT, "shop", "deployment shop-web")
+    assert before == [[web, (ACCOUNT, "shop", "shop-db")]] * 4
+    assert after == [[web, (ACCOUNT, "shop", "shop-api")]] * 4
+
+
 async def test_clusters_are_counted_as_their_rows_come_and_go(store_backend: StoreBackend) -> None:
     def clusters_query() -> ViewQuery:
         return ViewQuery(roles=("serverGroups", "serverGroupManagers"), clusters=True)
