@@ -15,7 +15,6 @@ to the pod template's labels when ``enableTraffic`` (default true).
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -42,6 +41,7 @@ from ._manifests import (
     deploy_order,
     flatten,
     is_versioned,
+    json_copy,
     label_moniker,
     next_version,
     pod_template_metadata,
@@ -171,7 +171,7 @@ async def _deploy_one(
     for artifact in bind(obj, pool.values(), namespace=namespace, account=ctx.account):
         if artifact not in result.bound_artifacts:
             result.bound_artifacts.append(dict(artifact))
-    given = copy.deepcopy(obj)  # what reuse compares: before kubesvc's additions below
+    given = json_copy(obj)  # what reuse compares: before kubesvc's additions below
     sequence: int | None = None
     name = base
     source: Mapping[str, Any] | None = None

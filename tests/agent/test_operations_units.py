@@ -20,7 +20,7 @@ from agent.operations import (
 )
 from agent.operations._delete import delete_options, label_selector
 from agent.operations._description import Description
-from agent.operations._manifests import is_versioned, label_moniker
+from agent.operations._manifests import is_versioned, json_copy, label_moniker
 
 
 def test_three_way_patch_sets_changes_deletes_what_we_dropped_and_keeps_foreign_fields() -> None:
@@ -47,6 +47,24 @@ def test_flatten_inlines_lists_and_names_a_bad_entry() -> None:
     ]
     with pytest.raises(InvalidOperation, match=r"manifests\[1\]"):
         flatten([{"kind": "Pod"}, {"metadata": {}}])
+
+
+def test_flatten_copies_so_the_deploy_never_changes_the_description() -> None:
+    entry = {"kind": "ConfigMap", "metadata": {"labels": {"a": "1"}}, "data": {"k": ["v", 1.5]}}
+    (flat,) = flatten([entry])
+    flat["metadata"]["labels"]["b"] = "2"
+    flat["data"]["k"].append(None)
+    assert entry == {
+        "kind": "ConfigMap",
+        "metadata": {"labels": {"a": "1"}},
+        "data": {"k": ["v", 1.5]},
+    }
+    # Values a JSON decoder never makes are still copied deeply, not shared.
+    odd: dict[str, Any] = {"set": {1, 2}, "tuple": ([1],)}
+    copied = json_copy(odd)
+    assert copied == odd
+    assert copied["set"] is not odd["set"]
+    assert copied["tuple"][0] is not odd["tuple"][0]
 
 
 def test_deploy_order_namespaces_config_services_custom_workloads() -> None:
