@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import betterproto
 import msgspec
 import trio
 import yaml
@@ -53,6 +52,8 @@ import yaml
 import kubesim
 import wire
 from wire import messages
+
+from ._receiver import serve_as_primary
 
 TARGET_EVENTS_PER_S = 20_000
 TARGET_RATIO = 10.0
@@ -91,57 +92,24 @@ class Counter:
         self.first_at = self.last_at = self.sync_end_at = 0.0
 
     async def handler(self, stream: wire.ServerStream, call: wire.CallInfo) -> None:
-        first = await stream.receive()
-        _, hello = betterproto.which_one_of(first, "message")
-        assert isinstance(hello, messages.Hello)
-        await stream.send(
-            messages.ServerMessage(
-                welcome=messages.Welcome(
-                    session_token="bench",
-                    server_id="bench",
-                    accounts=[
-                        messages.AccountAssignment(name=a.name, role=messages.Role.PRIMARY)
-                        for a in hello.accounts
-                    ],
-                )
-            )
-        )
-        while True:
-            try:
-                message = await stream.receive()
-            except wire.EndOfStream:
-                return
-            _, body = betterproto.which_one_of(message, "message")
-            if isinstance(body, messages.EventBatch):
-                now = time.perf_counter()
-                records = _RECORD_TYPES.decode(body.records)
-                assert len(records) == body.count
-                if not self.first_at:
-                    self.first_at = now
-                self.last_at = now
-                self.events += len(records)
-                for record in records:
-                    if record.type <= wire.EventType.DELETED:
-                        self.objects += 1
-                    elif record.type == wire.EventType.SYNC_END:
-                        self.sync_ends += 1
-                        self.sync_end_at = now
-                await stream.send(messages.ServerMessage(ack=messages.Ack(seq=body.seq)))
-                self.changed.set()
-                self.changed = trio.Event()
-            elif isinstance(body, messages.AccountsChanged):
-                await stream.send(
-                    messages.ServerMessage(
-                        assignment=messages.Assignment(
-                            accounts=[
-                                messages.AccountAssignment(name=a.name, role=messages.Role.PRIMARY)
-                                for a in body.accounts
-                            ]
-                        )
-                    )
-                )
-            elif isinstance(body, messages.Heartbeat):
-                await stream.send(messages.ServerMessage(heartbeat=body))
+        await serve_as_primary(stream, self._count)
+
+    def _count(self, batch: messages.EventBatch) -> None:
+        now = time.perf_counter()
+        records = _RECORD_TYPES.decode(batch.records)
+        assert len(records) == batch.count
+        if not self.first_at:
+            self.first_at = now
+        self.last_at = now
+        self.events += len(records)
+        for record in records:
+            if record.type <= wire.EventType.DELETED:
+                self.objects += 1
+            elif record.type == wire.EventType.SYNC_END:
+                self.sync_ends += 1
+                self.sync_end_at = now
+        self.changed.set()
+        self.changed = trio.Event()
 
     async def wait_for(self, predicate: Callable[[], bool]) -> None:
         while not predicate():

@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import betterproto
 import msgspec
 import trio
 import yaml
@@ -59,6 +58,8 @@ import kubesim
 import wire
 from tests.bench.bench_agent import cpu_seconds, load_average, rss_kib, start_agent, stop_agent
 from wire import messages
+
+from ._receiver import serve_as_primary
 
 TARGET_RSS_MB = 400.0
 TARGET_IDLE_CPU_PCT = 5.0
@@ -246,45 +247,12 @@ class Receiver:
     changed: trio.Event = field(default_factory=trio.Event)
 
     async def handler(self, stream: wire.ServerStream, call: wire.CallInfo) -> None:
-        first = await stream.receive()
-        _, hello = betterproto.which_one_of(first, "message")
-        assert isinstance(hello, messages.Hello)
-        await stream.send(
-            messages.ServerMessage(
-                welcome=messages.Welcome(
-                    session_token="bench",
-                    server_id="bench",
-                    accounts=[
-                        messages.AccountAssignment(name=a.name, role=messages.Role.PRIMARY)
-                        for a in hello.accounts
-                    ],
-                )
-            )
-        )
-        while True:
-            try:
-                message = await stream.receive()
-            except wire.EndOfStream:
-                return
-            _, body = betterproto.which_one_of(message, "message")
-            if isinstance(body, messages.EventBatch):
-                self._count(_RECORD_HEADS.decode(body.records))
-                await stream.send(messages.ServerMessage(ack=messages.Ack(seq=body.seq)))
-                self.changed.set()
-                self.changed = trio.Event()
-            elif isinstance(body, messages.AccountsChanged):
-                await stream.send(
-                    messages.ServerMessage(
-                        assignment=messages.Assignment(
-                            accounts=[
-                                messages.AccountAssignment(name=a.name, role=messages.Role.PRIMARY)
-                                for a in body.accounts
-                            ]
-                        )
-                    )
-                )
-            elif isinstance(body, messages.Heartbeat):
-                await stream.send(messages.ServerMessage(heartbeat=body))
+        await serve_as_primary(stream, self._batch)
+
+    def _batch(self, batch: messages.EventBatch) -> None:
+        self._count(_RECORD_HEADS.decode(batch.records))
+        self.changed.set()
+        self.changed = trio.Event()
 
     def _count(self, records: list[_RecordHead]) -> None:
         now = time.perf_counter()
