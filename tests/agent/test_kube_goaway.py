@@ -76,7 +76,10 @@ async def test_a_graceful_shutdown_ends_the_watch_cleanly_and_is_logged_at_debug
                     rest = b'{"type":"MODIFIED"}\n'
                     head = len(rest).to_bytes(3, "big") + b"\x00\x01" + sid.to_bytes(4, "big")
                     await stream.send_all(head + rest)
-                    await trio.sleep(0.05)
+                    # Closed once the client has read it all and let the connection go (a
+                    # close with its frames unread could reset what the client has not read).
+                    while await stream.receive_some(65536):
+                        pass
                     await stream.aclose()
                     return
                 conn.send_data(sid, b'{"major": "1"}', end_stream=True)
