@@ -127,7 +127,10 @@ async def open_browser(folder: Path) -> AsyncIterator[Browser]:
     profile = folder / "chromium-profile"
     profile.mkdir(parents=True, exist_ok=True)
     try:
-        driver = await trio.to_thread.run_sync(_start, profile, abandon_on_cancel=True)
+        # Shielded: a test cancelled while chromium starts waits for the start (Selenium's
+        # own timeouts bound it) and then quits it, instead of leaving its processes behind.
+        with trio.CancelScope(shield=True):
+            driver = await trio.to_thread.run_sync(_start, profile)
     except WebDriverException as exc:
         raise AssertionError(f"chromium did not start: {exc.msg}") from exc
     try:
@@ -136,6 +139,9 @@ async def open_browser(folder: Path) -> AsyncIterator[Browser]:
         with trio.move_on_after(15) as cleanup:
             cleanup.shield = True
             await trio.to_thread.run_sync(driver.quit, abandon_on_cancel=True)
+        if cleanup.cancelled_caught:
+            # quit() hung: end chromedriver ourselves (chromium goes with its driver's session).
+            driver.service.process.kill()
         shutil.rmtree(profile, ignore_errors=True)
 
 
