@@ -56,6 +56,7 @@ import yaml
 
 import kubesim
 import wire
+from tests._procs import open_process
 from tests.bench.bench_agent import cpu_seconds, load_average, rss_kib, start_agent, stop_agent
 from wire import messages
 
@@ -405,10 +406,12 @@ async def _phases(
     command = [sys.executable, "-m", "tests.bench.bench_fleet", "--sim", str(tmp_path)]
     command += ["--clusters", str(args.clusters), "--churn-rate", str(args.churn_rate)]
     command += ["--churn-s", str(args.churn_s)]
+    # kubesim is killed and reaped on the way out, also when the bench fails or is interrupted
     with (tmp_path / "sim.log").open("ab") as sim_log:
-        sim = await trio.lowlevel.open_process(command, stdout=sim_log, stderr=sim_log)
-    try:
-        async with wire.open_loop(), trio.open_nursery() as nursery:
+        sim_process = open_process(
+            command, stdout=sim_log, stderr=sim_log, stop_signal=signal.SIGKILL
+        )
+        async with sim_process as sim, wire.open_loop(), trio.open_nursery() as nursery:
             built = await _read_json(tmp_path / "sim.json", 600, sim)
             results["sim_build_s"] = built["build_s"]
             results["sim_rss_mb_loaded"] = rss_kib(sim.pid) / 1024
@@ -418,9 +421,6 @@ async def _phases(
             write_agent_config(config, kubeconfigs, grpc_port, args.total_budget)
             await _run_agent(args, tmp_path, config, log, sim, receiver, results)
             nursery.cancel_scope.cancel()
-    finally:
-        sim.kill()
-        await sim.wait()
 
 
 async def _run_agent(

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import trio
 
+from .._procs import open_process
 from .browser import browser_missing, open_browser
 
 _REST = re.compile(r"REST (http://\S+)")
@@ -64,10 +65,8 @@ async def take(target: Path, history: float) -> None:
             "--data-dir",
             folder,
         ]
-        async with trio.open_nursery() as nursery:
-            process = await trio.lowlevel.open_process(
-                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-            )
+        demo = open_process(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        async with demo as process, trio.open_nursery() as nursery:
             send, receive = trio.open_memory_channel[str](100)
             nursery.start_soon(_demo_lines, process, send)
             api = ""
@@ -91,9 +90,7 @@ async def take(target: Path, history: float) -> None:
                 await browser.screenshot(target)
                 errors = await browser.console_errors()
                 assert not errors, errors
-            process.terminate()
-            await process.wait()
-            nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()  # the demo is stopped and reaped on the way out
     print(f"wrote {target}")
 
 
