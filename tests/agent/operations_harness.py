@@ -157,33 +157,6 @@ def job(
     }
 
 
-def widget_crd() -> dict[str, Any]:
-    """A namespaced CRD for kind Widget in group example.com, v1, any fields."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {
-            "group": "example.com",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        },
-                    },
-                }
-            ],
-        },
-    }
-
-
 def assert_ok(*runs: Ran) -> None:
     """Every run succeeded (the failing one's answer is shown otherwise)."""
     for ran in runs:

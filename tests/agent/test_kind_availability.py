@@ -26,7 +26,7 @@ from agent.watch._kind_availability import AvailabilityLog, Nudge
 from agent.watch._notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice
 from agent.watch._retry import RetryReason
 
-from .operations_harness import widget_crd
+from .._widgets import widget_crd
 from .test_reflector import Env, open_env, pod
 
 pytestmark = pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning")

@@ -7,13 +7,13 @@ from pathlib import Path
 import trio
 
 import kubesim
+from tests._widgets import widget_crd
 from tests.agent.operations_harness import (
     assert_ok,
     deployment,
     job,
     open_ops_bench,
     replica_set,
-    widget_crd,
 )
 
 

@@ -35,7 +35,7 @@ from agent.kube._client import KubeClient, open_kube_client
 from budget import ByteBudget, EventSender, open_event_channel
 from wire import EventType
 
-from .operations_harness import widget_crd
+from .._widgets import widget_crd
 from .reflector_harness import Receiver
 
 # A watch is abandoned mid-body by design (410 in the stream, inactivity, cancellation); httpx's

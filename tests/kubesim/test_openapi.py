@@ -15,30 +15,10 @@ from kubesim._openapi_model import KIND_TYPES, TYPES
 from kubesim._resources import BUILTIN_TYPES
 from kubesim._schema import BUILTIN_KINDS
 
+from .._widgets import widget_crd
+
 STRATEGIC = "application/strategic-merge-patch+json"
-WIDGETS = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "widgets.example.com"},
-    "spec": {
-        "group": "example.com",
-        "scope": "Namespaced",
-        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+WIDGETS = widget_crd()
 
 
 async def _client(server: kubesim.Server) -> httpx.AsyncClient:

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from tests._widgets import widget_crd
+
 __all__ = ["CASES", "Apply", "Case", "Kubectl"]
 
 NS = "default"
@@ -89,29 +91,7 @@ def config_map(data: dict[str, str], **metadata: Any) -> dict[str, Any]:
     }
 
 
-WIDGET_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "widgets.example.com"},
-    "spec": {
-        "group": "example.com",
-        "scope": "Namespaced",
-        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+WIDGET_CRD = widget_crd()
 
 
 def widget(spec: dict[str, Any]) -> dict[str, Any]:
