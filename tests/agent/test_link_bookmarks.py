@@ -11,13 +11,13 @@ import betterproto
 import trio
 
 import wire
-from agent import Backoff
-from agent.link import Link, LinkSettings
+from agent.link import Link
 from agent.watch import BookmarkKey
 from budget import ByteBudget, Entry, EntryKind, EventSender
 from wire import EventRecord, EventType, messages
 
 from ..wire._loop import in_loop
+from ._link_env import loopback_link, welcome_k1
 
 
 def _pod(name: str) -> Entry:
@@ -41,9 +41,7 @@ class _Recorder:
         self.changed = trio.Event()
 
     async def handler(self, stream: wire.ServerStream, call: wire.CallInfo) -> None:
-        await stream.receive()  # the Hello
-        assignment = messages.AccountAssignment(name="k1", role=messages.Role.PRIMARY)
-        await stream.send(messages.ServerMessage(welcome=messages.Welcome(accounts=[assignment])))
+        await welcome_k1(stream)
         while True:
             _, body = betterproto.which_one_of(await stream.receive(), "message")
             if isinstance(body, messages.EventBatch):
@@ -81,16 +79,7 @@ async def _run(
 
     async with trio.open_nursery() as nursery:
         port = await nursery.start(wire.serve, recorder.handler, "127.0.0.1", 0)
-        settings = LinkSettings(
-            host="127.0.0.1",
-            port=port,
-            agent_id="agent-bookmarks",
-            instance_id="i-1",
-            agent_version="0.1",
-            heartbeat_seconds=0,
-            backoff=Backoff(base=0.02, jitter=0, max_delay=0.1),
-            bookmark_linger_seconds=linger,
-        )
+        settings = loopback_link(port, "agent-bookmarks", bookmark_linger_seconds=linger)
         link = Link(
             settings,
             ByteBudget(1 << 20),

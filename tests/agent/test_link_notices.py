@@ -11,8 +11,7 @@ import betterproto
 import trio
 
 import wire
-from agent import Backoff
-from agent.link._link import Link, LinkSettings
+from agent.link._link import Link
 from agent.watch._notices import (
     GONE_FROM_DISCOVERY,
     KindNotice,
@@ -25,6 +24,7 @@ from wire import EventRecord, EventType, messages
 
 from .._wait import wait_until
 from ..wire._loop import in_loop
+from ._link_env import loopback_link, welcome_k1
 
 
 def pod(name: str) -> Entry:
@@ -49,9 +49,7 @@ class Recorder:
         self.done = trio.Event()
 
     async def handler(self, stream: wire.ServerStream, call: wire.CallInfo) -> None:
-        await stream.receive()  # the Hello
-        assignment = messages.AccountAssignment(name="k1", role=messages.Role.PRIMARY)
-        await stream.send(messages.ServerMessage(welcome=messages.Welcome(accounts=[assignment])))
+        await welcome_k1(stream)
         while True:
             name, body = betterproto.which_one_of(await stream.receive(), "message")
             if isinstance(body, messages.EventBatch):
@@ -93,15 +91,7 @@ async def test_notices_cut_batches_and_keep_their_place() -> None:
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             port = await nursery.start(wire.serve, recorder.handler, "127.0.0.1", 0)
-            settings = LinkSettings(
-                host="127.0.0.1",
-                port=port,
-                agent_id="agent-notices",
-                instance_id="i-1",
-                agent_version="0.1",
-                heartbeat_seconds=0,
-                backoff=Backoff(base=0.02, jitter=0, max_delay=0.1),
-            )
+            settings = loopback_link(port, "agent-notices")
             link = Link(
                 settings,
                 budget,

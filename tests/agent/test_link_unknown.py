@@ -17,12 +17,13 @@ import trio
 import wire
 from agent import AgentStatus, Backoff
 from agent._metrics import metrics_registry, render_metrics
-from agent.link._link import Link, LinkSettings
+from agent.link._link import Link
 from budget import ByteBudget, EventSender
 from wire import messages as m
 
 from ..wire._loop import in_loop
 from ..wire.protobuf_bytes import as_sent, bytes_field, varint_field
+from ._link_env import loopback_link
 
 # ServerMessage field 30: a kind of message from the future, with a body of its own.
 FUTURE_KIND = bytes_field(30, bytes_field(1, b"a message kind this agent does not know"))
@@ -102,14 +103,8 @@ async def test_unknown_kinds_and_fields_from_the_server_are_skipped(
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             port = await nursery.start(wire.serve, future.handler, "127.0.0.1", 0)
-            settings = LinkSettings(
-                host="127.0.0.1",
-                port=port,
-                agent_id="agent-future",
-                instance_id="i-1",
-                agent_version="0.1",
-                heartbeat_seconds=0,
-                backoff=Backoff(base=0.05, jitter=0, max_delay=0.1),
+            settings = loopback_link(
+                port, "agent-future", backoff=Backoff(base=0.05, jitter=0, max_delay=0.1)
             )
             link = Link(
                 settings,
