@@ -1,11 +1,14 @@
 """Discovery: /api, /apis, /api/v1, /apis/{group}[/{version}], aggregated discovery, /version.
 
 Documents are built from the registry and cached until its ``generation`` changes (a CRD
-appeared or went away), so discovery costs one dict lookup per request.
+appeared or went away), so discovery costs one dict lookup per request. Aggregated documents
+carry an ``ETag`` and a request whose ``If-None-Match`` names it gets 304 Not Modified with no
+body, as kube-apiserver's aggregated discovery handler answers (ServeHTTPWithETag).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import msgspec
@@ -83,6 +86,8 @@ class DiscoveryDocs:
         self._cluster = cluster
         self._cache: dict[Any, bytes] = {}
         self._generation = -1
+        # (core, version) -> (the document, its quoted ETag); recomputed when it is rebuilt
+        self._etags: dict[tuple[bool, str], tuple[bytes, str]] = {}
 
     def _cached(self, key: Any, build: Any) -> bytes:
         if self._generation != self._cluster.registry.generation:
@@ -178,6 +183,14 @@ class DiscoveryDocs:
 
         return self._cached(("aggregated", core, version), build)
 
+    def aggregated_etag(self, core: bool, version: str) -> tuple[bytes, str]:
+        """The aggregated document and its ETag (a quoted hash of its bytes)."""
+        body = self.aggregated(core, version)
+        known = self._etags.get((core, version))
+        if known is None or known[0] is not body:
+            known = self._etags[core, version] = (body, f'"{hashlib.sha256(body).hexdigest()}"')
+        return known
+
 
 def _aggregated_version(accept: str | None) -> str | None:
     """The aggregated discovery version the client asked for first, if any."""
@@ -206,7 +219,11 @@ async def serve_discovery(
             content_type = (
                 f"application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList"
             )
-            await respond(send, 200, docs.aggregated(parts == ["api"], version), content_type)
+            body, etag = docs.aggregated_etag(parts == ["api"], version)
+            if request.headers.get("if-none-match") == etag:
+                await respond(send, 304, b"", content_type, [("etag", etag)])
+            else:
+                await respond(send, 200, body, content_type, [("etag", etag)])
             return
         body = docs.api_versions(server_address) if parts == ["api"] else docs.api_groups()
         await respond(send, 200, body, JSON)

@@ -19,7 +19,14 @@ import trio
 
 from .._errors import KubeError, KubeStatusError, WatchDecodeError
 from ..kube import KubeTransport
-from ..watch import WELL_KNOWN_GROUPS, DiscoveryResult, KindInfo, discover, lower_camel
+from ..watch import (
+    WELL_KNOWN_GROUPS,
+    DiscoveryCache,
+    DiscoveryResult,
+    KindInfo,
+    discover,
+    lower_camel,
+)
 from ._errors import AgentUnavailable, KubernetesRefusal, UnsupportedOperation
 
 __all__ = ["KindResolver", "Resource", "lower_camel", "match_kind"]
@@ -104,10 +111,11 @@ class KindResolver:
         # kind on every run, and matching scans every kind of the cluster. Cleared with each
         # discovery; bounded by the distinct tokens operations name (capped, cleared at it).
         self._found: dict[tuple[str, str], Resource] = {}
+        self._documents = DiscoveryCache()  # a rediscovery with nothing new is a 304
 
     async def _discover(self) -> None:
         try:
-            result: DiscoveryResult = await discover(self._transport)
+            result: DiscoveryResult = await discover(self._transport, self._documents)
         except KubeStatusError as exc:
             raise KubernetesRefusal.from_status(exc) from exc
         except (KubeError, WatchDecodeError) as exc:  # network, credentials, closed client

@@ -9,6 +9,7 @@ per kind and scope (``_reflector``): list (``_listing``), watch from the resourc
 from ._account import AccountWatchStatus, ResumeKey, run_account
 from ._discovery import (
     WELL_KNOWN_GROUPS,
+    DiscoveryCache,
     DiscoveryResult,
     KindFilter,
     KindInfo,
@@ -33,6 +34,7 @@ __all__ = [
     "AccountWatchStatus",
     "AvailabilityLog",
     "BookmarkKey",
+    "DiscoveryCache",
     "DiscoveryResult",
     "KindFilter",
     "KindInfo",

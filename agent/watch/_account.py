@@ -29,7 +29,14 @@ from .._backoff import SHARED_RANDOM, Backoff
 from .._errors import KubeError, WatchDecodeError
 from ..config import AccountConfig
 from ..kube import KubeTransport
-from ._discovery import KindFilter, WatchTarget, diff_targets, discover, select_targets
+from ._discovery import (
+    DiscoveryCache,
+    KindFilter,
+    WatchTarget,
+    diff_targets,
+    discover,
+    select_targets,
+)
 from ._kind_availability import AvailabilityLog, Nudge, target_key
 from ._list_caps import ListCaps
 from ._notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice, notice_entry
@@ -111,6 +118,7 @@ async def run_account(
     log_book = log_book if log_book is not None else AvailabilityLog()
     nudge = nudge or Nudge()
     watched = _Scope(account.name, kind_filter)
+    discovered = DiscoveryCache()  # rediscovery: a 304 while nothing changed
 
     async def reflect(reflector: Reflector, own: EventSender, scope: trio.CancelScope) -> None:
         # The task owns its sender clone from its first instant, so it is closed however
@@ -126,7 +134,7 @@ async def run_account(
                 # Under both list caps (tasks.*): the first discovery of every account comes
                 # at once when an agent starts.
                 async with account_caps.initial_list():
-                    result = await discover(transport)
+                    result = await discover(transport, discovered)
             except (KubeError, WatchDecodeError) as exc:
                 # Any KubeError (credentials, a closed client, the network, a refusal) is
                 # retried: one account's trouble must never end the agent.

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 import kubesim
+from tests._widgets import widget_crd
 
 
 def _cm(name: str) -> dict[str, Any]:
@@ -287,3 +288,21 @@ async def test_grants_change_at_runtime_per_namespace_and_through_the_admin_endp
         assert bad.status_code == 400
         unknown = await http.put("/kubesim/users/nobody/grants", json={})
         assert unknown.status_code == 404
+
+
+async def test_aggregated_discovery_answers_304_to_its_etag(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    """As kube-apiserver: an ETag on aggregated documents, 304 with no body when matched."""
+    accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    with trio.fail_after(10):
+        first = await http.get("/apis", headers={"accept": accept})
+        etag = first.headers["etag"]
+        assert etag.startswith('"') and etag.endswith('"')
+        same = await http.get("/apis", headers={"accept": accept, "if-none-match": etag})
+        assert (same.status_code, same.content, same.headers["etag"]) == (304, b"", etag)
+        other = await http.get("/apis", headers={"accept": accept, "if-none-match": '"x"'})
+        assert other.status_code == 200 and other.json()["kind"] == "APIGroupDiscoveryList"
+        sim.create(widget_crd())
+        changed = await http.get("/apis", headers={"accept": accept, "if-none-match": etag})
+        assert changed.status_code == 200 and changed.headers["etag"] != etag
