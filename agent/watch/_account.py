@@ -42,6 +42,7 @@ from ._list_caps import ListCaps
 from ._notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice, notice_entry
 from ._reflector import Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
 from ._retry import LogLimiter
+from ._stall import StallWatchdog
 from ._sync_progress import SyncProgress, report_sync_progress
 
 __all__ = ["AccountWatchStatus", "ResumeKey", "run_account"]
@@ -119,6 +120,9 @@ async def run_account(
     nudge = nudge or Nudge()
     watched = _Scope(account.name, kind_filter)
     discovered = DiscoveryCache()  # rediscovery: a 304 while nothing changed
+    reflector_settings = settings or ReflectorSettings()
+    # One timer for every watch of the account: agent/watch/_stall.py says why.
+    watchdog = StallWatchdog(reflector_settings.inactivity_seconds / 10)
 
     async def reflect(reflector: Reflector, own: EventSender, scope: trio.CancelScope) -> None:
         # The task owns its sender clone from its first instant, so it is closed however
@@ -128,6 +132,7 @@ async def run_account(
                 await reflector.run()
 
     async with send.clone() as notices, trio.open_nursery() as nursery:
+        nursery.start_soon(watchdog.run)
         started = False
         while True:
             try:
@@ -181,6 +186,7 @@ async def run_account(
                     budget_capacity=budget_capacity,
                     log_book=log_book,
                     nudge=nudge,
+                    watchdog=watchdog,
                 )
                 scope = trio.CancelScope()
                 running[target] = _Running(scope, reflector)

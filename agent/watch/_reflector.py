@@ -22,17 +22,17 @@ Theory of operation (DESIGN section 3):
    ``RetryPolicy``'s decision (``agent.watch._retry``); every retry is counted by reason in
    ``state.retries`` and logged, at most one line per ``retry_log_interval`` (an
    unavailable kind's retries are not: it was said once).
-4. An inactivity deadline (one cancel scope, pushed forward by every read that yields
-   events, suspended while the channel applies backpressure) ends a watch whose connection
-   went silent; the watch then resumes.
+4. Inactivity (no read yields an event for ``inactivity_seconds``, backpressure not
+   counted) ends a watch whose connection went silent; the watch then resumes. The
+   account's ``StallWatchdog`` (agent/watch/_stall.py) sees it: one timer for all its watches.
 
 The reflector keeps no objects: its memory is one read chunk, one line and one list page.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn, Protocol
@@ -75,6 +75,7 @@ from ._retry import (
     status_reason,
 )
 from ._scrub import Scrubber
+from ._stall import StallWatchdog, Ticket
 
 __all__ = [
     "BookmarkKey",
@@ -236,8 +237,10 @@ class Reflector:
         budget_capacity: int | None = None,
         log_book: AvailabilityLog | None = None,
         nudge: Nudge | None = None,
+        watchdog: StallWatchdog | None = None,
     ) -> None:
         self.account = account
+        self._watchdog = watchdog
         self.target = target
         self.state = ReflectorState(target)
         self._transport = transport
@@ -303,6 +306,11 @@ class Reflector:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
         """List/watch forever. See the module docstring for what happens on each failure."""
+        if self._watchdog is None:  # alone (tests): a watchdog of its own
+            self._watchdog = StallWatchdog(self._settings.inactivity_seconds / 10)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watchdog.run)
+                await self.run(task_status=task_status)
         task_status.started()
         while True:
             retry = await self._attempt()
@@ -512,8 +520,8 @@ class Reflector:
         )
         self.state.watches += 1
         self._hooks.request(self.account, "watch", self.target)
-        with trio.CancelScope() as idle:
-            idle.deadline = trio.current_time() + inactivity
+        assert self._watchdog is not None
+        with trio.CancelScope() as scope, self._watchdog.watching(scope, inactivity) as idle:
             async with self._transport.stream(
                 "GET", self._path, params=params, headers=self._watch_headers
             ) as response:
@@ -533,13 +541,9 @@ class Reflector:
                     if not events:
                         continue
                     await self._deliver(events, initial, idle)
-                    # Moving a deadline costs trio some work: move it only once it has fallen
-                    # a tenth of the allowance behind (a stall is noticed at most that early).
-                    deadline = trio.current_time() + inactivity
-                    if idle.deadline < deadline - inactivity * 0.1:
-                        idle.deadline = deadline
+                    idle.touch()
                 decoder.end_of_stream()
-        if idle.cancelled_caught:
+        if scope.cancelled_caught:
             self.state.stalls += 1
             self.state.last_error = f"no event for {inactivity} s: watch dropped and resumed"
             self.state.failing = True
@@ -547,7 +551,7 @@ class Reflector:
         return False
 
     async def _deliver(
-        self, events: Sequence[WatchEvent], initial: _Initial | None, idle: trio.CancelScope
+        self, events: Sequence[WatchEvent], initial: _Initial | None, idle: Ticket
     ) -> None:
         """Send one read's events as one group, then advance the resume point."""
         in_initial = initial is not None and not initial.done
@@ -562,10 +566,8 @@ class Reflector:
             else:
                 waited = True  # send_many splits a group the channel could never take whole
             if waited:
-                # Backpressure is not inactivity: no deadline while the channel waits.
-                idle.deadline = math.inf
-                await self._send.send_many(entries)
-                idle.deadline = trio.current_time() + self._settings.inactivity_seconds
+                with idle.pause():  # backpressure is not inactivity
+                    await self._send.send_many(entries)
         failure: WatchEvent | None = None
         # Only events past a streaming list's initial phase show a working watch: a list
         # a proxy cuts before it completes would otherwise retry at the smallest delay
@@ -682,7 +684,7 @@ class Reflector:
 
     # --- state --------------------------------------------------------------------------
 
-    async def _synced(self, resource_version: str, idle: trio.CancelScope | None = None) -> None:
+    async def _synced(self, resource_version: str, idle: Ticket | None = None) -> None:
         self.state.synced = True
         self.state.failing = False
         self.state.resource_version = resource_version
@@ -690,10 +692,5 @@ class Reflector:
         if self._availability.settled:
             return
         # Waiting for room in the budget is not inactivity (as in _deliver).
-        if idle is not None:
-            idle.deadline = math.inf
-        try:
+        with idle.pause() if idle is not None else contextlib.nullcontext():
             await self._availability.available()
-        finally:
-            if idle is not None:
-                idle.deadline = trio.current_time() + self._settings.inactivity_seconds
