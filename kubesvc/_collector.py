@@ -6,9 +6,11 @@ object each time the heap has grown by a quarter since the last one: during benc
 initial sync of 1,000 clusters that was 15 full collections, 8.7 s of the agent's 49 s of CPU,
 each a pause of the whole event loop that grows with the heap.
 
-What: every ``freeze_seconds`` the young generations are collected (cheap) and whatever
-survived is frozen (``gc.freeze``: moved where automatic collections do not look), so
-automatic collections only ever see what was allocated since. Every ``full_seconds``
+What: every ``freeze_seconds`` every tracked object is frozen (``gc.freeze``: moved where
+automatic collections do not look; a list splice, no traversal), so automatic collections
+only ever see what was allocated since. The young generations are collected by CPython as
+usual in between: what is frozen has survived them, or is at most a few hundred objects
+old. Every ``full_seconds``
 everything is unfrozen and collected once, so a reference cycle that became garbage among
 frozen objects (a watch's task after its account was removed) is reclaimed within that
 interval: the garbage held is bounded by one interval's, never growing.
@@ -48,8 +50,6 @@ async def manage_collector(*, freeze_seconds: float = 30.0, full_seconds: float 
                     found,
                     (time.perf_counter() - started) * 1000,
                 )
-            else:
-                gc.collect(1)
             gc.freeze()
     finally:
         gc.unfreeze()
