@@ -163,9 +163,10 @@ class Permissions:
 
 @dataclass(frozen=True, slots=True)
 class ShardConfig:
-    """``kubernetes.accounts[].shard``: the part of a cluster this agent serves when one
-    account is split across agents (docs/sharding.md). The server gives each shard its own
-    PRIMARY and sync scopes; shards of one account must not overlap.
+    """``kubernetes.accounts[].shard``: the part of the cluster this agent serves (sharding).
+
+    When one account is split across agents (docs/sharding.md), the server gives each shard
+    its own PRIMARY and sync scopes; shards of one account must not overlap.
 
     ``kinds`` xor ``omit_kinds`` (none: every kind) and ``namespaces`` (none: every namespace
     and the cluster-scoped kinds; given: those namespaces only, no cluster-scoped kinds).

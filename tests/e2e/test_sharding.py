@@ -252,3 +252,46 @@ async def test_a_standby_takes_over_its_shard_and_operations_go_to_the_owner(
             sim.create(configmap("after-failover"))
             await wait_cache_equal(stack, [stack.agent, spare])
             assert relists(stack.agent) == 0
+
+
+async def test_a_kind_moves_between_shards_narrowing_first(tmp_path: Path) -> None:
+    """The layout changes live (docs/sharding.md, "Changing a layout"): the rest gives up
+    ConfigMaps (they stay cached meanwhile), then the Pods' shard takes them and lists them;
+    a ConfigMap deleted in between is swept by that listing."""
+    sim = cluster()
+    kubeconfig = tmp_path / "kubeconfig"
+    pods = [shard_account(kubeconfig, "pods", kinds=["Pod"])]
+    with trio.fail_after(90):
+        async with open_stack(tmp_path, sim=sim, accounts=pods, agent_id="agent-pods") as stack:
+            registry = stack.server.state.accounts.registry
+            rest, _rest_task = await stack.start_agent("agent-rest", [rest_shard(stack)])
+            await wait_cache_equal(stack, [stack.agent, rest])
+
+            narrower = [shard_account(kubeconfig, "rest", omitKinds=["Pod", "ConfigMap"])]
+            rest_config = stack.config_path.with_name("agent-rest.yaml")
+            rest_config.write_text(stack.config_text(narrower), encoding="utf-8")
+
+            def rest_spec_is(kinds: list[str]) -> bool:
+                record = registry.get("big/rest")
+                return (
+                    record is not None
+                    and primary_agent(stack, "big/rest") == "agent-rest"
+                    and sorted(record.properties["shard"]["omit_kinds"]) == kinds
+                )
+
+            await wait_until(lambda: rest_spec_is(["ConfigMap", "Pod"]), what="rest narrowed")
+            await wait_until(lambda: rest.accounts.accounts[ACCOUNT].watch is not None)
+            assert (await counts(stack))["ConfigMap"] == 10  # not the rest's to remove now
+            sim.delete("", "v1", "configmaps", "default", "cm-0")
+
+            stack.write_config([shard_account(kubeconfig, "pods", kinds=["Pod", "ConfigMap"])])
+            await wait_until(
+                lambda: (
+                    (record := registry.get("big/pods")) is not None
+                    and primary_agent(stack, "big/pods") == "agent-pods"
+                    and sorted(record.properties["shard"]["kinds"]) == ["ConfigMap", "Pod"]
+                ),
+                what="pods widened",
+            )
+            await wait_cache_equal(stack, [stack.agent, rest])
+            assert (await counts(stack))["ConfigMap"] == 9
