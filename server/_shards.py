@@ -195,7 +195,7 @@ def fold(records: Iterable[AccountRecord]) -> list[AccountRecord]:
 def folded(name: str, units: Sequence[AccountRecord]) -> AccountRecord:
     """One account seen whole from its shards' records (see ``fold``)."""
     units = sorted(units, key=lambda r: r.name)
-    first = min(units, key=lambda r: _STATUS_ORDER.index(r.status))
+    first = min(units, key=_rank)
     properties = {k: v for k, v in first.properties.items() if k not in _WATCH_PROPERTIES}
     properties["shards"] = [_shard_json(r) for r in units]
     connections = [{**c, "shard": shard_of(r.name)} for r in units for c in r.connections]
@@ -208,6 +208,12 @@ def folded(name: str, units: Sequence[AccountRecord]) -> AccountRecord:
         last_updated_ms=max(r.last_updated_ms for r in units),
         orphaned_at_ms=min(orphaned) if first.status is AccountState.ORPHANED else None,
     )
+
+
+def _rank(record: AccountRecord) -> int:
+    """Where a shard's status ranks for the account's (any other state after these)."""
+    order = _STATUS_ORDER
+    return order.index(record.status) if record.status in order else len(order)
 
 
 def _shard_json(record: AccountRecord) -> dict[str, Any]:

@@ -167,3 +167,15 @@ def test_a_shard_of_another_cluster_or_with_another_spec_is_rejected() -> None:
     assert "served with kinds pod" in change.reason
     # Its own agent changing the shard is judged afresh (sessions unregister it first).
     assert r.moved("s1", wider)
+
+
+def test_the_account_shows_the_best_state_of_its_shards() -> None:
+    r = registry()
+    r.register("s1", PODS, 10)
+    r.register("s2", REST, 10)
+    r.set_state("big/pods", AccountState.DELETE_FAILED, 20)
+    r.set_state("big/rest", AccountState.DELETING, 20)
+    [whole] = fold(r.accounts())
+    assert whole.status in (AccountState.DELETE_FAILED, AccountState.DELETING)
+    r.set_state("big/rest", AccountState.FAILED, 21)
+    assert fold(r.accounts())[0].status is AccountState.FAILED
