@@ -359,6 +359,8 @@ def _refuse_unknown(section: Section, known: list[str]) -> None:
 
 def _account(a: Section) -> AccountConfig:
     name = a.required_string("name")
+    if "/" in name:  # the server names an account's shard "account/shard"
+        raise a.error("name", f"an account name may not contain '/', got {name!r}")
     kube_config_file = a.string("kubeConfigFile", None)
     kubeconfig_contents = a.string("kubeconfigContents", None)
     service_account = a.boolean("serviceAccount", False)

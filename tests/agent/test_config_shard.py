@@ -63,6 +63,7 @@ def test_an_account_without_a_shard_is_unchanged() -> None:
         ({"shard": {"name": "p", "kind": ["Pod"]}}, "shard.kind", "kinds"),
         ({"kinds": ["Pod"], "shard": {"name": "p"}}, "kinds", "in shard:"),
         ({"namespaces": ["a"], "shard": {"name": "p"}}, "namespaces", "in shard:"),
+        ({"name": "big/pods"}, "name", "may not contain '/'"),
     ],
 )
 def test_a_bad_shard_names_the_path_and_the_problem(
