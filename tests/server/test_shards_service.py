@@ -6,6 +6,7 @@ removes every shard and every object."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -89,3 +90,42 @@ async def test_a_sharded_account_outlives_a_restart_and_its_shards_expire_alone(
             assert await rest_api.list_accounts() == []
             assert await store.list_accounts() == []
             assert await store.count_objects("big") == 0
+
+
+async def test_an_operator_sets_a_sharded_accounts_state_on_every_shard(
+    store_backend: StoreBackend,
+) -> None:
+    clock = Clock()
+    with trio.fail_after(30):
+        async with store_backend.open(now_ms=clock) as store:
+            service = await AccountService.load(store, now_ms=clock, orphan_grace_ms=GRACE_MS)
+            rest_api = RegistryStore(store, service)
+            for session in ("s1", "s2"):
+                service.registry.open_session(session, f"agent-{session}")
+            service.registry.register("s1", claim("pods", kinds=["Pod"]), clock())
+            service.registry.register("s2", claim("rest", omit_kinds=["Pod"]), clock())
+            await service.persist()
+            told: list[tuple[str, str, str]] = []
+
+            async def announce(changes: Any) -> None:
+                told.extend((c.session_id, c.account, c.role.name) for c in changes)
+
+            service.on_role_changes = announce
+            account = await rest_api.get_account("big")
+            assert account is not None
+            # PATCH /armory/accounts writes the account it read back: every shard takes its
+            # state, and keeps what it owns.
+            await rest_api.upsert_account(replace(account, status=AccountState.INACTIVE))
+            assert sorted(told) == [
+                ("s1", "big/pods", "REJECTED"),
+                ("s2", "big/rest", "REJECTED"),
+            ]
+            for unit in ("big/pods", "big/rest"):
+                stored = await store.get_account(unit)
+                assert stored is not None
+                assert stored.status is AccountState.INACTIVE
+                assert "shards" not in stored.properties
+                assert "shard" in stored.properties
+            got = await rest_api.get_account("big")
+            assert got is not None
+            assert got.status is AccountState.INACTIVE
