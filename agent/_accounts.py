@@ -294,6 +294,7 @@ _SHARED_FIELDS = (
     "max_resumable_resource_age_ms",
     "metrics",
     "only_spinnaker_managed",
+    "shard",  # the part of the cluster this agent serves (docs/sharding.md); None: all of it
 )
 
 

@@ -14,7 +14,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
@@ -22,6 +22,7 @@ from wire import EventRecord
 
 from ._errors import ServerError, StoreError
 from ._registry import Registry, RoleChange
+from ._shards import SEPARATOR, account_of, fold, folded, spec_of
 from .store import (
     AccountRecord,
     AccountScope,
@@ -138,13 +139,26 @@ class AccountService:
     # -- reads (in memory) --------------------------------------------------------------
 
     def list(self) -> builtins.list[AccountRecord]:
-        return self.registry.accounts()
+        """Every account, a sharded one once with its shards listed (``_shards.fold``)."""
+        return fold(self.registry.accounts())
 
     def get(self, name: str) -> AccountRecord | None:
-        return self.registry.get(name)
+        """The account ``name`` (a sharded one folded), or None."""
+        record = self.registry.get(name)
+        if record is not None or SEPARATOR in name:
+            return record
+        units = self.registry.units(name)
+        return folded(name, units) if units else None
+
+    def names(self, name: str) -> builtins.list[str]:
+        """The registry's names of the account ``name``: itself, or each of its shards."""
+        if self.registry.get(name) is not None:
+            return [name]
+        return [r.name for r in self.registry.units(name)]
 
     def holders(self, name: str) -> AccountHolders:
-        agents = [self.registry.agent_of(s) or "" for s in self.registry.holders(name)]
+        sessions = [s for n in self.names(name) for s in self.registry.holders(n)]
+        agents = [self.registry.agent_of(s) or "" for s in sessions]
         return AccountHolders(agents[0] if agents else None, agents[1:])
 
     # -- writes -------------------------------------------------------------------------
@@ -155,22 +169,41 @@ class AccountService:
         await self.persist()
 
     async def put(self, record: AccountRecord) -> None:
-        """Write an account as an operator sees it (see Registry.put)."""
-        await self.changed(self.registry.put(record, self._now_ms()))
+        """Write an account as an operator sees it (see Registry.put); a sharded account's
+        state goes to each of its shards, which keep what they own."""
+        units = self.registry.units(record.name) if self.registry.get(record.name) is None else []
+        if not units:
+            await self.changed(self.registry.put(record, self._now_ms()))
+            return
+        changes: builtins.list[RoleChange] = []
+        for unit in units:
+            put = replace(unit, status=record.status, zone_id=record.zone_id)
+            changes += self.registry.put(put, self._now_ms())
+        await self.changed(changes)
 
     async def set_state(
         self, name: str, state: AccountState, *, zone_id: str | None = None
     ) -> AccountRecord:
-        """Set an account's state; raises UnknownAccount."""
-        record = self.registry.set_state(name, state, self._now_ms(), zone_id=zone_id)
+        """Set an account's state (each shard's); raises UnknownAccount."""
+        names = self.names(name) or [name]
+        for unit in names:
+            self.registry.set_state(unit, state, self._now_ms(), zone_id=zone_id)
         await self.persist()
+        record = self.get(name)
+        assert record is not None
         return record
 
     async def delete(self, name: str) -> bool:
-        """Delete an account and its objects; False when there was none."""
-        if self.registry.get(name) is None:
+        """Delete an account (every shard of it) and its objects; False when there was none."""
+        names = self.names(name)
+        if not names:
             return False
-        await self.changed(self.registry.delete(name))
+        changes: builtins.list[RoleChange] = []
+        for unit in names:
+            changes += self.registry.delete(unit)
+        await self.changed(changes)
+        if names != [name]:  # its shards are gone; what no shard owned goes too
+            await self._store.delete_account(name)
         return True
 
     async def changed(self, role_changes: Sequence[RoleChange]) -> None:
@@ -334,6 +367,9 @@ class AccountService:
                 for record in changes.upserts:
                     await self._store.upsert_account(record)
                 for name in changes.deletes:
+                    if SEPARATOR in name:
+                        await self._drop_shard(name)
+                        continue
                     await self._store.delete_account(name)
                     log.info(
                         "account %s removed with its cached objects", name, extra={"account": name}
@@ -344,6 +380,23 @@ class AccountService:
                 raise
             finally:
                 self._wake.set()
+
+    async def _drop_shard(self, name: str) -> None:
+        """A shard is removed: the objects, resume points and marks it owns go with its row
+        (the store's row says what it owned); the other shards' stay."""
+        stored = await self._store.get_account(name)
+        spec = spec_of(stored) if stored is not None else None
+        if spec is not None:
+            account = account_of(name)
+            outcome = await self._store.apply_account_scope(AccountScope(account, (), shard=spec))
+            log.info(
+                "shard %s of account %s removed with its %d cached objects",
+                spec.name,
+                account,
+                len(outcome.swept),
+                extra={"account": account},
+            )
+        await self._store.delete_account(name)
 
     # -- the grace timer ----------------------------------------------------------------
 

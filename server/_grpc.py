@@ -257,7 +257,8 @@ class ConnectHandler:
                 claims.append(claim_from_info(info))
             except ValueError as exc:
                 raise _refuse(wire.Status.INVALID_ARGUMENT, f"accounts[{i}]: {exc}", peer) from exc
-        names = [c.name for c in claims]
+        # One agent serves an account whole or one of its shards (a name once in a Hello).
+        names = [c.account for c in claims]
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:
             raise _refuse(
@@ -451,7 +452,8 @@ class ConnectHandler:
                         "this session did not register",
                         peer,
                     )
-                primary[account] = registry.role(session.session_id, account) is Role.PRIMARY
+                unit = session.unit(account)
+                primary[account] = registry.role(session.session_id, unit) is Role.PRIMARY
             if primary[account]:
                 kept.append(record)
         if len(kept) < len(records):

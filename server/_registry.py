@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._errors import AccountExists, UnknownAccount
+from ._shards import SEPARATOR, ShardSpec, account_of, refusal, spec_of
 from .store import AccountRecord, AccountState, cluster_refusal
 
 DEFAULT_ORPHAN_GRACE_MS = 600_000
@@ -43,7 +44,9 @@ class Role(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """What an agent says about one account it wants to serve."""
+    """What an agent says about one account it wants to serve. ``name`` is the registry's
+    name: the account's, or ``account/shard`` when ``shard`` says the agent serves a part of
+    it (server/_shards.py)."""
 
     name: str
     kube_host: str
@@ -51,6 +54,12 @@ class Claim:
     kube_version: str = ""
     properties: dict[str, Any] = field(default_factory=dict)
     permissions: dict[str, list[str]] = field(default_factory=dict)
+    shard: ShardSpec | None = None
+
+    @property
+    def account(self) -> str:
+        """The account's name (the protocol's), whether the claim is of a shard or not."""
+        return account_of(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +132,11 @@ class Registry:
         # The replicas alive at the last heartbeat (None: not known, nothing filtered): the
         # connections a dead replica left in an account's row are not taken in.
         self.live_replicas: frozenset[str] | None = None
+        # The accounts that have (or had) shards: a claim of one whole is checked against them.
+        self._sharded: set[str] = set()
         for record in records:
             self._accounts[record.name] = record
+            self._note_shard(record.name)
             if record.name in served_elsewhere:
                 self._remote[record.name] = self._others(record)
                 continue  # another replica's live lease serves it: not ours to orphan
@@ -191,6 +203,10 @@ class Registry:
             refusal = self._refusal(record, claim)
             if refusal:
                 return RoleChange(session_id, claim.name, Role.REJECTED, refusal)
+        if claim.shard is not None or claim.name in self._sharded:
+            refused = self._shard_refusal(claim)
+            if refused:
+                return RoleChange(session_id, claim.name, Role.REJECTED, refused)
         holders = self._holders.setdefault(claim.name, [])
         holders.append(session_id)
         session.accounts.append(claim.name)
@@ -230,12 +246,56 @@ class Registry:
             return f"account {claim.name!r} is {record.status}; it cannot be served now"
         return ""
 
+    def _shard_refusal(self, claim: Claim) -> str:
+        """Why a shard's claim (or an account's whole, when it has shards) is refused: see
+        ``_shards.refusal``; and shards of one account are of one cluster."""
+        account = claim.account
+        siblings = [
+            r
+            for n, r in self._accounts.items()
+            if n.startswith(account + SEPARATOR) and n != claim.name
+        ]
+        if claim.shard is None:
+            return refusal(claim.name, None, siblings, None, served=False)
+        whole = self._accounts.get(account) or self._accounts.get(claim.name)
+        served = bool(self._holders.get(claim.name)) or bool(
+            whole is not None and self._remote.get(whole.name)
+        )
+        refused = refusal(claim.name, claim.shard, siblings, whole, served=served)
+        if refused:
+            return refused
+        for sibling in siblings:
+            refused = cluster_refusal(
+                account,
+                sibling.kube_host,
+                sibling.cert_fingerprint,
+                claim.kube_host,
+                claim.cert_fingerprint,
+            )
+            if refused:
+                return f"{refused} (its shard {sibling.name.split(SEPARATOR, 1)[1]!r})"
+        return ""
+
+    def _note_shard(self, name: str) -> None:
+        if SEPARATOR in name:
+            self._sharded.add(account_of(name))
+
+    def units(self, account: str) -> list[AccountRecord]:
+        """The records of ``account``'s shards (none: it is not sharded), by name."""
+        if account not in self._sharded:
+            return []
+        prefix = account + SEPARATOR
+        return [self._accounts[n] for n in sorted(self._accounts) if n.startswith(prefix)]
+
     def moved(self, session_id: str, claim: Claim) -> bool:
-        """Whether ``session_id`` holds ``claim.name`` for a cluster other than the claim's:
-        its agent was pointed at another cluster under the same account name."""
+        """Whether ``session_id`` holds ``claim.name`` for a cluster other than the claim's
+        (its agent was pointed at another cluster under the same account name), or holds the
+        shard ``claim.name`` with another spec (its agent's shard: config changed)."""
         record = self._accounts.get(claim.name)
         if record is None or self.role(session_id, claim.name) is None:
             return False
+        if claim.shard is not None and spec_of(record) != claim.shard:
+            return True  # its shard changed: judged afresh against the other shards
         bound = record.kube_host or record.cert_fingerprint
         return bool(bound) and (record.kube_host, record.cert_fingerprint) != (
             claim.kube_host,
@@ -371,6 +431,7 @@ class Registry:
         self._remote[name] = self._others(stored)
         if name not in self._holders:
             self._accounts[name] = replace(stored, connections=self._remote[name])
+            self._note_shard(name)
 
     def take_in(self, name: str, stored: AccountRecord | None) -> list[RoleChange]:
         """``refresh``, and for an account served here what an operator did to its row on
@@ -530,6 +591,7 @@ class Registry:
 
     def _put(self, record: AccountRecord) -> None:
         self._accounts[record.name] = record
+        self._note_shard(record.name)
         self._dirty.add(record.name)
         self._deleted.discard(record.name)
 

@@ -22,6 +22,7 @@ from wire import messages
 from ._accounts import AccountService
 from ._auth import Principal
 from ._registry import Claim, Role, RoleChange
+from ._shards import SEPARATOR, ShardSpec, account_of, spec_of, unit_name
 from .store import AgentRecord, ResumePoint, Store
 
 log = logging.getLogger("server.sessions")
@@ -62,6 +63,9 @@ class Session:
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     last_seen_ms: int = 0
     declared: set[str] = field(default_factory=set)
+    # The registry's name of each declared account this session serves a shard of
+    # ("account/shard"); an account served whole is its own registry name.
+    units: dict[str, str] = field(default_factory=dict)
     ended_reason: str = ""
     principal: Principal = field(default_factory=Principal)
 
@@ -77,6 +81,10 @@ class Session:
             pass
         return False
 
+    def unit(self, account: str) -> str:
+        """The registry's name for ``account`` as this session serves it."""
+        return self.units.get(account, account)
+
     def end(self, reason: str) -> None:
         if not self.ended_reason:
             self.ended_reason = reason
@@ -88,6 +96,11 @@ def claim_from_info(info: messages.AccountInfo) -> Claim:
     """The registry's Claim for an AccountInfo; ValueError says what is wrong with it."""
     if not info.name or len(info.name) > 253:
         raise ValueError(f"account name {info.name[:60]!r} must be 1..253 characters")
+    if SEPARATOR in info.name:
+        raise ValueError(
+            f"account name {info.name[:60]!r} must not contain {SEPARATOR!r} (it separates an "
+            "account's name from its shard's)"
+        )
     properties: dict[str, Any] = {}
     if info.properties_json:
         try:
@@ -101,8 +114,15 @@ def claim_from_info(info: messages.AccountInfo) -> Claim:
         isinstance(v, list) and all(isinstance(r, str) for r in v) for v in permissions.values()
     ):
         raise ValueError(f"account {info.name!r}: permissions must map READ/WRITE to role lists")
+    shard = None
+    if properties.get("shard") is not None:
+        try:
+            shard = ShardSpec.of(properties["shard"])
+        except ValueError as exc:
+            raise ValueError(f"account {info.name!r}: {exc}") from exc
     return Claim(
-        name=info.name,
+        name=unit_name(info.name, shard.name if shard else ""),
+        shard=shard,
         kube_host=info.kube_host,
         cert_fingerprint=info.cert_fingerprint,
         kube_version=info.kube_version,
@@ -205,7 +225,16 @@ class SessionManager:
         # Registered and settled in one block: no other settle takes this session's heads.
         async with self.accounts.settling() as settle:
             for claim in claims:
-                session.declared.add(claim.name)
+                session.declared.add(claim.account)
+                held = session.units.get(claim.account, claim.account)
+                if held != claim.name:
+                    # The agent serves another part of the account now (another shard, or
+                    # all of it): it lets go of the part it held.
+                    promotions += registry.unregister(session.session_id, held, now)
+                if claim.name != claim.account:
+                    session.units[claim.account] = claim.name
+                else:
+                    session.units.pop(claim.account, None)
                 if registry.moved(session.session_id, claim):
                     # Same name, another cluster: the account (its cache and resume points)
                     # stays bound to the cluster it was registered with, so this session lets
@@ -243,7 +272,8 @@ class SessionManager:
         changes: list[RoleChange] = []
         for name in names:
             session.declared.discard(name)
-            changes += self.accounts.registry.unregister(session.session_id, name, self._now_ms())
+            unit = session.units.pop(name, name)
+            changes += self.accounts.registry.unregister(session.session_id, unit, self._now_ms())
         await self.accounts.changed(changes)
         await self._store.upsert_agent(self._agent_record(session))
 
@@ -265,9 +295,14 @@ class SessionManager:
     async def assignment(self, change: RoleChange) -> messages.AccountAssignment:
         """The protocol's view of a decision; a PRIMARY gets its fresh-enough resume points."""
         resume: list[messages.ResumePoint] = []
+        account = account_of(change.account)
         if change.role is Role.PRIMARY:
             now = self._now_ms()
-            points: list[ResumePoint] = await self._store.resume_points(change.account)
+            points: list[ResumePoint] = await self._store.resume_points(account)
+            record = self.accounts.registry.get(change.account)
+            shard = spec_of(record) if record is not None else None
+            if shard is not None:  # the other shards' watches are not this agent's
+                points = [p for p in points if shard.owns(p.kind, p.scope)]
             resume = [
                 messages.ResumePoint(
                     api_version=p.api_version,
@@ -280,7 +315,7 @@ class SessionManager:
                 if p.age_ms(now) < self._max_age_ms
             ]
         return messages.AccountAssignment(
-            name=change.account,
+            name=account,
             role=messages.Role(int(change.role)),
             reason=change.reason,
             resume=resume,

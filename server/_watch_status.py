@@ -19,6 +19,7 @@ from wire import messages
 
 from ._registry import Role
 from ._sessions import Session
+from ._shards import spec_of
 from ._state import ServerState
 from .store import AccountScope, AvailabilityOutcome, KindChange, UnavailableKind, group_of
 
@@ -95,12 +96,15 @@ async def watch_scope(state: ServerState, session: Session, scope: messages.Watc
         kinds.append((kind.api_version, kind.kind))
     if not _served(state, session, scope.account, where):
         return
+    record = state.accounts.registry.get(session.unit(scope.account))
     outcome = await state.store.apply_account_scope(
         AccountScope(
             scope.account,
             tuple(kinds),
             tuple(scope.namespaces),
             tuple(scope.omit_namespaces),
+            # A shard's scope says nothing of the other shards' objects (server/_shards.py).
+            shard=spec_of(record) if record is not None else None,
         )
     )
     _published(state, outcome)
@@ -144,7 +148,8 @@ def _served(state: ServerState, session: Session, account: str, where: str) -> b
             "FAILED_PRECONDITION",
             f"{where} names account {account!r}, which this session did not register",
         )
-    return state.accounts.registry.role(session.session_id, account) is Role.PRIMARY
+    unit = session.unit(account)
+    return state.accounts.registry.role(session.session_id, unit) is Role.PRIMARY
 
 
 def _check_names(where: str, account: str, api_version: str, kind: str) -> None:

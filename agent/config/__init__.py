@@ -17,6 +17,7 @@ from ._schema import (
     RetriesConfig,
     ServerSideApplyConfig,
     ServerSslConfig,
+    ShardConfig,
 )
 from ._values import Section, describe, parse_duration, parse_size
 from ._yaml import BoundedLoader
@@ -33,6 +34,7 @@ __all__ = [
     "Section",
     "ServerSideApplyConfig",
     "ServerSslConfig",
+    "ShardConfig",
     "default_config_path",
     "describe",
     "diff_accounts",

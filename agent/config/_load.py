@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -45,6 +47,7 @@ from ._schema import (
     ServerSideApplyConfig,
     ServerSideApplyKind,
     ServerSslConfig,
+    ShardConfig,
     ShutdownConfig,
     TasksConfig,
     TlsConfig,
@@ -322,6 +325,7 @@ _ACCOUNT_OPTIONS = [
     "metrics",
     "onlySpinnakerManaged",
     "noProxy",
+    "shard",
 ]
 
 
@@ -355,6 +359,8 @@ def _refuse_unknown(section: Section, known: list[str]) -> None:
 
 def _account(a: Section) -> AccountConfig:
     name = a.required_string("name")
+    if "/" in name:  # the server names an account's shard "account/shard"
+        raise a.error("name", f"an account name may not contain '/', got {name!r}")
     kube_config_file = a.string("kubeConfigFile", None)
     kubeconfig_contents = a.string("kubeconfigContents", None)
     service_account = a.boolean("serviceAccount", False)
@@ -405,8 +411,54 @@ def _account(a: Section) -> AccountConfig:
         only_spinnaker_managed=a.boolean("onlySpinnakerManaged", False),
         no_proxy=a.boolean("noProxy", False),
     )
+    if a.has("shard"):
+        account = _sharded(a, account)
     _refuse_unknown(a, _ACCOUNT_OPTIONS)
     return account
+
+
+# A shard's name becomes part of a name on the server ("account/shard"): a DNS label.
+_SHARD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _sharded(a: Section, account: AccountConfig) -> AccountConfig:
+    """``account`` with its ``shard:`` read and folded into the watch filters (ShardConfig).
+
+    The shard says what the agent watches; the account-level ``kinds``, ``namespaces`` and
+    ``omitNamespaces`` would say it a second time, differently, so they are refused beside
+    it (``omitKinds`` and ``onlyNamespacedResources`` only narrow, and stay allowed)."""
+    s = a.section("shard")
+    name = s.required_string("name")
+    if not _SHARD_NAME.fullmatch(name):
+        raise s.error("name", f"expected a DNS label (a-z, 0-9 and '-'), got {name!r}")
+    shard = ShardConfig(
+        name=name,
+        kinds=s.strings("kinds", what="kind names"),
+        omit_kinds=s.strings("omitKinds", what="kind names"),
+        namespaces=s.strings("namespaces", what="namespace names"),
+    )
+    if shard.kinds and shard.omit_kinds:
+        raise s.error("omitKinds", "give a shard kinds or omitKinds, not both")
+    if s.has("omitNamespaces"):
+        raise s.error(
+            "omitNamespaces",
+            "a shard lists the namespaces it owns (namespaces); 'every namespace but these' is "
+            "not a shard: its cluster-wide listings would sweep the other shards' namespaces",
+        )
+    for option in ("kinds", "namespaces", "omitNamespaces"):
+        if a.has(option):
+            raise a.error(option, f"a sharded account gives {option} in shard:, not beside it")
+    _refuse_unknown(s, ["name", "kinds", "omitKinds", "namespaces", "omitNamespaces"])
+    return replace(
+        account,
+        shard=shard,
+        kinds=shard.kinds,
+        omit_kinds=tuple(dict.fromkeys((*account.omit_kinds, *shard.omit_kinds))),
+        namespaces=shard.namespaces,
+        # A shard of some namespaces owns no cluster-scoped kind (the shard of every
+        # namespace does): two namespace shards would otherwise both list them.
+        only_namespaced_resources=account.only_namespaced_resources or bool(shard.namespaces),
+    )
 
 
 def _permissions(p: Section) -> Permissions:

@@ -31,6 +31,7 @@ __all__ = [
     "ServerSideApplyConfig",
     "ServerSideApplyKind",
     "ServerSslConfig",
+    "ShardConfig",
     "ShutdownConfig",
     "TasksConfig",
     "TlsConfig",
@@ -161,6 +162,25 @@ class Permissions:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardConfig:
+    """``kubernetes.accounts[].shard``: the part of the cluster this agent serves (sharding).
+
+    When one account is split across agents (docs/sharding.md), the server gives each shard
+    its own PRIMARY and sync scopes; shards of one account must not overlap.
+
+    ``kinds`` xor ``omit_kinds`` (none: every kind) and ``namespaces`` (none: every namespace
+    and the cluster-scoped kinds; given: those namespaces only, no cluster-scoped kinds).
+    At load they are folded into the account's own ``kinds``/``omit_kinds``/``namespaces``/
+    ``only_namespaced_resources``, which is what the watches read.
+    """
+
+    name: str
+    kinds: tuple[str, ...] = ()
+    omit_kinds: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class AccountConfig:
     """One ``kubernetes.accounts[]`` entry: a cluster the agent watches and operates on.
 
@@ -189,6 +209,7 @@ class AccountConfig:
     metrics: bool = False
     only_spinnaker_managed: bool = False
     no_proxy: bool = False
+    shard: ShardConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,9 @@ def _string(item: Mapping[str, Any], key: str, where: str, *, required: bool = F
 
 def _unique_names(items: Sequence[Mapping[str, Any]]) -> list[str]:
     names = [_string(item, "name", f"body[{i}]", required=True) for i, item in enumerate(items)]
+    for i, name in enumerate(names):
+        if "/" in name:  # it separates an account from its shard (docs/sharding.md)
+            raise BadRequest(f"body[{i}].name: an account name may not contain '/': {name!r}")
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise BadRequest(f"body: account names appear more than once: {', '.join(duplicates)}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -55,6 +56,9 @@ class AgentLink:
         self._slots = trio.Semaphore(max(1, max_in_flight))
         self.wait_ms = wait_ms
         self.outstanding: dict[str, Outstanding] = {}
+        #: The registry's name serving an operation (record, payload): its account, or the
+        #: shard of it that owns what it writes (ops/_shard_route.py; the service sets it).
+        self.route: Callable[[OperationRecord, str], str] = lambda record, _payload: record.account
         sessions.add_close_listener(self._session_closed)
 
     def primary(self, account: str) -> Session | None:
@@ -69,12 +73,13 @@ class AgentLink:
         session here and wait for its end until ``deadline`` (trio's clock). None: no primary
         session here (nothing sent). Not ``sent``: no slot was free before the deadline.
         ``note`` starts the Outstanding's ``sent_note``."""
-        if self.primary(record.account) is None:
+        serving = self.route(record, payload_json)
+        if self.primary(serving) is None:
             return None
         waiting = Outstanding()
         with trio.move_on_at(deadline):
             async with self._slots:
-                session = self.primary(record.account)
+                session = self.primary(serving)
                 if session is None:
                     return None
                 waiting.session_id, waiting.agent_id = session.session_id, session.agent_id

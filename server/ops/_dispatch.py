@@ -127,6 +127,9 @@ class Dispatcher:
         self._replicas: dict[str, ReplicaRecord] = {}
         self._replicas_read_at = -math.inf
         self.claims = 0  # claim calls made (tests, the benchmark)
+        #: The lease to look for an operation (record, payload): its account's, or its
+        #: shard's (ops/_shard_route.py; the service sets it).
+        self.route: Callable[[OperationRecord, str], str] = lambda record, _payload: record.account
 
     # -- the target's side --------------------------------------------------------------
 
@@ -201,7 +204,8 @@ class Dispatcher:
         holds the lease (nothing was dispatched). StoreError when the dispatch cannot be
         written (then nothing was dispatched either)."""
         record = ended.record
-        lease = await self._holder(record.account)
+        serving = self.route(record, payload_json)
+        lease = await self._holder(serving)
         if lease is None:
             return None
         target, now = lease.replica_id, self._now_ms()
@@ -241,7 +245,7 @@ class Dispatcher:
         finally:
             self._waiting.pop(record.id, None)
         if not outcome.ok:
-            self._leases.pop(record.account, None)  # it may have moved: read it next time
+            self._leases.pop(serving, None)  # it may have moved: read it next time
         return outcome
 
     async def _holder(self, account: str) -> LeaseRecord | None:

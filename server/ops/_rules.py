@@ -27,7 +27,7 @@ from typing import Any
 from .._kinds import resolve_kind
 from ._describe import Description
 
-__all__ = ["RULE_CONTEXTS", "AccountRules", "rule_errors"]
+__all__ = ["RULE_CONTEXTS", "AccountRules", "rule_errors", "targets"]
 
 # Clouddriver's validator contexts (the first word of every error it returns). Clouddriver
 # has no validator for runJob and an empty one for cleanupArtifacts; issue #14 asks for the
@@ -143,19 +143,24 @@ def _reject(context: str, attribute: str, error: str) -> str:
 
 def _targets(d: Description) -> Iterable[tuple[str, str]]:
     """(kind, namespace) of every object the operation writes, as the agent will resolve it."""
-    p = d.payload
-    if d.spec.name == "deployManifest":
+    return targets(d.spec.name, d.payload)
+
+
+def targets(operation: str, p: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
+    """(kind, namespace) of every object an operation of type ``operation`` and normalized
+    payload ``p`` writes, as the agent will resolve it."""
+    if operation == "deployManifest":
         override = str(p.get("namespaceOverride") or "")
         for m in p.get("manifests", []):
             kind = str(m.get("kind", ""))
             own = str((m.get("metadata") or {}).get("namespace") or "")
             cluster = kind.lower() in _CLUSTER_SCOPED
             yield kind, "" if cluster else (override or own)
-    elif d.spec.name == "runJob":
+    elif operation == "runJob":
         manifest = p.get("manifest") or {}
         own = str((manifest.get("metadata") or {}).get("namespace") or "")
         yield str(manifest.get("kind") or "Job"), str(p.get("namespace") or own)
-    elif d.spec.name == "cleanupArtifacts":
+    elif operation == "cleanupArtifacts":
         for m in p.get("manifests", []):
             yield str(m.get("kind", "")), str((m.get("metadata") or {}).get("namespace") or "")
     elif p.get("kind"):

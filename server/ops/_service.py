@@ -66,6 +66,7 @@ from ._redact import (
 )
 from ._results import cache_records, error_name, parse_result
 from ._rules import rule_errors
+from ._shard_route import route, shard_errors
 from ._stats import OperationStatistics
 from ._task import Task
 
@@ -128,6 +129,13 @@ class OperationService:
             if lease_ttl_ms > 0
             else None
         )
+        # A sharded account's operation goes to the shard owning what it writes.
+        self._link.route = self._route
+        if self.dispatcher is not None:
+            self.dispatcher.route = self._route
+
+    def _route(self, record: OperationRecord, payload_json: str) -> str:
+        return route(self._accounts.registry, record.account, record.type, payload_json)
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -158,6 +166,7 @@ class OperationService:
         for d in described:
             record = self._accounts.get(d.account)
             errors.extend(rule_errors(d, record.properties) if record is not None else [])
+            errors.extend(shard_errors(self._accounts.registry, d))
         if errors:
             raise RulesViolated(errors)
         return described

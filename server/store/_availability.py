@@ -117,11 +117,14 @@ def _remove(x: Exec, kind_col: str, change: KindChange) -> list[ObjectRef]:
 
 
 def apply_account_scope(x: Exec, kind_col: str, scope: AccountScope) -> AvailabilityOutcome:
-    """Delete the account's objects, resume points and marks outside ``scope``."""
+    """Delete the account's objects, resume points and marks outside ``scope`` (for a
+    shard's scope: those inside the shard and outside ``scope``)."""
     account = scope.account
     wanted = {(group_of(api_version), kind.lower()) for api_version, kind in scope.kinds}
 
     def holds(group: str, kind: str, namespace: str) -> bool:
+        if scope.shard is not None and not scope.shard.owns(kind, namespace):
+            return True  # another shard's (or nobody's): not this scope's to remove
         return (group, kind.lower()) in wanted and scope.holds_namespace(namespace)
 
     swept: list[ObjectRef] = []

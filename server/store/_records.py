@@ -160,6 +160,27 @@ class KindChange:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardScope:
+    """The part of an account one shard owns (server/_shards.py, docs/sharding.md): the
+    kinds (lower-case, no group; ``kinds`` empty: every kind but ``omit_kinds``) in
+    ``namespaces`` (empty: every namespace and the cluster scope; given: only those)."""
+
+    name: str
+    kinds: frozenset[str] = frozenset()
+    omit_kinds: frozenset[str] = frozenset()
+    namespaces: frozenset[str] = frozenset()
+
+    def owns(self, kind: str, namespace: str) -> bool:
+        """Whether objects of ``kind`` in ``namespace`` ("" cluster-scoped) are this shard's."""
+        lower = kind.lower()
+        if self.kinds and lower not in self.kinds:
+            return False
+        if lower in self.omit_kinds:
+            return False
+        return not self.namespaces or namespace in self.namespaces
+
+
+@dataclass(frozen=True, slots=True)
 class AccountScope:
     """What the agent watches for one account now (its WatchScope): every kind, as
     (api_version, kind), and the namespaces namespaced kinds are watched in (none: all but
@@ -169,6 +190,9 @@ class AccountScope:
     kinds: tuple[tuple[str, str], ...]
     namespaces: tuple[str, ...] = ()
     omit_namespaces: tuple[str, ...] = ()
+    #: The WatchScope of one shard: what lies outside the shard is another shard's, and
+    #: stays whatever this scope says. With no ``kinds``: the whole shard goes (it expired).
+    shard: ShardScope | None = None
 
     def holds_namespace(self, namespace: str) -> bool:
         """Whether objects (or watches) in ``namespace`` are in scope ("": cluster-scoped

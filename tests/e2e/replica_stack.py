@@ -127,15 +127,19 @@ def _server_yaml(tmp_path: Path, name: str, store_url: str, proxy_port: int) -> 
     return path
 
 
-def _agent_yaml(tmp_path: Path, name: str, kubeconfig: Path, addresses: list[str]) -> Path:
-    accounts = [
-        {
-            "name": "k1",
-            "kubeConfigFile": str(kubeconfig),
-            "kinds": list(KINDS),
-            "namespaces": [NAMESPACE],
-        }
-    ]
+def _agent_yaml(
+    tmp_path: Path,
+    name: str,
+    kubeconfig: Path,
+    addresses: list[str],
+    shard: dict[str, Any] | None = None,
+) -> Path:
+    account: dict[str, Any] = {"name": "k1", "kubeConfigFile": str(kubeconfig)}
+    if shard is None:
+        account.update(kinds=list(KINDS), namespaces=[NAMESPACE])
+    else:  # the shard says the kinds and namespaces (docs/sharding.md)
+        account["shard"] = shard
+    accounts = [account]
     config = agent_config(
         0,
         accounts,
@@ -152,17 +156,21 @@ def _agent_yaml(tmp_path: Path, name: str, kubeconfig: Path, addresses: list[str
 
 @asynccontextmanager
 async def open_replica_stack(
-    tmp_path: Path, sim: kubesim.Cluster, store_url: str
+    tmp_path: Path,
+    sim: kubesim.Cluster,
+    store_url: str,
+    shards: dict[str, dict[str, Any]] | None = None,
 ) -> AsyncIterator[ReplicaStack]:
     """kubesim over TLS, replicas r1 and r2 on ``store_url``, agents a and b (connected);
-    everything killed, if it still runs, when the block ends."""
+    everything killed, if it still runs, when the block ends. ``shards``: per agent ("a",
+    "b") the ``shard:`` of its account, instead of both serving k1 whole."""
     async with (
         kubesim.open_server(sim, host="127.0.0.1", port=0, tls=True) as kube,
         trio.open_nursery() as nursery,
     ):
         try:
             async with AsyncExitStack() as cleanup:
-                yield await _start(tmp_path, sim, kube, nursery, cleanup, store_url)
+                yield await _start(tmp_path, sim, kube, nursery, cleanup, store_url, shards or {})
         finally:
             nursery.cancel_scope.cancel()
 
@@ -174,6 +182,7 @@ async def _start(
     nursery: trio.Nursery,
     cleanup: AsyncExitStack,
     store_url: str,
+    shards: dict[str, dict[str, Any]],
 ) -> ReplicaStack:
     kubeconfig = tmp_path / "kubeconfig"
     kube.kubeconfig(kubeconfig, user="admin")
@@ -201,7 +210,11 @@ async def _start(
         role = Role(
             nursery,
             f"agent-{name}",
-            kubesvc_command("agent", "-c", str(_agent_yaml(tmp_path, name, kubeconfig, addresses))),
+            kubesvc_command(
+                "agent",
+                "-c",
+                str(_agent_yaml(tmp_path, name, kubeconfig, addresses, shards.get(name))),
+            ),
             tmp_path / f"agent-{name}.log",
             ready=r"connected to server",
             env={"POD_NAME": f"agent-{name}"},

@@ -84,6 +84,11 @@ _LEFT_OUT = {
     "kubernetes.accounts[].kubeconfigContents",
     "kubernetes.accounts[].context",
     "kubernetes.accounts[].kubeConfigFile",
+    # A shard says the account's kinds and namespaces itself (tests/agent/test_config_shard.py).
+    "kubernetes.accounts[].shard.name",
+    "kubernetes.accounts[].shard.kinds",
+    "kubernetes.accounts[].shard.omitKinds",
+    "kubernetes.accounts[].shard.namespaces",
 }
 _PLACEHOLDERS = {"(required)": "x", "": "x"}
 _CHOICES = {

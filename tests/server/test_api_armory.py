@@ -55,6 +55,10 @@ async def test_add_accounts_refusals(tmp_path: Path) -> None:
             r = await api.client.post("/armory/accounts", json={"name": "x"})
             assert r.status_code == 400
             assert "list" in r.json()["message"]
+            # "/" separates an account from its shard (docs/sharding.md).
+            r = await api.client.post("/armory/accounts", json=[{"name": "big/pods"}])
+            assert r.status_code == 400
+            assert r.json()["message"].startswith("body[0].name: an account name may not")
             r = await api.client.post("/armory/accounts", content=b"{not json")
             assert r.status_code == 400
             assert "not valid JSON" in r.json()["message"]
