@@ -4,7 +4,7 @@ async API is asyncio's, and asyncio lives only in wire's bridge (DESIGN 2).
 
 Each object write tells the other replicas about its change-log row (a NOTIFY on
 CHANGES_CHANNEL, ``PgCore._announce``); ``listen`` is how a replica hears theirs, and the
-operations' notifications (``_pg_listen``: a connection of its own per listener).
+operations' notifications (``_pg_listen``: one connection for every listener).
 """
 
 from __future__ import annotations
@@ -52,6 +52,11 @@ class PgStore(ThreadedStore[Conn]):
         self._ping_conn: Conn | None = None
         # The LISTEN threads' "finished" events (``_pg_listen``): close waits for them.
         self._listening: set[threading.Event] = set()
+        self._hub = (
+            _pg_listen.ListenHub(self._open_listen_connection, running=self._listening)
+            if self._open_listen_connection is not None
+            else None
+        )
         self._ping_closed = False
 
     async def ping(self) -> None:
@@ -101,16 +106,11 @@ class PgStore(ThreadedStore[Conn]):
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """LISTEN on a connection of its own until cancelled (``_pg_listen``)."""
-        if self._open_listen_connection is None:
+        """LISTEN until cancelled, on the one connection every listener of this store shares
+        (``_pg_listen``)."""
+        if self._hub is None:
             raise StoreClosed("this store cannot open a connection to listen on")
-        await _pg_listen.listen(
-            self._open_listen_connection,
-            channels,
-            send,
-            running=self._listening,
-            task_status=task_status,
-        )
+        await self._hub.listen(channels, send, task_status=task_status)
 
     async def aclose(self) -> None:
         with self._ping_lock:

@@ -1,8 +1,8 @@
 """NOTIFY on a worker thread's connection, outside a transaction or at its commit.
 
 The change log's writers (``PgCore``) announce each committed write on CHANGES_CHANNEL right
-after its commit, on their own connection. Receiving is ``Store.listen`` (``_pg_listen``: a
-connection of its own per listener); a notification is only a wake-up, and every receiver
+after its commit, on their own connection. Receiving is ``Store.listen`` (``_pg_listen``: one
+connection for every listener of a store); a notification is only a wake-up, and every receiver
 polls behind it (``_notify`` says why).
 """
 

@@ -181,3 +181,59 @@ async def test_closing_the_store_waits_for_its_listening_threads(pg_backend: Sto
                 assert len(threads) == 1
                 nursery.cancel_scope.cancel()  # abandons the thread
         assert all(finished.is_set() for finished in threads)
+
+
+def _listening_backends(pg_backend: StoreBackend) -> int:
+    """Connections to the test's database whose last statement was a LISTEN."""
+    rows = pg_backend.sql(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+    )
+    return int(rows[0][0])
+
+
+async def test_a_stores_listeners_share_one_connection_and_outlive_its_leader(
+    pg_backend: StoreBackend,
+) -> None:
+    """A replica's feed follower and operations service listen on one connection (a managed
+    PostgreSQL counts connections). A listener that joins later is LISTENed for on it and
+    told to poll; when the first listener (whose task runs the connection) leaves, the
+    others go on, on a new connection, after a resync marker."""
+    ops, feed = channel_for("ops", "r2"), channel_for("changes", "all")
+    with trio.fail_after(30):
+        async with (
+            pg_backend.open() as sender,
+            pg_backend.open() as store,
+            trio.open_nursery() as nursery,
+        ):
+            first_send, first = trio.open_memory_channel[Notification](16)
+            second_send, second = trio.open_memory_channel[Notification](16)
+            third_send, third = trio.open_memory_channel[Notification](16)
+            leader = trio.CancelScope()
+
+            async def lead(task_status: trio.TaskStatus[None]) -> None:
+                with leader:
+                    await store.listen([ops], first_send, task_status=task_status)
+
+            await nursery.start(lead)
+            assert (await first.receive()).resync
+            await nursery.start(store.listen, [feed], second_send)
+            assert (await second.receive()).resync  # its channel LISTENed on the same one
+            await nursery.start(store.listen, [ops], third_send)
+            assert (await third.receive()).resync  # already listened on: poll at once
+            assert _listening_backends(pg_backend) == 1
+
+            await sender.notify(ops, "d:op-1")
+            await sender.notify(feed, "c:1")
+            assert await next_real(first) == Notification(ops, "d:op-1")
+            assert await next_real(third) == Notification(ops, "d:op-1")
+            assert await next_real(second) == Notification(feed, "c:1")
+
+            leader.cancel()  # the leader leaves: the second listener leads now
+            assert (await second.receive()).resync
+            assert (await third.receive()).resync
+            await sender.notify(feed, "c:2")
+            await sender.notify(ops, "d:op-2")
+            assert await next_real(second) == Notification(feed, "c:2")
+            assert await next_real(third) == Notification(ops, "d:op-2")
+            nursery.cancel_scope.cancel()
