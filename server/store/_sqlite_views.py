@@ -20,6 +20,7 @@ import apsw
 from .._errors import StoreError
 from ..views import SearchHits
 from ._queries import SQLITE
+from ._sqlite_core import READER_MMAP_BYTES
 from ._views import ClusterKeys, SearchRequest, ViewQuery, ViewRow, read_views, search_hits
 
 __all__ = ["READERS", "ViewReader"]
@@ -36,7 +37,7 @@ class ViewReader:
             self._conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
             self._conn.execute("PRAGMA busy_timeout=5000")
             self._conn.execute("PRAGMA query_only=1")
-            self._conn.execute("PRAGMA mmap_size=268435456")
+            self._conn.execute(f"PRAGMA mmap_size={READER_MMAP_BYTES}")  # its share
             self._conn.execute("PRAGMA cache_size=-32768")
         except apsw.Error as exc:
             raise StoreError(f"cannot open a reader of the SQLite store {path!r}: {exc}") from exc
