@@ -60,6 +60,10 @@ class SimConfig:
     # The OpenAPI documents published ("v3": /openapi/v3 and its per group-version documents,
     # "v2": /openapi/v2), as a real API server does; fewer to play an older or stricter one.
     openapi: tuple[str, ...] = ("v2", "v3")
+    # The streaming list (a watch with sendInitialEvents, the WatchList feature). Off plays an
+    # API server with that feature gate off, as older releases run by default: such a watch
+    # is refused with 422 Invalid, and clients fall back to a paged list.
+    watch_list: bool = True
     version: dict[str, str] = field(
         default_factory=lambda: {
             "major": "1",

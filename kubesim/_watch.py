@@ -65,6 +65,13 @@ class WatchCursor:
         self._end_marker_rv: int | None = None
         rv_text = options.resource_version or ""
         if options.send_initial_events is not None:
+            if not cluster.config.watch_list:
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch "
+                    "unless the WatchList feature gate is enabled",
+                )
             if options.resource_version_match != "NotOlderThan":
                 raise ApiError(
                     422,

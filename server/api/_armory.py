@@ -380,7 +380,10 @@ async def account_namespaces(request: Request, record: AccountRecord) -> list[st
     if isinstance(configured, list) and configured:
         return sorted(str(n) for n in configured)
     store = context(request).state.store
-    found = await collect_objects(store, account=record.name, kind="Namespace", namespace="")
+    # The group too: the store's index is (account, group, kind, ...), see _clouddriver._events.
+    found = await collect_objects(
+        store, account=record.name, kind="Namespace", namespace="", group=""
+    )
     return sorted(o.name for o in found)
 
 

@@ -118,10 +118,23 @@ async def _find(
     return found[0] if found else None
 
 
+# The API server serves each Event under both groups, and the agent may watch either or both.
+_EVENT_GROUPS = ("", "events.k8s.io")
+
+
 async def _events(store: Store, account: str, obj: StoredObject) -> list[Mapping[str, Any]]:
     # Events live in the namespace of the object they are about (default for cluster-scoped).
     namespace = obj.namespace or "default"
-    found = await collect_objects(store, account=account, kind="Event", namespace=namespace)
+    # One read per group: with the group the store reads its index from (account, group,
+    # kind, namespace) on; without it, every index entry of the account (with 1M objects,
+    # ~15 ms of CPU a GET that grew with the account's size: bench_server --objects).
+    found = [
+        event
+        for group in _EVENT_GROUPS
+        for event in await collect_objects(
+            store, account=account, kind="Event", namespace=namespace, group=group
+        )
+    ]
     bodies = [_decode(e.body) for e in found]
     return events_about(bodies, obj.kind, obj.name, obj.namespace)
 

@@ -232,7 +232,8 @@ async def get_job(request: Request) -> Response:
         raise missing
     job = _decode(stored.body)
     selector = _mapping(_mapping(job.get("spec")).get("selector"))
-    found = await collect_objects(store, account=account, kind="Pod", namespace=location)
+    # The group too: the store's index is (account, group, kind, ...), see _clouddriver._events.
+    found = await collect_objects(store, account=account, kind="Pod", namespace=location, group="")
     pods = []
     for candidate in found:
         pod = _decode(candidate.body)

@@ -105,6 +105,14 @@ class SqliteStore(ThreadedStore[SqliteCore]):
             return await super().search_views(request)
         return await self._readers.run(ViewReader.search_views, request)
 
+    async def count_objects(self, account: str | None = None, kind: str | None = None) -> int:
+        # On a reader: counting walks the whole index (~25-110 ms of CPU at 1M objects, at
+        # every /metrics scrape), which on the writer's connection held up every batch and
+        # read queued behind it.
+        if self._readers is None:
+            return await super().count_objects(account, kind)
+        return await self._readers.run(ViewReader.count_objects, account, kind)
+
     async def aclose(self) -> None:
         """Close the readers, then the writer's connection (after the calls in progress)."""
         if self._readers is not None:

@@ -1,4 +1,5 @@
-"""Deck's views on SQLite read on connections of their own, beside the writer's.
+"""Deck's views (and the object count of /metrics) on SQLite read on connections of their
+own, beside the writer's.
 
 The SQLite store runs every call on its one connection, one at a time: a view read waited
 for the ingest transactions queued before it (at 1,000 events/s a good part of a request's
@@ -19,7 +20,8 @@ import apsw
 
 from .._errors import StoreError
 from ..views import SearchHits
-from ._queries import SQLITE
+from ._queries import SQLITE, count_sql
+from ._sqlite_core import READER_MMAP_BYTES
 from ._views import ClusterKeys, SearchRequest, ViewQuery, ViewRow, read_views, search_hits
 
 __all__ = ["READERS", "ViewReader"]
@@ -36,7 +38,7 @@ class ViewReader:
             self._conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
             self._conn.execute("PRAGMA busy_timeout=5000")
             self._conn.execute("PRAGMA query_only=1")
-            self._conn.execute("PRAGMA mmap_size=268435456")
+            self._conn.execute(f"PRAGMA mmap_size={READER_MMAP_BYTES}")  # its share
             self._conn.execute("PRAGMA cache_size=-32768")
         except apsw.Error as exc:
             raise StoreError(f"cannot open a reader of the SQLite store {path!r}: {exc}") from exc
@@ -54,6 +56,13 @@ class ViewReader:
                 return fn()
             finally:
                 self._conn.execute("COMMIT")
+        except apsw.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from exc
+
+    def count_objects(self, account: str | None, kind: str | None) -> int:
+        """How many objects match (``Store.count_objects``), read here beside the writer."""
+        try:
+            return int(self._conn.execute(*count_sql(SQLITE, account, kind)).get)
         except apsw.Error as exc:
             raise StoreError(f"store read failed: {exc}") from exc
 

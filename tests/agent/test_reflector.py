@@ -438,6 +438,32 @@ async def test_streaming_list_brackets_its_initial_events(tmp_path: Path) -> Non
             assert env.server.requests.count("list", "pods") == 0
 
 
+async def test_a_refused_streaming_list_falls_back_to_a_paged_list(tmp_path: Path) -> None:
+    settings = ReflectorSettings(
+        streaming_list=True,
+        page_limit=2,
+        watch_timeout_seconds=(30, 30),
+        backoff_base=0.05,
+        backoff_max=0.2,
+    )
+    config = kubesim.SimConfig(bookmark_interval=0.2, controllers=False, watch_list=False)
+    with trio.fail_after(20):
+        async with open_env(tmp_path, config) as env:
+            for i in range(5):
+                env.sim.create(pod(f"p{i}"))
+            reflector = env.reflector(WatchTarget(PODS, "default"), settings=settings)
+            await env.nursery.start(reflector.run)
+            await env.receiver.wait_for(lambda: reflector.state.synced)
+            assert not reflector.state.streaming
+            assert env.receiver.names("Pod") == live_names(env.sim, "pods")
+            assert env.server.requests.count("list", "pods") == 3  # pages of 2
+            kinds = [r.type for r in env.receiver.records if r.kind == "Pod"]
+            assert kinds == [EventType.SYNC_BEGIN, *[EventType.ADDED] * 5, EventType.SYNC_END]
+            env.sim.create(pod("later"))
+            await env.receiver.wait_for(lambda: "later" in env.receiver.names("Pod"))
+            assert env.server.requests.count("list", "pods") == 3  # watched, not listed again
+
+
 async def test_throttling_backs_off_for_retry_after_then_lists(tmp_path: Path) -> None:
     with trio.fail_after(20):
         async with open_env(tmp_path) as env:

@@ -57,7 +57,9 @@ class _Connection:
                 await trio.lowlevel.wait_writable(self.fd)
             except OSError:
                 raise _Closed(False) from None
-        buffer = b""
+        # A bytearray: a large answer (a page of /v1/objects, MBs) comes in many reads, and
+        # bytes += would copy all that came before at each one.
+        buffer = bytearray()
         end = -1
         length = 0
         while True:
@@ -78,13 +80,13 @@ class _Connection:
                 length = _content_length(buffer[:end])
             if len(buffer) >= end + 4 + length:
                 status = int(buffer[9:12])
-                return status, buffer[end + 4 : end + 4 + length]
+                return status, bytes(buffer[end + 4 : end + 4 + length])
 
     def close(self) -> None:
         self.sock.close()
 
 
-def _content_length(head: bytes) -> int:
+def _content_length(head: bytes | bytearray) -> int:
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
@@ -122,6 +124,13 @@ class Rest:
         return _Connection(sock)
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
+        status, answer = await self.exchange(method, path, body)
+        if status != 200:
+            raise RuntimeError(f"{method} {path}: HTTP {status}: {answer[:300]!r}")
+        return _decode(answer)
+
+    async def exchange(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        """One request: the answer's status and its body's bytes, undecoded."""
         head = f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: application/json\r\n"
         if body is None:
             request = (head + "\r\n").encode()
@@ -148,6 +157,4 @@ class Rest:
         else:
             connection.idle_since = trio.current_time()
             self._idle.append(connection)
-        if status != 200:
-            raise RuntimeError(f"{method} {path}: HTTP {status}: {answer[:300]!r}")
-        return _decode(answer)
+        return status, answer

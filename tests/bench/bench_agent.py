@@ -28,6 +28,19 @@ phase's agent under cProfile (CPU time) into FILE.
 
 With ``--json`` the last line is one JSON object: sync_objects_per_s, watch_events_per_s,
 peer_events_per_s, ratio, rss_growth_mb (plus the raw figures).
+
+``--streaming-list`` (issue 17) runs another comparison instead: the initial sync of
+``--list-pods`` pods (default 100,000, one namespace) by the streaming list (a watch with
+``sendInitialEvents=true``, kubesim's WatchList on) against the paged list (kubesim's
+WatchList off, ``SimConfig.watch_list``: the agent is refused with 422 and falls back, as
+against an API server with that feature gate off), alternating ``--rounds`` times each
+(stream, paged, paged, stream, ...) with a new agent every time. Per mode: objects/s from the
+first record to SYNC_END at the receiver (the best round), the agent's peak RSS (VmHWM, the
+highest round), and CPU microseconds per object of the agent and of this process (kubesim
+and the counting receiver; the receiver's share is the same in both modes). kubesim's list
+requests are counted to check that each mode listed the way it says. JSON keys:
+stream_list_objs_per_s, paged_list_objs_per_s, stream_list_agent_peak_rss_mb,
+paged_list_agent_peak_rss_mb (plus the CPU figures and load averages).
 """
 
 from __future__ import annotations
@@ -41,7 +54,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -345,6 +358,103 @@ async def _phases(
         nursery.cancel_scope.cancel()
 
 
+# --- streaming list against paged list (--streaming-list) ---------------------------------
+
+
+async def bench_lists(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--streaming-list`` comparison (see the module doc)."""
+    results: dict[str, Any] = {"load_average_start": load_average(), "list_pods": args.list_pods}
+    sim = kubesim.Cluster(kubesim.SimConfig(controllers=False, bookmark_interval=3600.0))
+    kubesim.load_pods(sim, args.list_pods, namespaces=["sync"])
+    rounds: dict[str, list[dict[str, float]]] = {"stream": [], "paged": []}
+    with tempfile.TemporaryDirectory(prefix="bench_agent") as tmp:
+        tmp_path = Path(tmp)
+        log = tmp_path / "agent.log"
+        try:
+            counter = Counter()
+            async with (
+                wire.open_loop(),
+                kubesim.open_server(sim, tls=args.tls) as kube,
+                trio.open_nursery() as nursery,
+            ):
+                kubeconfig = tmp_path / "kubeconfig"
+                kube.kubeconfig(kubeconfig, user="admin")
+                grpc_port = await nursery.start(wire.serve, counter.handler, "127.0.0.1", 0)
+                config = tmp_path / "sync.yaml"
+                write_agent_config(config, kubeconfig, grpc_port, "sync")
+                order = [("stream", "paged"), ("paged", "stream")]
+                for index in range(args.rounds):
+                    for mode in order[index % 2]:
+                        sim.config = replace(sim.config, watch_list=mode == "stream")
+                        lists = kube.requests.count("list", "pods")
+                        figures = await _one_sync(counter, config, log, args.list_pods)
+                        listed = kube.requests.count("list", "pods") - lists
+                        if (listed == 0) != (mode == "stream"):
+                            raise RuntimeError(f"{mode}: the agent made {listed} list requests")
+                        rounds[mode].append(figures)
+                nursery.cancel_scope.cancel()
+        except BaseException:
+            sys.stderr.write(log.read_text(errors="replace")[-4000:] if log.exists() else "")
+            raise
+    for mode, runs in rounds.items():
+        best = max(runs, key=lambda r: r["objs_per_s"])
+        results[f"{mode}_list_objs_per_s"] = best["objs_per_s"]
+        results[f"{mode}_list_agent_peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+        results[f"{mode}_list_agent_cpu_us_per_obj"] = min(r["agent_us"] for r in runs)
+        results[f"{mode}_list_sim_cpu_us_per_obj"] = min(r["sim_us"] for r in runs)
+        results[f"{mode}_list_rounds"] = [round(r["objs_per_s"]) for r in runs]
+        results[f"{mode}_list_load_average"] = best["load"]
+    return results
+
+
+async def _one_sync(counter: Counter, config: Path, log: Path, pods: int) -> dict[str, Any]:
+    """A new agent's initial sync of the pods: its rate, peak RSS and CPU per object."""
+    counter.reset()
+    agent = await start_agent(config, log)
+    try:
+        with trio.fail_after(300):
+            await counter.wait_for(lambda: counter.events > 0)
+            agent_cpu, own_cpu = cpu_seconds(agent.pid), time.process_time()
+            await counter.wait_for(lambda: counter.sync_ends >= 1)
+        agent_cpu = cpu_seconds(agent.pid) - agent_cpu
+        own_cpu = time.process_time() - own_cpu
+        if counter.objects != pods:
+            raise RuntimeError(f"synced {counter.objects} objects, expected {pods}")
+        return {
+            "objs_per_s": counter.objects / (counter.sync_end_at - counter.first_at),
+            "peak_rss_mb": rss_kib(agent.pid, "VmHWM") / 1024,
+            "agent_us": agent_cpu / counter.objects * 1e6,
+            "sim_us": own_cpu / counter.objects * 1e6,
+            "load": load_average(),
+        }
+    finally:
+        await stop_agent(agent)
+
+
+def report_lists(results: dict[str, Any], as_json: bool) -> None:
+    print(
+        f"cores: {os.cpu_count()} (shared); load average at start {results['load_average_start']}"
+    )
+    for mode, title in (("stream", "streaming list"), ("paged", "paged list    ")):
+        print(
+            f"{title}: {results['list_pods']:,} pods {results[f'{mode}_list_objs_per_s']:>9,.0f} "
+            f"objects/s (best of {results[f'{mode}_list_rounds']}), agent peak RSS "
+            f"{results[f'{mode}_list_agent_peak_rss_mb']:.1f} MB, CPU a object: agent "
+            f"{results[f'{mode}_list_agent_cpu_us_per_obj']:.1f} us, kubesim+receiver "
+            f"{results[f'{mode}_list_sim_cpu_us_per_obj']:.1f} us "
+            f"(load {results[f'{mode}_list_load_average']})"
+        )
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    key: (round(value, 2) if isinstance(value, float) else value)
+                    for key, value in results.items()
+                }
+            )
+        )
+
+
 def report(results: dict[str, Any], as_json: bool) -> None:
     def mark(ok: bool) -> str:
         return "ok" if ok else "MISSED"
@@ -408,7 +518,17 @@ def main() -> None:
         default=True,
         help="kubesim over https (HTTP/2 watches, as on a real cluster)",
     )
+    parser.add_argument(
+        "--streaming-list",
+        action="store_true",
+        help="compare the initial sync by streaming list and by paged list instead",
+    )
+    parser.add_argument("--list-pods", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=2, help="--streaming-list: rounds each")
     args = parser.parse_args()
+    if args.streaming_list:
+        report_lists(trio.run(bench_lists, args), args.json)
+        return
     report(trio.run(bench, args), args.json)
 
 

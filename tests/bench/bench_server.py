@@ -1,8 +1,13 @@
 """Server benchmark: the store's ingest rate into a SQLite file, and change-to-REST visibility.
 
     .venv/bin/python -m tests.bench.bench_server [--events N] [--batch 500] [--rate 1000]
-        [--seconds 10] [--objects 500] [--rest-samples 20] [--kube-plain-http] [--json]
+        [--seconds 10] [--configmaps 500] [--rest-samples 20] [--kube-plain-http] [--json]
     .venv/bin/python -m tests.bench.bench_server --store postgresql [--pg-url URL] [--json]
+    .venv/bin/python -m tests.bench.bench_server --objects 1000000 [--compare-at 100000]
+        [--page-limit 500] [--pages 0] [--gets 2000] [--json]
+
+``--objects N`` is the large-store run (issue 17: ingest, REST reads and the server's RSS
+with N objects in its SQLite file, and at ``--compare-at`` first): see ``_store_scale``.
 
 ``--store postgresql`` measures ingest only, into PostgreSQL and into SQLite in the same run
 (alternating, ``--rounds`` each, the best of each kept), and prints the ratio: the server is
@@ -37,13 +42,11 @@ Target: p99 under 100 ms.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import functools
 import json
 import math
 import os
-import random
 import resource
 import socket
 import sys
@@ -63,49 +66,16 @@ import yaml
 
 import kubesim
 import wire
-from server.store import Store, open_postgres_store, open_sqlite_store, scrub_secret_records
+from server.store import Store, open_postgres_store, open_sqlite_store
 from tests.server._postgres import TempPostgres
-from wire import EventRecord, EventType
 
-OBJECT_BYTES = 4400
+from ._pods import decoded, pod_record
+from ._store_scale import run_scale
+
 BENCH_NAMESPACE = "bench"
 # Between two GETs of one sampled change: each GET costs the server a few ms of CPU, so a
 # tighter loop measures the load it adds more than the pipeline (adds <= 5 ms of resolution).
 POLL_SECONDS = 0.005
-
-
-# --bodies mixed: half of each pad from a fixed random block, so a body compresses about 2x
-# as real JSON does (the default "x" pad compresses ~50x, which flatters PostgreSQL's TOAST).
-_MIXED_PAD = base64.b64encode(random.Random(7).randbytes(OBJECT_BYTES)).decode()
-
-
-def _pod(i: int, rv: int, *, mixed: bool = False) -> EventRecord:
-    name = f"pod-{i:07d}"
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": f"ns-{i % 50}",
-            "uid": f"uid-{i}",
-            "resourceVersion": str(rv),
-            "labels": {"app": f"app-{i % 20}", "tier": "web"},
-        },
-        "spec": {"containers": [{"name": "main", "image": "registry/app:1"}]},
-    }
-    raw = json.dumps(body).encode()
-    size = max(0, OBJECT_BYTES - len(raw) - 20)
-    pad = (_MIXED_PAD[: size // 2] + "x" * size)[:size] if mixed else "x" * size
-    raw = raw[:-1] + b',"status":{"pad":"' + pad.encode() + b'"}}'
-    etype = EventType.ADDED if rv == i else EventType.MODIFIED
-    return EventRecord(
-        int(etype), "bench", "v1", "Pod", f"ns-{i % 50}", name, f"uid-{i}", str(rv), raw, ""
-    )
-
-
-def _decoded(payload: bytes) -> list[EventRecord]:
-    """What a session does with a batch's bytes before the store (bar the PRIMARY check)."""
-    return scrub_secret_records(wire.decode_events(payload))
 
 
 def _payloads(events: int, batch: int, *, mixed: bool = False) -> list[bytes]:
@@ -113,7 +83,7 @@ def _payloads(events: int, batch: int, *, mixed: bool = False) -> list[bytes]:
     payloads = []
     for start in range(0, events, batch):
         records = [
-            _pod(n % distinct, n if n < distinct else n + distinct, mixed=mixed)
+            pod_record(n % distinct, n if n < distinct else n + distinct, mixed=mixed)
             for n in range(start, min(events, start + batch))
         ]
         payloads.append(wire.encode_events(records))
@@ -141,7 +111,7 @@ async def measure_ingest(
         await nursery.start(store.run_upkeep)  # as the server runs it
         began = time.perf_counter()
         for payload in payloads:
-            await store.apply_batch("bench", _decoded(payload))
+            await store.apply_batch("bench", decoded(payload))
         elapsed = time.perf_counter() - began
         nursery.cancel_scope.cancel()
     return events / elapsed
@@ -455,13 +425,15 @@ def _percentile(values: list[float], fraction: float) -> float:
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     if args.store == "postgresql":
         return await compare_ingest(args)
+    if args.objects:
+        return await run_scale(args)
     rate = await measure_ingest(args.events, args.batch, mixed=args.bodies == "mixed")
     print(f"ingest: {args.events} events of ~4.4 KB, batches of {args.batch}: {rate:,.0f} events/s")
     with tempfile.TemporaryDirectory() as tmp:
         seen = await measure_visibility(
             args.rate,
             args.seconds,
-            args.objects,
+            args.configmaps,
             Path(tmp),
             args.rest_samples,
             args.http_server,
@@ -472,8 +444,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     cpu = ", ".join(f"{name} {sec:.1f} s" for name, sec in seen.cpu_seconds.items())
     print(
         f"visibility: {seen.changes} changes in {seen.seconds:.1f} s "
-        f"({seen.changes / seen.seconds:,.0f}/s) over {args.objects} ConfigMaps; kubesim in this "
-        f"process, server and agent as separate `kubesvc` processes (CPU used in all: {cpu})"
+        f"({seen.changes / seen.seconds:,.0f}/s) over {args.configmaps} ConfigMaps; kubesim "
+        f"in this process, server and agent as separate `kubesvc` processes (CPU used in all: "
+        f"{cpu})"
     )
     print(
         f"  through REST GET (sampled, {len(seen.rest_ms)} changes): "
@@ -507,7 +480,30 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--rate", type=float, default=1000.0, help="kubesim changes per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to change")
-    parser.add_argument("--objects", type=int, default=500, help="ConfigMaps changed round robin")
+    parser.add_argument(
+        "--configmaps", type=int, default=500, help="ConfigMaps changed round robin"
+    )
+    parser.add_argument(
+        "--objects",
+        type=int,
+        default=0,
+        help="the large-store run instead: the server with this many objects (issue 17)",
+    )
+    parser.add_argument(
+        "--compare-at",
+        type=int,
+        default=100_000,
+        help="--objects: also measure at this count first, to show growth (0: no)",
+    )
+    parser.add_argument(
+        "--page-limit", type=int, default=500, help="--objects: /v1/objects page size"
+    )
+    parser.add_argument(
+        "--pages", type=int, default=0, help="--objects: pages read (0: the whole set)"
+    )
+    parser.add_argument(
+        "--gets", type=int, default=2000, help="--objects: /manifests GETs of random objects"
+    )
     parser.add_argument(
         "--rest-samples",
         type=float,

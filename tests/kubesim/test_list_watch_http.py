@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -214,6 +215,28 @@ async def test_bookmarks_and_streaming_list(sim: kubesim.Cluster, http: httpx.As
         assert [e["type"] for e in stream][:2] == ["ADDED", "BOOKMARK"]  # then periodic bookmarks
         annotations = stream[1]["object"]["metadata"]["annotations"]
         assert annotations == {"k8s.io/initial-events-end": "true"}
+
+
+async def test_a_streaming_list_is_refused_with_the_watch_list_feature_off(
+    sim: kubesim.Cluster, http: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(10):
+        sim.config = replace(sim.config, watch_list=False)  # as after a restart
+        sim.create(_cm("a"))
+        params = {
+            "watch": "true",
+            "sendInitialEvents": "true",
+            "resourceVersionMatch": "NotOlderThan",
+            "allowWatchBookmarks": "true",
+        }
+        answer = await http.get("/api/v1/configmaps", params=params)
+        assert answer.status_code == 422
+        status = answer.json()
+        assert status["reason"] == "Invalid"
+        assert "WatchList feature gate" in status["message"]
+        # Lists and plain watches are served as before.
+        listed = (await http.get("/api/v1/configmaps")).json()
+        assert [i["metadata"]["name"] for i in listed["items"]] == ["a"]
 
 
 async def test_two_watchers_and_a_writer_agree_with_a_fresh_list(

@@ -100,6 +100,27 @@ async def test_credentials(tmp_path: Path) -> None:
             assert "expand" in r.json()["message"]
 
 
+async def test_a_manifest_shows_the_events_of_both_event_groups_once(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with open_api(tmp_path) as api:
+            await fill(api)
+            web = {"kind": "Deployment", "name": "web", "namespace": "prod"}
+            second = event("second", web, "2024-01-01T00:02:00Z")
+            await api.add(
+                # The agent may watch events.k8s.io too: the same Event (uid) under that group,
+                # and one only there, naming its object in ``regarding``.
+                {**second, "apiVersion": "events.k8s.io/v1"},
+                k8s(
+                    "events.k8s.io/v1", "Event", "third", "prod",
+                    regarding=web, eventTime="2024-01-01T00:03:00Z",
+                ),
+            )  # fmt: skip
+            r = await api.client.get(f"/manifests/{ACCOUNT}/prod/deployment%20web")
+            assert r.status_code == 200
+            names = [e["metadata"]["name"] for e in r.json()["events"]]
+            assert names == ["first", "second", "third"]
+
+
 @pytest.mark.parametrize("standalone", [False, True], ids=["server-state", "standalone"])
 async def test_manifest_read_is_shaped_like_clouddriver(tmp_path: Path, standalone: bool) -> None:
     with trio.fail_after(10):
