@@ -3,7 +3,7 @@ agent host running 3 agents), a server killed and started again on its store fil
 account back with no listing at all.
 
 Marked slow (``pytest -m slow``): five Python processes start and the agents reconnect on
-their own backoff, 30 s on the loaded build machine, over the default run's budget."""
+their own backoff: 7 s on an idle build machine, 30 s when it is loaded."""
 
 from __future__ import annotations
 
@@ -28,5 +28,6 @@ async def test_three_agents_in_one_host_resume_after_a_server_restart_without_re
     # Every watch resumed from its stored resourceVersion (one that renewed meanwhile counts
     # twice: a resumed watch too, never a listing).
     assert results["resumed_watches"] >= results["watches"]
-    for key in ("server_rss_mb", "server_idle_cpu_pct", "reconnect_all_s", "sync_all_s"):
+    for key in ("server_rss_mb", "reconnect_all_s", "sync_all_s"):
         assert results[key] > 0
+    assert results["server_idle_cpu_pct"] >= 0  # a 0.5 s window may hold no clock tick
