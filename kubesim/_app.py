@@ -243,6 +243,8 @@ class ApiApp:
         elif verb == "watch":
             options = watch_options(target, request, negotiate_metadata(accept, as_list=False))
             cursor = WatchCursor(self.cluster, rtype, options)
+            if cursor.lists:  # counted apart too, so that "no relist" can be checked
+                self.counters.record("watchlist", resource)
             await serve_watch(
                 cursor,
                 request,

@@ -212,7 +212,11 @@ class Faults:
 
 
 class RequestCounters:
-    """How many requests of each verb reached each resource (``"pods"``, ``"deployments.apps"``)."""
+    """How many requests of each verb reached each resource (``"pods"``, ``"deployments.apps"``).
+
+    A watch that starts with every current object (a streaming list, or a watch from
+    resourceVersion 0) is counted as a ``watch`` and also as a ``watchlist``: a full listing
+    like a ``list``, which a client resuming from a resourceVersion never causes."""
 
     def __init__(self) -> None:
         self._counts: Counter[tuple[str, str]] = Counter()

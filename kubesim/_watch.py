@@ -63,6 +63,9 @@ class WatchCursor:
         self._initial: list[Stored] = []
         self._initial_index = 0
         self._end_marker_rv: int | None = None
+        #: this watch starts with every current object (a streaming list, or a watch from
+        #: resourceVersion "" or "0"): a full listing, as costly as a list
+        self.lists = False
         rv_text = options.resource_version or ""
         if options.send_initial_events is not None:
             if not cluster.config.watch_list:
@@ -100,6 +103,7 @@ class WatchCursor:
         if options.send_initial_events or (
             options.send_initial_events is None and rv_text in ("", "0")
         ):
+            self.lists = True
             self._snapshot()
             if options.send_initial_events:
                 self._end_marker_rv = cluster.resource_version

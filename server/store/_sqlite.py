@@ -16,6 +16,7 @@ from ._facade import ThreadedStore
 from ._notify import LocalHub, Notice, check_notices
 from ._records import Notification
 from ._sqlite_core import AUTOCHECKPOINT_PAGES, SqliteCore, wall_clock_ms
+from ._sqlite_groups import HandedBack, WriteGroups
 from ._sqlite_views import READERS, ViewReader
 from ._threads import WorkerThreads
 from ._views import SearchRequest, ViewQuery, ViewRow
@@ -40,11 +41,10 @@ class SqliteStore(ThreadedStore[SqliteCore]):
         # The core's methods, unbound, take the core as their handle (one connection).
         super().__init__(SqliteCore, WorkerThreads(lambda: core, SqliteCore.close, 1))
         self._core = core
-        self._checkpointer: WalCheckpointer | None = None  # while run_upkeep runs
-        # Held across admit and the write: a writer is admitted against the log's size only
-        # once the write before it has committed (else each writer queued on the thread
-        # would be let in against the same stale size).
-        self._write_lock = trio.Lock()
+        # While run_upkeep runs, writes go in groups (``_sqlite_groups``), admitted by the
+        # checkpointer a group at a time: against the log's size once the group before has
+        # committed (each writer admitted alone would be let in against the same stale size).
+        self._groups: WriteGroups[SqliteCore] | None = None
         self._hub = LocalHub()  # one process owns the file: notifications stay in it
         # Deck's views read on connections of their own (``_sqlite_views``); a store in
         # memory has no file to share, and reads them on the writer's.
@@ -67,15 +67,13 @@ class SqliteStore(ThreadedStore[SqliteCore]):
     ) -> T:
         """``_run`` for a call that writes about ``nbytes``: it waits while the WAL is over
         its bound, and tells the checkpointer it has frames to copy."""
-        checkpointer = self._checkpointer
-        if checkpointer is None:
-            return await self._run(fn, *args, **kwargs)
-        async with self._write_lock:
-            await checkpointer.admit()
+        groups = self._groups
+        if groups is not None:
             try:
-                return await self._run(fn, *args, **kwargs)
-            finally:
-                checkpointer.committed(nbytes)
+                return await groups.write(lambda core: fn(core, *args, **kwargs), nbytes)
+            except HandedBack:
+                pass  # the upkeep stopped: SQLite checkpoints inside its commits again
+        return await self._run(fn, *args, **kwargs)
 
     def _committed(self, notices: Sequence[Notice]) -> None:
         self._hub.notify(notices)
@@ -140,12 +138,15 @@ class SqliteStore(ThreadedStore[SqliteCore]):
             return
         checkpointer = WalCheckpointer(core.path, core.page_size, max_log_bytes=max_wal_bytes)
         await self._run(SqliteCore.set_autocheckpoint, 0)
-        self._checkpointer = checkpointer
-        task_status.started()
+        groups: WriteGroups[SqliteCore] = WriteGroups(self._threads.run)
         try:
-            await checkpointer.run()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(groups.run, checkpointer.admit, checkpointer.committed)
+                self._groups = groups
+                task_status.started()
+                await checkpointer.run()
         finally:
-            self._checkpointer = None
+            self._groups = None
             with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
                 if not self._threads.closed:
                     await self._run(SqliteCore.set_autocheckpoint, AUTOCHECKPOINT_PAGES)

@@ -53,6 +53,34 @@ async def test_counters_tell_lists_from_watches(
         assert server.requests.count("list") == 0
 
 
+async def test_counters_tell_a_full_listing_over_a_watch_from_a_resumed_watch(
+    server: kubesim.Server, http: httpx.AsyncClient
+) -> None:
+    """A streaming list (or a watch from resourceVersion 0) sends every object: it is counted
+    as a watch and as a ``watchlist``; a watch resumed from a resourceVersion is not."""
+    with trio.fail_after(10):
+        rv = (await http.get("/api/v1/pods")).json()["metadata"]["resourceVersion"]
+        await http.get(
+            "/api/v1/pods",
+            params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "1"},
+        )
+        assert server.requests.count("watch", "pods") == 1
+        assert server.requests.count("watchlist") == 0
+        await http.get(
+            "/api/v1/pods",
+            params={
+                "watch": "true",
+                "sendInitialEvents": "true",
+                "resourceVersionMatch": "NotOlderThan",
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "1",
+            },
+        )
+        await http.get("/api/v1/pods", params={"watch": "true", "timeoutSeconds": "1"})
+        assert server.requests.count("watch", "pods") == 3
+        assert server.requests.count("watchlist", "pods") == 2
+
+
 async def test_dropped_watch_is_cut_after_n_events(
     sim: kubesim.Cluster, http: httpx.AsyncClient
 ) -> None:

@@ -145,6 +145,18 @@ class ClientStream:
             self._terminal = StreamClosed("the stream was closed by aclose()")
         with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
             await trio_asyncio.aio_as_trio(self._aio_teardown)()
+        # Past the bound the teardown may not even have begun (a process too busy to run it
+        # in time: bench_agents' hosts, 250 agents losing their server at once). The
+        # connection is closed here all the same: a grpclib Channel left open reports itself
+        # from its __del__ through the loop's exception handler, which trio-asyncio raises
+        # into the whole process (every agent in it ended on "Unclosed connection").
+        self._close_channel()
+
+    def _close_channel(self) -> None:
+        """Close the connection (synchronous in grpclib; idempotent)."""
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
 
     async def _op(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         if self._terminal is not None:
@@ -278,15 +290,15 @@ class ClientStream:
 
     async def _aio_teardown(self) -> None:
         grpc, self._grpc = self._grpc, None
-        if grpc is not None:
-            closed = StreamClosed("closed")
-            try:
-                await grpc.__aexit__(StreamClosed, closed, None)  # resets the HTTP/2 stream
-            except Exception:  # the call is being thrown away; its errors mean nothing now
-                pass
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        try:
+            if grpc is not None:
+                closed = StreamClosed("closed")
+                try:
+                    await grpc.__aexit__(StreamClosed, closed, None)  # resets the HTTP/2 stream
+                except Exception:  # the call is being thrown away; its errors mean nothing now
+                    pass
+        finally:  # also when cancelled at the bound
+            self._close_channel()
 
 
 @asynccontextmanager
