@@ -169,6 +169,10 @@ class Faults:
             raise ValueError(f"seconds must be >= 0, got {seconds}")
         self.cut_until = now + seconds
 
+    def end_cut(self) -> None:
+        """Accept connections again (ends a cut given ``math.inf`` seconds, or any cut)."""
+        self.cut_until = -math.inf
+
     def refusing(self, now: float) -> bool:
         """Whether a connection accepted at ``now`` is to be reset at once."""
         return now < self.cut_until
