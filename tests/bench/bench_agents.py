@@ -59,6 +59,7 @@ import yaml
 import kubesim
 from tests._procs import open_process, stop_process
 from tests.bench._agents_host import HostStatus, agent_config_path, run_host
+from tests.bench._handoff import read_json, write_json
 from tests.bench.bench_agent import cpu_seconds, load_average, rss_kib
 from tests.bench.bench_fleet import make_cluster
 
@@ -97,25 +98,6 @@ async def serve_sim(clusters: int, folder: Path) -> None:
                     for verb in ("list", "watchlist", "watch", "get")
                 }
                 write_json(folder / "counts.json", counts)
-
-
-def write_json(path: Path, value: dict[str, Any]) -> None:
-    """Write ``path`` whole or not at all (another process polls for it)."""
-    partial = path.with_suffix(".part")
-    partial.write_text(json.dumps(value))
-    partial.rename(path)
-
-
-async def read_json(path: Path, limit: float, process: trio.Process) -> dict[str, Any]:
-    """Poll for ``path`` (written by ``process``) for up to ``limit`` seconds."""
-    found = trio.Path(path)
-    with trio.fail_after(limit):
-        while not await found.exists():
-            if process.poll() is not None:
-                raise RuntimeError(f"{process.args!r} ended ({process.returncode})")
-            await trio.sleep(0.1)
-    value: dict[str, Any] = json.loads(await found.read_text())
-    return value
 
 
 async def sim_counts(folder: Path, sim: trio.Process) -> dict[str, int]:

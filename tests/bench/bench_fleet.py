@@ -60,6 +60,7 @@ from tests._procs import open_process
 from tests.bench.bench_agent import cpu_seconds, load_average, rss_kib, start_agent, stop_agent
 from wire import messages
 
+from ._handoff import read_json, write_json
 from ._receiver import serve_as_primary
 
 TARGET_RSS_MB = 400.0
@@ -338,30 +339,11 @@ async def serve_sim(clusters: int, folder: Path, churn_rate: float, churn_s: flo
         members = [kube.add_cluster(str(i), cluster) for i, cluster in enumerate(built)]
         for member in members:
             member.kubeconfig(folder / f"kubeconfig-{member.name}")
-        _write_json(folder / "sim.json", {"port": kube.port, "build_s": build_s})
+        write_json(folder / "sim.json", {"port": kube.port, "build_s": build_s})
         with trio.open_signal_receiver(signal.SIGUSR1) as signals:
             async for _ in signals:
                 changes = await churn(members, churn_rate, churn_s)
-                _write_json(folder / "churn.json", {"changes": changes})
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    """Write ``path`` whole or not at all (the other process polls for it)."""
-    partial = path.with_suffix(".part")
-    partial.write_text(json.dumps(value))
-    partial.rename(path)
-
-
-async def _read_json(path: Path, limit: float, process: trio.Process) -> dict[str, Any]:
-    """Poll for ``path`` (written by the kubesim process) for up to ``limit`` seconds."""
-    found = trio.Path(path)
-    with trio.fail_after(limit):
-        while not await found.exists():
-            if process.poll() is not None:
-                raise RuntimeError(f"the kubesim process ended ({process.returncode})")
-            await trio.sleep(0.2)
-    value: dict[str, Any] = json.loads(await found.read_text())
-    return value
+                write_json(folder / "churn.json", {"changes": changes})
 
 
 async def _py_spy(pid: int, seconds: float, out: str) -> None:
@@ -412,7 +394,7 @@ async def _phases(
             command, stdout=sim_log, stderr=sim_log, stop_signal=signal.SIGKILL
         )
         async with sim_process as sim, wire.open_loop(), trio.open_nursery() as nursery:
-            built = await _read_json(tmp_path / "sim.json", 600, sim)
+            built = await read_json(tmp_path / "sim.json", 600, sim)
             results["sim_build_s"] = built["build_s"]
             results["sim_rss_mb_loaded"] = rss_kib(sim.pid) / 1024
             kubeconfigs = [tmp_path / f"kubeconfig-{index}" for index in range(args.clusters)]
@@ -467,7 +449,7 @@ async def _run_agent(
         # 3. churn
         agent_cpu, wall = cpu_seconds(agent.pid), time.perf_counter()
         sim.send_signal(signal.SIGUSR1)
-        changes = (await _read_json(tmp_path / "churn.json", args.churn_s + 120, sim))["changes"]
+        changes = (await read_json(tmp_path / "churn.json", args.churn_s + 120, sim))["changes"]
         await _settled(receiver)
         span = receiver.last_modified_at - receiver.first_modified_at
         results["churn_changes"] = changes
