@@ -33,6 +33,12 @@ How a session ended decides when the next one opens, in one place (``_until_next
 * with several server addresses (``clouddriver.grpcAddresses``) each failure moves to the
   next one at once, and the backoff is waited once per round of failures over all of them;
   a draining server's end moves to the next address (agent/link/_rotation.py);
+* a server too busy to answer Hello within ``welcome_timeout_seconds`` (a replica restarted
+  on a crowded node while 1,000 agents reconnect) is given longer each time it is late: the
+  wait (and the connect deadline) doubles per late Welcome in a row, up to 8 times the
+  setting, and a Welcome sets it back. Giving up at the same bound every time had each agent
+  hang up just before its turn and start over, so a starved server never caught up
+  (bench_agents at load 9-14);
 * during our own drain (``drain(deadline)``, on SIGTERM; agent/link/_drain.py) no session
   follows: ``drain`` returns once the session has ended, or at once when none is connected,
   and the caller then cancels ``run``.
@@ -89,6 +95,15 @@ MAX_PENDING_RESULTS = 256
 #: Operations running at once; past this the agent answers Unavailable at once.
 MAX_OPERATIONS_IN_FLIGHT = 512
 
+#: The wait for a Welcome doubles per late Welcome in a row, this many times at most.
+WELCOME_DOUBLINGS = 3
+
+
+def welcome_wait(settings: LinkSettings, late_welcomes: int) -> float:
+    """How long the next session waits to connect and for its Welcome, after
+    ``late_welcomes`` sessions in a row ended waiting for one (see the module docstring)."""
+    return float(settings.welcome_timeout_seconds * 2 ** min(late_welcomes, WELCOME_DOUBLINGS))
+
 
 class Link:
     """The agent's side of the protocol. ``run`` keeps a session open for ever.
@@ -143,6 +158,7 @@ class Link:
         never returns. Owns the nursery the operations run in."""
         backoff = self._settings.backoff
         rotation = AddressRotation(self._settings.server_addresses())
+        late_welcomes = 0
         async with trio.open_nursery() as operations_nursery:
             self._operations_nursery = operations_nursery
             task_status.started()
@@ -150,10 +166,15 @@ class Link:
                 server_draining = False
                 address = rotation.current
                 try:
-                    await self._one_session(address, backoff, rotation)
+                    wait = welcome_wait(self._settings, late_welcomes)
+                    await self._one_session(address, backoff, rotation, wait)
                 except* (wire.WireError, trio.TooSlowError, SessionEnded, AgentError) as group:
                     # Whatever the network or the server did: one line, then the next session.
                     leaves = _leaves(group)
+                    if not self.status.connected and any(
+                        isinstance(leaf, trio.TooSlowError) for leaf in leaves
+                    ):
+                        late_welcomes += 1  # only a Welcome sets it back (below)
                     # At once only when a session we had (a Welcome) was ended by the drain:
                     # a draining server also refuses new Hellos with that status, and behind a
                     # proxy that keeps its connection to the draining pod, "at once" after such
@@ -165,6 +186,8 @@ class Link:
                         self.status.disconnections += 1
                     self.status.last_error = "; ".join(dict.fromkeys(map(_describe, leaves)))
                 finally:
+                    if self.status.connected:
+                        late_welcomes = 0
                     self.status.connected = False
                     self.status.roles.clear()
                     self.status.role_reasons.clear()
@@ -328,7 +351,7 @@ class Link:
     # -- one session ---------------------------------------------------------------------
 
     async def _one_session(
-        self, address: ServerAddress, backoff: Backoff, rotation: AddressRotation
+        self, address: ServerAddress, backoff: Backoff, rotation: AddressRotation, wait: float
     ) -> None:
         settings = self._settings
         self.status.server_address = str(address)
@@ -353,12 +376,12 @@ class Link:
             server_hostname=settings.server_hostname,
             metadata=metadata,
             max_message_size=settings.max_message_size,
-            connect_seconds=settings.welcome_timeout_seconds,
+            connect_seconds=wait,
         ) as stream:
             unknown = self.status.unknown_fields
             try:
                 await stream.send(messages.AgentMessage(hello=hello))
-                with trio.fail_after(settings.welcome_timeout_seconds):
+                with trio.fail_after(wait):
                     first = await stream.receive()
                     while not message_kind(first) and skipped_unknown(unknown, first):
                         first = await stream.receive()  # a newer server's message kind
