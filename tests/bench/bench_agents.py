@@ -238,15 +238,23 @@ class PySpy:
         process = await trio.lowlevel.open_process(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        nursery.start_soon(process.wait)
+        nursery.start_soon(self._reaped, process)
         return process
+
+    @classmethod
+    async def _reaped(cls, process: trio.Process) -> None:
+        """Wait for ``process``; ended and reaped also when the run fails or is cancelled."""
+        try:
+            await process.wait()
+        finally:
+            with trio.CancelScope(shield=True):
+                await cls.stop(process)
 
     @staticmethod
     async def stop(process: trio.Process | None) -> None:
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
-            with trio.move_on_after(30):
-                await process.wait()
+        if process is not None:
+            # py-spy writes its file on SIGINT; stop_process kills it if it does not end.
+            await stop_process(process, stop_signal=signal.SIGINT, grace=30)
 
 
 # --- the run -----------------------------------------------------------------------------
