@@ -7,10 +7,12 @@ from typing import Any
 
 import wire
 from agent import Backoff
-from agent.link import LinkSettings
+from agent.link import Link, LinkSettings
+from agent.link._settings import AccountRunner
+from budget import ByteBudget
 from wire import messages
 
-__all__ = ["loopback_link", "welcome_k1"]
+__all__ = ["k1_link", "loopback_link", "welcome_k1"]
 
 
 def loopback_link(port: int, agent_id: str, **overrides: Any) -> LinkSettings:
@@ -30,3 +32,21 @@ async def welcome_k1(stream: wire.ServerStream) -> None:
     await stream.receive()
     assignment = messages.AccountAssignment(name="k1", role=messages.Role.PRIMARY)
     await stream.send(messages.ServerMessage(welcome=messages.Welcome(accounts=[assignment])))
+
+
+async def _k1_accounts() -> list[messages.AccountInfo]:
+    return [messages.AccountInfo(name="k1", kube_host="h", properties_json="{}")]
+
+
+def k1_link(
+    settings: LinkSettings, runner: AccountRunner, budget: ByteBudget | None = None
+) -> Link:
+    """The real Link announcing account k1 (no resume points asked for), its watches played
+    by ``runner``."""
+    return Link(
+        settings,
+        budget or ByteBudget(1 << 20),
+        hello_accounts=_k1_accounts,
+        runner=runner,
+        max_resume_age_ms=lambda name: 0,
+    )

@@ -11,13 +11,12 @@ import betterproto
 import trio
 
 import wire
-from agent.link import Link
 from agent.watch import BookmarkKey
-from budget import ByteBudget, Entry, EntryKind, EventSender
+from budget import Entry, EntryKind, EventSender
 from wire import EventRecord, EventType, messages
 
 from ..wire._loop import in_loop
-from ._link_env import loopback_link, welcome_k1
+from ._link_env import k1_link, loopback_link, welcome_k1
 
 
 def _pod(name: str) -> Entry:
@@ -74,19 +73,10 @@ async def _run(
             await trio.sleep(0.05)
         await trio.sleep_forever()
 
-    async def accounts() -> list[messages.AccountInfo]:
-        return [messages.AccountInfo(name="k1", kube_host="h", properties_json="{}")]
-
     async with trio.open_nursery() as nursery:
         port = await nursery.start(wire.serve, recorder.handler, "127.0.0.1", 0)
         settings = loopback_link(port, "agent-bookmarks", bookmark_linger_seconds=linger)
-        link = Link(
-            settings,
-            ByteBudget(1 << 20),
-            hello_accounts=accounts,
-            runner=runner,
-            max_resume_age_ms=lambda name: 0,
-        )
+        link = k1_link(settings, runner)
         nursery.start_soon(link.run)
         while len(recorder.batches) < batches:
             await recorder.changed.wait()

@@ -10,13 +10,11 @@ from collections.abc import Mapping
 import trio
 
 import wire
-from agent.link import Link
 from agent.link._link import welcome_wait
-from budget import ByteBudget, EventSender
-from wire import messages
+from budget import EventSender
 
 from ..wire._loop import in_loop
-from ._link_env import loopback_link, welcome_k1
+from ._link_env import k1_link, loopback_link, welcome_k1
 
 WAIT = 0.4
 
@@ -66,10 +64,6 @@ async def _idle_runner(
     await trio.sleep_forever()
 
 
-async def _accounts() -> list[messages.AccountInfo]:
-    return [messages.AccountInfo(name="k1", kube_host="h", properties_json="{}")]
-
-
 @in_loop
 async def test_a_late_welcome_is_waited_for_longer_each_time_until_one_comes() -> None:
     with trio.fail_after(60):
@@ -77,13 +71,7 @@ async def test_a_late_welcome_is_waited_for_longer_each_time_until_one_comes() -
         async with trio.open_nursery() as nursery:
             port = await nursery.start(wire.serve, server.handler, "127.0.0.1", 0)
             settings = loopback_link(port, "agent-late", welcome_timeout_seconds=WAIT)
-            link = Link(
-                settings,
-                ByteBudget(1 << 20),
-                hello_accounts=_accounts,
-                runner=_idle_runner,
-                max_resume_age_ms=lambda name: 0,
-            )
+            link = k1_link(settings, _idle_runner)
             nursery.start_soon(link.run)
             while len(server.waited) < 5:  # 4 silent calls, a Welcome, then one more
                 await server.changed.wait()

@@ -11,7 +11,6 @@ import betterproto
 import trio
 
 import wire
-from agent.link._link import Link
 from agent.watch._notices import (
     GONE_FROM_DISCOVERY,
     KindNotice,
@@ -24,7 +23,7 @@ from wire import EventRecord, EventType, messages
 
 from .._wait import wait_until
 from ..wire._loop import in_loop
-from ._link_env import loopback_link, welcome_k1
+from ._link_env import k1_link, loopback_link, welcome_k1
 
 
 def pod(name: str) -> Entry:
@@ -85,20 +84,11 @@ async def test_notices_cut_batches_and_keep_their_place() -> None:
         sent.set()
         await trio.sleep_forever()
 
-    async def accounts() -> list[messages.AccountInfo]:
-        return [messages.AccountInfo(name="k1", kube_host="h", properties_json="{}")]
-
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             port = await nursery.start(wire.serve, recorder.handler, "127.0.0.1", 0)
             settings = loopback_link(port, "agent-notices")
-            link = Link(
-                settings,
-                budget,
-                hello_accounts=accounts,
-                runner=runner,
-                max_resume_age_ms=lambda name: 0,
-            )
+            link = k1_link(settings, runner, budget)
             nursery.start_soon(link.run)
             await sent.wait()
             await recorder.done.wait()
