@@ -290,6 +290,7 @@ class ChangeFeed:
             if not subscriber.lagged:
                 subscriber.lag()
                 told += 1
+            self._subscribers.discard(subscriber)  # done for: see _offer
         self._lagged += told
         return told
 
@@ -311,7 +312,11 @@ class ChangeFeed:
             if subscriber.offer(message):
                 self._delivered += 1
             else:
+                # Lagged: it is told to resync and disconnected, so the feed lets go of it
+                # now. Its connection's task may stay blocked in a socket write for as long as
+                # the client reads nothing (Hypercorn shields its sends from cancellation).
                 self._lagged += 1
+                self._subscribers.discard(subscriber)
 
     def close(self) -> None:
         """Close the feed: subscribers drain what they have, then get FeedClosed."""
