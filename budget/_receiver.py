@@ -84,7 +84,25 @@ class EventReceiver(ChannelEnd):
         while not self._pending_enough(min_entries, min_bytes):
             await self._park(min_entries, min_bytes, wake_on_blocked=True)
 
-    def _pending_enough(self, min_entries: int, min_bytes: int) -> bool:
+    async def wait_not_only_bookmarks(self) -> None:
+        """Return once an entry that is not a bookmark is pending, or as soon as waiting
+        longer is pointless (as ``wait_pending``). Bookmarks arriving alone do not wake the
+        waiter: an agent with thousands of idle watches gets hundreds a second, and a
+        linger that woke for each cost more than sending them. Meant for linger, under
+        ``trio.move_on_after``. Always a checkpoint. Raises ClosedResourceError once closed.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._others_pending():
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return
+        while not self._others_pending():
+            await self._park(math.inf, math.inf, wake_on_blocked=True, want_others=1)
+
+    def _others_pending(self) -> bool:
+        queue = self._state.queue
+        return len(queue) > queue.pending_bookmarks or self._pending_enough(math.inf, math.inf)
+
+    def _pending_enough(self, min_entries: float, min_bytes: float) -> bool:
         state = self._state
         if state.receiver_closed:
             raise trio.ClosedResourceError("this event receiver was closed")
@@ -96,13 +114,21 @@ class EventReceiver(ChannelEnd):
             or bool(state.slow_scopes)
         )
 
-    async def _park(self, want_entries: int, want_bytes: float, *, wake_on_blocked: bool) -> None:
+    async def _park(
+        self,
+        want_entries: float,
+        want_bytes: float,
+        *,
+        wake_on_blocked: bool,
+        want_others: float = math.inf,
+    ) -> None:
         state = self._state
         if state.receiver_task is not None:
             raise trio.BusyResourceError("another task is already waiting on this receiver")
         state.receiver_task = trio.lowlevel.current_task()
         state.want_entries = want_entries
         state.want_bytes = want_bytes
+        state.want_others = want_others
         state.wake_on_blocked = wake_on_blocked
 
         def abort(_: object) -> trio.lowlevel.Abort:

@@ -80,6 +80,7 @@ class ChannelState:
         "wake_on_blocked",
         "want_bytes",
         "want_entries",
+        "want_others",
     )
 
     def __init__(self, budget: ByteBudget, max_pending_entries: int) -> None:
@@ -89,8 +90,10 @@ class ChannelState:
         self.receiver_closed = False
         # The one task parked in receive_batch / wait_pending, and what wakes it.
         self.receiver_task: trio.lowlevel.Task | None = None
-        self.want_entries = 1
+        self.want_entries: float = 1
         self.want_bytes = math.inf
+        # Entries that are not bookmarks (``EventReceiver.wait_not_only_bookmarks``).
+        self.want_others: float = math.inf
         self.wake_on_blocked = False
         # Slow-path senders: FIFO lock, and the cancel scope of each (closing cancels them).
         self.admission = trio.Lock()
@@ -106,8 +109,11 @@ class ChannelState:
             trio.lowlevel.reschedule(task)
 
     def after_admit(self) -> None:
+        queue = self.queue
         if self.receiver_task is not None and (
-            len(self.queue) >= self.want_entries or self.queue.pending_bytes >= self.want_bytes
+            len(queue) >= self.want_entries
+            or queue.pending_bytes >= self.want_bytes
+            or len(queue) - queue.pending_bookmarks >= self.want_others
         ):
             self.wake_receiver()
 

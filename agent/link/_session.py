@@ -322,16 +322,11 @@ class Session:
 
     async def _hold_bookmarks(self, seconds: float) -> None:
         """While every pending entry is a bookmark, wait up to ``seconds`` for anything else
-        (which then goes at once, the bookmarks with it); see ``bookmark_linger_seconds``."""
-        receive = self._receive
+        (which then goes at once, the bookmarks with it); see ``bookmark_linger_seconds``.
+        More bookmarks do not end the wait: with thousands of idle watches they come in
+        hundreds a second, and each then cost a wake-up and a batch of its own."""
         with trio.move_on_after(seconds):
-            while True:
-                stats = receive.statistics()
-                if stats.pending_entries != stats.pending_bookmarks or stats.senders_waiting:
-                    return
-                await receive.wait_pending(stats.pending_entries + 1, stats.pending_bytes + 1)
-                if receive.statistics().pending_entries == stats.pending_entries:
-                    return  # woken for another reason (a sender blocked): send now
+            await self._receive.wait_not_only_bookmarks()
 
     async def _linger(self, settings: LinkSettings, max_events: int, max_bytes: int) -> None:
         """Wait for a full batch: ``linger_seconds`` at a time while events keep coming, at

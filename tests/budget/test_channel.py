@@ -332,6 +332,33 @@ async def test_wait_pending_stops_waiting_when_a_sender_is_blocked(
         assert receive.statistics().senders_waiting == 0
 
 
+async def test_wait_not_only_bookmarks_sleeps_through_bookmarks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    _, send, receive = channel(capacity=100)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive.wait_not_only_bookmarks)
+            await trio.testing.wait_all_tasks_blocked()
+            for n in range(5):  # bookmarks of five watches: the waiter is not woken
+                await send.send(entry(("acct", "Pod", str(n)), 1, n, K))
+                await trio.testing.wait_all_tasks_blocked()
+                assert nursery.child_tasks
+            await send.send(entry(None, 1, "change"))
+        assert receive.statistics().pending_entries == 6
+        await receive.wait_not_only_bookmarks()  # already satisfied: returns at once
+        receive.acknowledge(await receive.receive_batch())
+        # Bookmarks alone and a blocked sender: waiting longer is pointless.
+        await send.send(entry(("acct", "Pod", ""), 60, "rv", K))
+        async with trio.open_nursery() as outer:
+            async with trio.open_nursery() as inner:
+                inner.start_soon(receive.wait_not_only_bookmarks)
+                await trio.testing.wait_all_tasks_blocked()
+                outer.start_soon(send.clone().send, entry(None, 50, "big"))
+            assert receive.statistics().senders_waiting == 1
+            receive.acknowledge(await receive.receive_batch())
+
+
 async def test_send_many_is_one_checkpoint_and_statistics_are_snapshots(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
