@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from agent.kube._tls import TlsStream as _TlsStream
 
@@ -146,4 +147,40 @@ async def test_the_peer_certificate_outlives_a_connection_that_failed(pki: Pki) 
             assert stream.getpeercert() == certificate
             done.set()
             await stream.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_read_waiting_when_the_connection_is_closed_ends_with_closed(pki: Pki) -> None:
+    """The reader waits on the socket itself (no read first): a close by another task, as
+    the HTTP/2 health check does to a dead connection, must end that wait, and a read after
+    it must say the connection is closed rather than read a reused descriptor."""
+    server_context, client_context = _contexts(pki)
+
+    async def serve(tcp: trio.SocketStream) -> None:
+        stream = trio.SSLStream(tcp, server_context, server_side=True)
+        await stream.do_handshake()
+        await trio.sleep_forever()  # silent: the client's read waits
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            tcp = await trio.open_tcp_stream("127.0.0.1", port)
+            stream = _TlsStream(tcp, client_context, "localhost")
+            await stream.do_handshake()
+            ended: list[type[BaseException]] = []
+
+            async def read() -> None:
+                try:
+                    await stream.receive_some(1024)
+                except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
+                    ended.append(type(exc))
+
+            async with trio.open_nursery() as readers:
+                readers.start_soon(read)
+                await trio.testing.wait_all_tasks_blocked()
+                await trio.aclose_forcefully(stream)
+            assert ended == [trio.ClosedResourceError]
+            with pytest.raises(trio.ClosedResourceError):
+                await stream.receive_some(1024)
             nursery.cancel_scope.cancel()
