@@ -34,6 +34,7 @@ from collections.abc import Mapping
 
 import trio
 
+from .._coarse_sleep import coarse_sleep_until
 from ._dial import Dialed, Dialer
 from ._h2_core import H2Core, H2ProtocolError, Stream, error_name, request_headers
 from ._seam import Request, TransportError
@@ -217,9 +218,10 @@ class H2Connection:
             # Sleep *until* the due time, not *for* the difference: on a virtual clock
             # ``now + (READ_IDLE - idle)`` can land one rounding step short of
             # ``last_read + READ_IDLE``, and the loop then spun without time moving on.
+            # Coarse: a thousand connections' checks share one deadline a second.
             due = self._last_read + READ_IDLE
             if trio.current_time() < due:
-                await trio.sleep_until(due)
+                await coarse_sleep_until(due)
                 continue
             self._ping_answered = trio.Event()
             self.core.ping(b"kubesvc!")

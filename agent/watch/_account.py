@@ -26,6 +26,7 @@ import trio
 from budget import EventSender
 
 from .._backoff import SHARED_RANDOM, Backoff
+from .._coarse_sleep import coarse_sleep
 from .._errors import KubeError, WatchDecodeError
 from ..config import AccountConfig
 from ..kube import KubeTransport
@@ -200,7 +201,7 @@ async def run_account(
                 task_status.started(status)
             # Spread ±10 %: accounts started together (1,000 at an agent's start) would
             # otherwise rediscover together, every interval, for ever.
-            await trio.sleep(discovery_interval * SHARED_RANDOM.uniform(0.9, 1.1))
+            await coarse_sleep(discovery_interval * SHARED_RANDOM.uniform(0.9, 1.1))
 
 
 class _Scope:

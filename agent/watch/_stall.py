@@ -8,7 +8,8 @@ its deadline heap of ~25,000 entries every few seconds to drop the stale ones (7
 1,000-cluster agent's idle CPU in bench_fleet's profile). Here a read only stores the time
 (``Ticket.touch``) and one task per account looks at its watches every ``resolution``
 seconds, cancelling the scope of any silent for longer than its allowance: a stall is seen
-between ``inactivity`` and ``inactivity + resolution`` seconds after the last read.
+between ``inactivity`` and ``inactivity + resolution`` (+ a coarse sleep's second) seconds
+after the last read.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import trio
+
+from .._coarse_sleep import coarse_sleep
 
 __all__ = ["StallWatchdog", "Ticket"]
 
@@ -69,7 +72,7 @@ class StallWatchdog:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            await trio.sleep(self._resolution)
+            await coarse_sleep(self._resolution)
             now = trio.current_time()
             for ticket in self._tickets:
                 silent = not ticket.paused and now - ticket.last >= ticket.inactivity
