@@ -38,7 +38,9 @@ How a session ended decides when the next one opens, in one place (``_until_next
   wait (and the connect deadline) doubles per late Welcome in a row, up to 8 times the
   setting, and a Welcome sets it back. Giving up at the same bound every time had each agent
   hang up just before its turn and start over, so a starved server never caught up
-  (bench_agents at load 9-14);
+  (bench_agents at load 9-14); likewise a server that says nothing (no Ack, no answer to a
+  heartbeat) for the session's allowance ends it, and the allowance doubles per session in a
+  row ended so, up to 8 times ``heartbeat_seconds + heartbeat_timeout_seconds``;
 * during our own drain (``drain(deadline)``, on SIGTERM; agent/link/_drain.py) no session
   follows: ``drain`` returns once the session has ended, or at once when none is connected,
   and the caller then cancels ``run``.
@@ -65,6 +67,7 @@ from ._rotation import AddressRotation, ServerAddress
 from ._session import (
     OVERSIZE_ANNOTATION,
     LinkState,
+    ServerSilent,
     Session,
     SessionEnded,
     reportable,
@@ -105,6 +108,20 @@ def welcome_wait(settings: LinkSettings, late_welcomes: int) -> float:
     return float(settings.welcome_timeout_seconds * 2 ** min(late_welcomes, WELCOME_DOUBLINGS))
 
 
+#: The server's silence allowance doubles per session in a row it ended, this many times at most.
+SILENCE_DOUBLINGS = 3
+
+#: A session that had its Welcome this long before the server fell silent starts a new row.
+SILENCE_ROW_SECONDS = 600.0
+
+
+def silence_wait(settings: LinkSettings, silent_sessions: int) -> float:
+    """How long the next session lets the server say nothing (no Ack, no answer to a
+    heartbeat) before giving it up, after ``silent_sessions`` sessions in a row ended so."""
+    base = settings.heartbeat_seconds + settings.heartbeat_timeout_seconds
+    return float(base * 2 ** min(silent_sessions, SILENCE_DOUBLINGS))
+
+
 class Link:
     """The agent's side of the protocol. ``run`` keeps a session open for ever.
 
@@ -130,6 +147,7 @@ class Link:
         self._token = token
         self._session_token = ""
         self._session: Session | None = None
+        self._connected_at = 0.0  # when the current session had its Welcome
         self.status = LinkStatus()
         # Operations outlive sessions: one that is running when the stream drops finishes, and
         # its result waits in the outbox (bounded; a full outbox holds the next operation
@@ -159,18 +177,22 @@ class Link:
         backoff = self._settings.backoff
         rotation = AddressRotation(self._settings.server_addresses())
         late_welcomes = 0
+        silent_sessions = 0
         async with trio.open_nursery() as operations_nursery:
             self._operations_nursery = operations_nursery
             task_status.started()
             while True:
                 server_draining = False
+                silent = False
                 address = rotation.current
                 try:
                     wait = welcome_wait(self._settings, late_welcomes)
-                    await self._one_session(address, backoff, rotation, wait)
+                    silence = silence_wait(self._settings, silent_sessions)
+                    await self._one_session(address, backoff, rotation, wait, silence)
                 except* (wire.WireError, trio.TooSlowError, SessionEnded, AgentError) as group:
                     # Whatever the network or the server did: one line, then the next session.
                     leaves = _leaves(group)
+                    silent = any(isinstance(leaf, ServerSilent) for leaf in leaves)
                     if not self.status.connected and any(
                         isinstance(leaf, trio.TooSlowError) for leaf in leaves
                     ):
@@ -188,6 +210,7 @@ class Link:
                 finally:
                     if self.status.connected:
                         late_welcomes = 0
+                        silent_sessions = self._silent_sessions(silent, silent_sessions, silence)
                     self.status.connected = False
                     self.status.roles.clear()
                     self.status.role_reasons.clear()
@@ -195,6 +218,24 @@ class Link:
                 await self._until_next_session(
                     address, backoff, rotation, server_draining=server_draining
                 )
+
+    def _silent_sessions(self, silent: bool, before: int, silence: float) -> int:
+        """The count of sessions in a row the server's silence ended, after one that had its
+        Welcome: a server too busy to answer (1,000 agents reconnecting to a starved replica)
+        is given twice as long each time, as a late Welcome is, rather than every agent
+        hanging up at the same bound, reconnecting and adding to the load; its sessions then
+        last until their resume points are too old to resume from, and every account
+        relists. Any other end, or a silence after a long healthy session, starts over."""
+        if not silent:
+            return 0
+        lasted = trio.current_time() - self._connected_at
+        count = (0 if lasted >= SILENCE_ROW_SECONDS else before) + 1
+        log.info(
+            "the server said nothing for %.0f s; the next session allows it %.0f s",
+            silence,
+            silence_wait(self._settings, count),
+        )
+        return count
 
     async def _until_next_session(
         self,
@@ -351,7 +392,12 @@ class Link:
     # -- one session ---------------------------------------------------------------------
 
     async def _one_session(
-        self, address: ServerAddress, backoff: Backoff, rotation: AddressRotation, wait: float
+        self,
+        address: ServerAddress,
+        backoff: Backoff,
+        rotation: AddressRotation,
+        wait: float,
+        silence: float,
     ) -> None:
         settings = self._settings
         self.status.server_address = str(address)
@@ -393,6 +439,7 @@ class Link:
             if name != "welcome" or not isinstance(welcome, messages.Welcome):
                 raise SessionEnded(f"the server answered Hello with {name or 'nothing'}")
             self._session_token = welcome.session_token
+            self._connected_at = trio.current_time()
             self.status.connected = True
             self.status.sessions += 1
             self.status.server_id = welcome.server_id
@@ -407,7 +454,9 @@ class Link:
             send, receive = open_event_channel(self._state.budget)
             with send, receive:
                 async with trio.open_nursery() as nursery:
-                    session = Session(self._state, stream, nursery, send, receive, welcome.limits)
+                    session = Session(
+                        self._state, stream, nursery, send, receive, welcome.limits, silence
+                    )
                     self._session = session
                     session.assign(welcome.accounts)
                     nursery.start_soon(session.send_account_changes)

@@ -59,6 +59,7 @@ __all__ = [
     "MAX_RESULTS_PER_WRITE",
     "OVERSIZE_ANNOTATION",
     "LinkState",
+    "ServerSilent",
     "Session",
     "SessionEnded",
     "oversize_stand_in",
@@ -126,6 +127,15 @@ class SessionEnded(Exception):
     """The session ended for a reason of the protocol (not the network): reconnect."""
 
 
+class ServerSilent(SessionEnded):
+    """No message from the server (not even an Ack or a heartbeat's answer) for the
+    session's silence allowance; ``seconds`` is that allowance."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no message from the server for {seconds:.0f} s")
+        self.seconds = seconds
+
+
 class Session:
     """The tasks of one session (see the module docstring); started by the link inside the
     session's nursery, which owns them and ``stream``."""
@@ -138,6 +148,7 @@ class Session:
         send: EventSender,
         receive: EventReceiver,
         limits: messages.Limits | None = None,
+        silence_seconds: float | None = None,
     ) -> None:
         self._state = state
         settings = state.settings
@@ -152,6 +163,13 @@ class Session:
         self._max_bytes = max(1, min(settings.batch_max_bytes, self._max_message - 64 * 1024))
         self._stream = stream
         self._nursery = nursery
+        # How long the server may say nothing before the session is given up: the link
+        # grows it after sessions that ended so (agent/link/_link.py, ``silence_wait``).
+        self._silence = (
+            silence_seconds
+            if silence_seconds is not None
+            else settings.heartbeat_seconds + settings.heartbeat_timeout_seconds
+        )
         self._events = send
         self._receive = receive
         self._send_lock = trio.Lock()
@@ -410,7 +428,7 @@ class Session:
 
     async def receive_messages(self) -> None:
         settings = self._state.settings
-        quiet = settings.heartbeat_seconds + settings.heartbeat_timeout_seconds
+        quiet = self._silence
         with trio.CancelScope() as deadline:
             while True:
                 if settings.heartbeat_seconds > 0:
@@ -426,7 +444,7 @@ class Session:
                     self._acknowledged(message)
                 else:
                     await self._dispatch(message)
-        raise SessionEnded(f"no message from the server for {quiet:.0f} s")
+        raise ServerSilent(quiet)
 
     async def _dispatch(self, message: messages.ServerMessage) -> None:
         name, body = betterproto.which_one_of(message, "message")
