@@ -533,6 +533,12 @@ class Reflector:
                     # accepted it, so the receiver holds this kind up to it and the watch
                     # brings the rest; otherwise /ready would wait for ever after a resume.
                     await self._synced(self._tracker.current or "", idle)
+                    if self._tracker.current:
+                        # Accepted: the server stores it again as of now. Else sessions
+                        # shorter than the bookmark interval (a starved server) age every
+                        # point past maxResumableResourceAgeMs and all accounts relist.
+                        with idle.pause():
+                            await self._send.send(self._bookmark(self._tracker.current))
                 if initial is not None:
                     self.state.streaming = True
                     await self._send.send(self._marker(EventType.SYNC_BEGIN, ""))

@@ -266,6 +266,28 @@ async def test_a_resume_point_is_used_and_an_expired_one_relists(tmp_path: Path)
             assert env.server.requests.count("list", "pods") == 1
 
 
+async def test_a_resumed_watch_has_its_version_stored_again_at_once(tmp_path: Path) -> None:
+    """The API server accepted the resume point: a BOOKMARK of it goes to the server before
+    anything else, so the point's age counts from now, not from the last bookmark of an
+    earlier session (sessions shorter than the bookmark interval aged every point past
+    maxResumableResourceAgeMs and every account relisted; bench_agents, starved)."""
+    config = kubesim.SimConfig(bookmark_interval=3600.0, controllers=False)
+    with trio.fail_after(20):
+        async with open_env(tmp_path, config) as env:
+            env.sim.create(pod("a"))
+            point = str(env.sim.resource_version)
+            resumed = env.reflector(WatchTarget(PODS), resume_from=point)
+            await env.nursery.start(resumed.run)
+            await env.receiver.wait_for(lambda: env.receiver.count(EventType.BOOKMARK) >= 1)
+            first = env.receiver.records[0]
+            assert (first.type, first.kind, first.resource_version) == (
+                EventType.BOOKMARK,
+                "Pod",
+                point,
+            )
+            assert env.server.requests.count("list", "pods") == 0
+
+
 async def test_a_resume_point_from_the_future_relists(tmp_path: Path) -> None:
     # A cluster restored from a backup (or a restarted simulator) is behind the version the
     # server stored: the API server answers 504 "Too large resource version", and waiting
