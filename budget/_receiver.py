@@ -100,19 +100,23 @@ class EventReceiver(ChannelEnd):
 
     def _others_pending(self) -> bool:
         queue = self._state.queue
-        return len(queue) > queue.pending_bookmarks or self._pending_enough(math.inf, math.inf)
+        return self._pointless_to_wait() or len(queue) > queue.pending_bookmarks
 
-    def _pending_enough(self, min_entries: float, min_bytes: float) -> bool:
+    def _pending_enough(self, min_entries: int, min_bytes: int) -> bool:
+        queue = self._state.queue
+        return (
+            self._pointless_to_wait()
+            or len(queue) >= min_entries
+            or queue.pending_bytes >= min_bytes
+        )
+
+    def _pointless_to_wait(self) -> bool:
+        """Nothing more can come (every sender closed) or a sender is blocked (nothing more
+        can come until something is taken). Raises ClosedResourceError once closed."""
         state = self._state
         if state.receiver_closed:
             raise trio.ClosedResourceError("this event receiver was closed")
-        queue = state.queue
-        return (
-            len(queue) >= min_entries
-            or queue.pending_bytes >= min_bytes
-            or state.open_senders == 0
-            or bool(state.slow_scopes)
-        )
+        return state.open_senders == 0 or bool(state.slow_scopes)
 
     async def _park(
         self,

@@ -98,28 +98,29 @@ MAX_PENDING_RESULTS = 256
 #: Operations running at once; past this the agent answers Unavailable at once.
 MAX_OPERATIONS_IN_FLIGHT = 512
 
-#: The wait for a Welcome doubles per late Welcome in a row, this many times at most.
-WELCOME_DOUBLINGS = 3
-
-
-def welcome_wait(settings: LinkSettings, late_welcomes: int) -> float:
-    """How long the next session waits to connect and for its Welcome, after
-    ``late_welcomes`` sessions in a row ended waiting for one (see the module docstring)."""
-    return float(settings.welcome_timeout_seconds * 2 ** min(late_welcomes, WELCOME_DOUBLINGS))
-
-
-#: The server's silence allowance doubles per session in a row it ended, this many times at most.
-SILENCE_DOUBLINGS = 3
+#: The waits below double per session in a row that ran out of one, this many times at most.
+DOUBLINGS = 3
 
 #: A session that had its Welcome this long before the server fell silent starts a new row.
 SILENCE_ROW_SECONDS = 600.0
 
 
+def _doubled(seconds: float, times: int) -> float:
+    return float(seconds * 2 ** min(times, DOUBLINGS))
+
+
+def welcome_wait(settings: LinkSettings, late_welcomes: int) -> float:
+    """How long the next session waits to connect and for its Welcome, after
+    ``late_welcomes`` sessions in a row ended waiting for one (see the module docstring)."""
+    return _doubled(settings.welcome_timeout_seconds, late_welcomes)
+
+
 def silence_wait(settings: LinkSettings, silent_sessions: int) -> float:
     """How long the next session lets the server say nothing (no Ack, no answer to a
     heartbeat) before giving it up, after ``silent_sessions`` sessions in a row ended so."""
-    base = settings.heartbeat_seconds + settings.heartbeat_timeout_seconds
-    return float(base * 2 ** min(silent_sessions, SILENCE_DOUBLINGS))
+    return _doubled(
+        settings.heartbeat_seconds + settings.heartbeat_timeout_seconds, silent_sessions
+    )
 
 
 class Link:
@@ -223,9 +224,8 @@ class Link:
         """The count of sessions in a row the server's silence ended, after one that had its
         Welcome: a server too busy to answer (1,000 agents reconnecting to a starved replica)
         is given twice as long each time, as a late Welcome is, rather than every agent
-        hanging up at the same bound, reconnecting and adding to the load; its sessions then
-        last until their resume points are too old to resume from, and every account
-        relists. Any other end, or a silence after a long healthy session, starts over."""
+        hanging up at the same bound and reconnecting, which adds to its load. Any other end,
+        or a silence after a long healthy session, starts over."""
         if not silent:
             return 0
         lasted = trio.current_time() - self._connected_at

@@ -129,11 +129,7 @@ class SessionEnded(Exception):
 
 class ServerSilent(SessionEnded):
     """No message from the server (not even an Ack or a heartbeat's answer) for the
-    session's silence allowance; ``seconds`` is that allowance."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"no message from the server for {seconds:.0f} s")
-        self.seconds = seconds
+    session's silence allowance."""
 
 
 class Session:
@@ -147,8 +143,8 @@ class Session:
         nursery: trio.Nursery,
         send: EventSender,
         receive: EventReceiver,
-        limits: messages.Limits | None = None,
-        silence_seconds: float | None = None,
+        limits: messages.Limits | None,
+        silence_seconds: float,
     ) -> None:
         self._state = state
         settings = state.settings
@@ -165,11 +161,7 @@ class Session:
         self._nursery = nursery
         # How long the server may say nothing before the session is given up: the link
         # grows it after sessions that ended so (agent/link/_link.py, ``silence_wait``).
-        self._silence = (
-            silence_seconds
-            if silence_seconds is not None
-            else settings.heartbeat_seconds + settings.heartbeat_timeout_seconds
-        )
+        self._silence = silence_seconds
         self._events = send
         self._receive = receive
         self._send_lock = trio.Lock()
@@ -444,7 +436,7 @@ class Session:
                     self._acknowledged(message)
                 else:
                     await self._dispatch(message)
-        raise ServerSilent(quiet)
+        raise ServerSilent(f"no message from the server for {quiet:.0f} s")
 
     async def _dispatch(self, message: messages.ServerMessage) -> None:
         name, body = betterproto.which_one_of(message, "message")
