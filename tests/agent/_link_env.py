@@ -1,18 +1,22 @@
-"""What the Link tests share: settings for a Link to a test server on loopback, and the
-server's side of the handshake that makes account k1 PRIMARY."""
+"""What the Link tests share: settings for a Link to a test server on loopback, the server's
+side of the handshake that makes account k1 PRIMARY, a Link announcing k1, and an account
+runner that sends nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+import trio
 
 import wire
 from agent import Backoff
 from agent.link import Link, LinkSettings
 from agent.link._settings import AccountRunner
-from budget import ByteBudget
+from budget import ByteBudget, EventSender
 from wire import messages
 
-__all__ = ["k1_link", "loopback_link", "welcome_k1"]
+__all__ = ["idle_runner", "k1_link", "loopback_link", "welcome_k1"]
 
 
 def loopback_link(port: int, agent_id: str, **overrides: Any) -> LinkSettings:
@@ -50,3 +54,15 @@ def k1_link(
         runner=runner,
         max_resume_age_ms=lambda name: 0,
     )
+
+
+async def idle_runner(
+    name: str,
+    resume: Mapping[tuple[str, str, str], str],
+    send: EventSender,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """An account runner that starts and sends nothing (a session with only heartbeats)."""
+    task_status.started()
+    await trio.sleep_forever()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import select
 import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
@@ -35,6 +37,20 @@ def pki(tmp_path: Path) -> Pki:
     return make_pki(tmp_path)
 
 
+@asynccontextmanager
+async def _connected(
+    serve: Callable[[trio.SocketStream], Awaitable[object]], client_context: ssl.SSLContext
+) -> AsyncIterator[_TlsStream]:
+    """A TlsStream (no handshake yet) over TCP to a trio server on loopback that runs
+    ``serve`` per connection; the server stops at the end."""
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+        yield _TlsStream(tcp, client_context, "localhost")
+        nursery.cancel_scope.cancel()
+
+
 def _contexts(pki: Pki) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(
@@ -61,16 +77,14 @@ async def test_one_read_takes_every_record_received_and_eof_reads_empty(
         closed.set()
 
     with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
-            port = listeners[0].socket.getsockname()[1]
-            tcp = await trio.open_tcp_stream("127.0.0.1", port)
-            stream = _TlsStream(tcp, client_context, "localhost")
+        async with _connected(serve, client_context) as stream:
             await stream.do_handshake()
             await stream.send_all(b"hello")
             await closed.wait()
             # The server's close is not yet the client's: loopback delivers in the kernel's own
             # time (softirq). TCP delivers in order, so once the FIN is here so is every record.
+            tcp = stream.transport
+            assert isinstance(tcp, trio.SocketStream)
             await wait_until(lambda: _fin_received(tcp.socket), what="the server's FIN arrived")
             if into:  # appends to what the buffer held; 0 at EOF
                 buffer = bytearray(b"held")
@@ -86,7 +100,6 @@ async def test_one_read_takes_every_record_received_and_eof_reads_empty(
                 while chunk := await stream.receive_some(256 * 1024):
                     rest += chunk
             await stream.aclose()
-            nursery.cancel_scope.cancel()
     assert heard == [b"hello"]
     assert first + rest == b"".join(bytes([i]) * RECORD for i in range(RECORDS))
     assert len(first) == RECORDS * RECORD
@@ -108,15 +121,10 @@ async def test_a_server_of_another_ca_fails_the_handshake(pki: Pki, tmp_path: Pa
             await trio.aclose_forcefully(stream)
 
     with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
-            port = listeners[0].socket.getsockname()[1]
-            tcp = await trio.open_tcp_stream("127.0.0.1", port)
-            stream = _TlsStream(tcp, client_context, "localhost")
+        async with _connected(serve, client_context) as stream:
             with pytest.raises(trio.BrokenResourceError, match="CERTIFICATE_VERIFY_FAILED"):
                 await stream.do_handshake()
             await stream.aclose()
-            nursery.cancel_scope.cancel()
 
 
 async def test_the_peer_certificate_outlives_a_connection_that_failed(pki: Pki) -> None:
@@ -134,11 +142,7 @@ async def test_the_peer_certificate_outlives_a_connection_that_failed(pki: Pki) 
         await tcp.aclose()
 
     with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
-            port = listeners[0].socket.getsockname()[1]
-            tcp = await trio.open_tcp_stream("127.0.0.1", port)
-            stream = _TlsStream(tcp, client_context, "localhost")
+        async with _connected(serve, client_context) as stream:
             await stream.do_handshake()
             certificate = stream.getpeercert()
             assert certificate is not None
@@ -147,7 +151,6 @@ async def test_the_peer_certificate_outlives_a_connection_that_failed(pki: Pki) 
             assert stream.getpeercert() == certificate
             done.set()
             await stream.aclose()
-            nursery.cancel_scope.cancel()
 
 
 async def test_a_read_waiting_when_the_connection_is_closed_ends_with_closed(pki: Pki) -> None:
@@ -162,11 +165,7 @@ async def test_a_read_waiting_when_the_connection_is_closed_ends_with_closed(pki
         await trio.sleep_forever()  # silent: the client's read waits
 
     with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
-            port = listeners[0].socket.getsockname()[1]
-            tcp = await trio.open_tcp_stream("127.0.0.1", port)
-            stream = _TlsStream(tcp, client_context, "localhost")
+        async with _connected(serve, client_context) as stream:
             await stream.do_handshake()
             ended: list[type[BaseException]] = []
 
@@ -183,4 +182,3 @@ async def test_a_read_waiting_when_the_connection_is_closed_ends_with_closed(pki
             assert ended == [trio.ClosedResourceError]
             with pytest.raises(trio.ClosedResourceError):
                 await stream.receive_some(1024)
-            nursery.cancel_scope.cancel()

@@ -5,16 +5,13 @@ catching up with 1,000 reconnecting agents (bench_agents at load 9-14)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import trio
 
 import wire
 from agent.link._link import welcome_wait
-from budget import EventSender
 
 from ..wire._loop import in_loop
-from ._link_env import k1_link, loopback_link, welcome_k1
+from ._link_env import idle_runner, k1_link, loopback_link, welcome_k1
 
 WAIT = 0.4
 
@@ -53,17 +50,6 @@ class _SlowServer:
             self.changed = trio.Event()
 
 
-async def _idle_runner(
-    name: str,
-    resume: Mapping[tuple[str, str, str], str],
-    send: EventSender,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    task_status.started()
-    await trio.sleep_forever()
-
-
 @in_loop
 async def test_a_late_welcome_is_waited_for_longer_each_time_until_one_comes() -> None:
     with trio.fail_after(60):
@@ -71,7 +57,7 @@ async def test_a_late_welcome_is_waited_for_longer_each_time_until_one_comes() -
         async with trio.open_nursery() as nursery:
             port = await nursery.start(wire.serve, server.handler, "127.0.0.1", 0)
             settings = loopback_link(port, "agent-late", welcome_timeout_seconds=WAIT)
-            link = k1_link(settings, _idle_runner)
+            link = k1_link(settings, idle_runner)
             nursery.start_soon(link.run)
             while len(server.waited) < 5:  # 4 silent calls, a Welcome, then one more
                 await server.changed.wait()

@@ -12,8 +12,7 @@ import wire
 from agent.link._link import silence_wait
 
 from ..wire._loop import in_loop
-from ._link_env import k1_link, loopback_link, welcome_k1
-from .test_link_late_welcome import _idle_runner
+from ._link_env import idle_runner, k1_link, loopback_link, welcome_k1
 
 HEARTBEAT = 0.2
 QUIET = HEARTBEAT * 2  # heartbeat_seconds + heartbeat_timeout_seconds
@@ -64,7 +63,7 @@ async def test_a_silent_server_is_allowed_longer_each_time_until_a_session_ends_
                 heartbeat_seconds=HEARTBEAT,
                 heartbeat_timeout_seconds=QUIET - HEARTBEAT,
             )
-            link = k1_link(settings, _idle_runner)
+            link = k1_link(settings, idle_runner)
             nursery.start_soon(link.run)
             while len(server.lasted) < 5:  # 4 silent sessions, one ended, then one more
                 await server.changed.wait()
