@@ -12,6 +12,7 @@ import importlib.metadata
 import inspect
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import grpclib.client
 import grpclib.protocol
@@ -204,3 +205,27 @@ def test_keepalive_settings_are_accepted_by_grpclib() -> None:
     assert made._keepalive_time == 3.0
     assert made._keepalive_timeout == 4.0
     assert made._http2_max_pings_without_data == 0
+
+
+@pytest.mark.trio
+@in_loop
+async def test_grpclibs_current_task_is_what_enter_task_made_current() -> None:
+    """_crossing's stand-in task: in a trio task inside the bridge's loop, the current task
+    grpclib's Wrapper records (``grpclib.utils._current_task``, asyncio's or trio-asyncio's
+    ``current_task``, whichever was imported first) is whatever ``_enter_task`` put in; and the
+    Wrapper interrupts a wait by calling that task's ``cancel()``."""
+    import asyncio
+    from asyncio.tasks import _enter_task, _leave_task
+
+    import grpclib.utils
+
+    loop = asyncio.get_running_loop()
+    stand_in: Any = object()
+    _enter_task(loop, stand_in)
+    try:
+        seen = [grpclib.utils._current_task(), asyncio.current_task()]
+    finally:
+        _leave_task(loop, stand_in)
+    assert all(task is stand_in for task in seen)
+    assert grpclib.utils._current_task() is None
+    assert "task.cancel()" in inspect.getsource(grpclib.utils.Wrapper.cancel)

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn, TypeVar
 
 import trio
-import trio_asyncio
 from grpclib.client import Stream as GrpcStream
 from grpclib.config import Configuration
 from grpclib.const import Cardinality
@@ -41,6 +40,7 @@ from .._envelope import (
 )
 from .._errors import ConnectionLost, EndOfStream, StreamClosed, WireError
 from ..messages import CONNECT_METHOD, AgentMessage, OperationResult, ServerMessage
+from ._crossing import cross
 from ._failures import BROKEN, CLOSED_AT_ONCE, again, closed_under_grpclib, lost, refused
 from ._grpclib import Channel, connect_first
 from ._loop import require_loop
@@ -144,7 +144,7 @@ class ClientStream:
         if self._terminal is None:
             self._terminal = StreamClosed("the stream was closed by aclose()")
         with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_SECONDS):
-            await trio_asyncio.aio_as_trio(self._aio_teardown)()
+            await cross(self._aio_teardown())
         # Past the bound the teardown may not even have begun (a process too busy to run it
         # in time: bench_agents' hosts, 250 agents losing their server at once). The
         # connection is closed here all the same: a grpclib Channel left open reports itself
@@ -158,11 +158,11 @@ class ClientStream:
         if channel is not None:
             channel.close()
 
-    async def _op(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+    async def _op(self, fn: Callable[..., Coroutine[Any, Any, _T]], *args: Any) -> _T:
         if self._terminal is not None:
             raise again(self._terminal)
         try:
-            result: _T = await trio_asyncio.aio_as_trio(fn)(*args)
+            result: _T = await cross(fn(*args))
             return result
         except trio.Cancelled:
             # A message may be half-sent or half-read: the stream cannot be used any more.
@@ -324,8 +324,10 @@ async def open_connection(
     offer_h2(ssl_context)
     stream = ClientStream(max_message_size)
     try:
-        await trio_asyncio.aio_as_trio(stream._aio_open)(
-            host, port, ssl_context, metadata or {}, configuration(keepalive, server_hostname)
+        await cross(
+            stream._aio_open(
+                host, port, ssl_context, metadata or {}, configuration(keepalive, server_hostname)
+            )
         )
         yield stream
     finally:

@@ -14,11 +14,10 @@ byte leaves the call usable, so it can still end it with a status of its own.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import trio
-import trio_asyncio
 from grpclib.const import Status as GrpcStatus
 from grpclib.exceptions import ProtocolError as GrpcProtocolError
 from grpclib.server import Stream as GrpcStream
@@ -32,6 +31,7 @@ from .._errors import (
     StreamClosed,
 )
 from ..messages import AgentMessage, ServerMessage
+from ._crossing import cross
 from ._failures import BROKEN, again, closed_under_grpclib
 from ._grpclib import protocol_stream
 from ._options import GRPC_PREFIX, checked, decoded
@@ -94,7 +94,7 @@ class ServerStream:
         async with self._send_lock:
             await self._op(self._grpc.send_message, data)
 
-    async def _op(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+    async def _op(self, fn: Callable[..., Coroutine[Any, Any, _T]], *args: Any) -> _T:
         if self._lost_reason is not None:
             raise ConnectionLost(self._lost_reason)
         if self._finished:
@@ -102,7 +102,7 @@ class ServerStream:
         with trio.CancelScope() as scope:
             self._op_scopes.add(scope)
             try:
-                result: _T = await trio_asyncio.aio_as_trio(fn)(*args)
+                result: _T = await cross(fn(*args))
                 return result
             except BROKEN as exc:
                 self._lost_reason = f"the client or the network broke the stream: {exc}"
@@ -120,7 +120,7 @@ class ServerStream:
                     # done: the handler may still end the call with its own status.)
                     self._finished = True
                     with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_SECONDS):
-                        await trio_asyncio.aio_as_trio(self._aio_reset)()
+                        await cross(self._aio_reset())
                 raise
             finally:
                 self._op_scopes.discard(scope)
