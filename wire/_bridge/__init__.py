@@ -6,6 +6,8 @@ message (or per batch), never per event; protobuf work stays on the trio side, g
 moves bytes. One concern per module:
 
 - ``_loop``: the asyncio loop inside trio, and the process-wide settings made when it opens.
+- ``_crossing``: :func:`cross`, how trio code runs one of grpclib's coroutines (in its own
+  task until the coroutine must wait for the network, then in an asyncio task).
 - ``_options``: size caps, keepalive, TLS (ALPN h2), grpclib's configuration and codec.
 - ``_failures``: what grpclib, h2, ssl and sockets raise, translated into wire's tree.
 - ``_client``: the agent's end (:func:`open_connection`, :class:`ClientStream`).

@@ -2,8 +2,9 @@
 
 Theory of operation. Every process runs trio; :func:`open_loop` runs trio-asyncio's loop for
 the duration of a block (opened once at the entry point, or per test). A crossing from trio
-into asyncio is ``trio_asyncio.aio_as_trio(fn)(...)``: it costs 40-80 us (DESIGN 3), so the
-bridge crosses once per message or per batch, never per event. The loop is found through a
+into asyncio is ``_crossing.cross``: free while grpclib's coroutine need not wait, an asyncio
+task (~130 us) when it must, so the bridge crosses once per message or per batch, never per
+event. The loop is found through a
 context variable, which child tasks inherit: :func:`require_loop` turns "no loop" into an
 error that says what is missing instead of trio-asyncio's. Opening the loop is also where
 the process-wide settings the bridge depends on are made, once: glibc's malloc thresholds
