@@ -4,6 +4,7 @@ task until they must wait, then resumed by an asyncio task, under asyncio's rule
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 import trio
@@ -178,3 +179,30 @@ async def test_a_wrapper_cancel_before_the_asyncio_task_starts_still_interrupts_
 
     with trio.fail_after(5), pytest.raises(StreamTerminatedError, match="reset early"):
         await cross(waits())
+
+
+@in_loop
+async def test_a_coroutine_that_waited_leaves_no_cycle_holding_what_it_received() -> None:
+    """The asyncio task, the rest of the coroutine and the stand-in refer to each other while
+    the call runs; once it is over, none of them (nor what the coroutine received) waits for
+    a cyclic collection to be freed: that held every batch bench_wire's server read."""
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def waits() -> int:  # as grpclib's Buffer.read waits for data
+        return len(await queue.get())
+
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        with trio.fail_after(5):
+            asyncio.get_running_loop().call_soon(queue.put_nowait, b"x" * 100_000)
+            assert await cross(waits()) == 100_000
+            await trio.lowlevel.checkpoint()
+        gc.collect()
+        left = {type(o).__name__ for o in gc.garbage} & {"_StandIn", "_Resumed", "Task"}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert not left

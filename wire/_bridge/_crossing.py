@@ -29,8 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 from asyncio.tasks import _enter_task, _leave_task
-from collections.abc import Coroutine, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar, cast
 
 import trio
@@ -49,16 +48,17 @@ async def cross(coro: Coroutine[Any, Any, _T]) -> _T:
     except BaseException:
         coro.close()  # never started: close it, or Python warns it was never awaited
         raise
-    stand_in = _StandIn()
+    stand_in = _StandIn(asyncio.get_running_loop())
     try:
-        with stand_in.current(asyncio.get_running_loop()):
-            waits_on = coro.send(None)
+        waits_on = stand_in.step(coro, None)
     except StopIteration as finished:
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        return finished.value  # type: ignore[no-any-return]
-    loop = trio_asyncio.current_loop.get()
-    result: _T = await loop.run_aio_coroutine(_Resumed(coro, waits_on, stand_in))
-    return result
+        value: _T = finished.value
+    else:
+        loop = trio_asyncio.current_loop.get()
+        result: _T = await loop.run_aio_coroutine(_Resumed(coro, waits_on, stand_in))
+        return result
+    await trio.lowlevel.cancel_shielded_checkpoint()
+    return value
 
 
 class _StandIn:
@@ -69,9 +69,10 @@ class _StandIn:
     an asyncio task of its own, a cancel is kept and applied when :meth:`adopt` gives it one.
     """
 
-    __slots__ = ("_pending_cancel", "task")
+    __slots__ = ("_pending_cancel", "loop", "task")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.task: asyncio.Task[Any] | None = None
         self._pending_cancel: tuple[Any, ...] | None = None
 
@@ -88,16 +89,21 @@ class _StandIn:
         if apply_pending and self._pending_cancel is not None:
             task.cancel(*self._pending_cancel)
 
-    @contextmanager
-    def current(self, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
-        """Be ``loop``'s current task for the block (the running task, if any, steps aside)."""
+    def step(self, coro: Coroutine[Any, Any, Any], thrown: BaseException | None) -> Any:
+        """One step of ``coro`` (``send(None)``, or ``throw(thrown)``) with the stand-in as its
+        loop's current task (the running task, if any, steps aside meanwhile). Returns what
+        it yielded; raises what it raised, StopIteration at its end.
+
+        A plain function, not a generator-based context manager: the StopIteration that ends
+        every call would leave that as a RuntimeError (PEP 479) for contextlib to unwrap."""
+        loop = self.loop
         running = self.task
         me = cast("asyncio.Task[Any]", self)  # asyncio stores it and hands it out, no more
         if running is not None:
             _leave_task(loop, running)
         _enter_task(loop, me)
         try:
-            yield
+            return coro.throw(thrown) if thrown is not None else coro.send(None)
         finally:
             _leave_task(loop, me)
             if running is not None:
@@ -144,9 +150,8 @@ class _Resumed(collections.abc.Coroutine[Any, Any, _T]):
     def close(self) -> None:
         """Close the inner coroutine (its task is being thrown away unfinished). Its handlers
         run with the stand-in current when no task is: grpclib's Wrapper asserts one is."""
-        task = self._stand_in.task
-        loop = task.get_loop() if task is not None else None
-        if loop is None or loop.is_closed() or asyncio.current_task(loop) is not None:
+        loop = self._stand_in.loop
+        if loop.is_closed() or asyncio.current_task(loop) is not None:
             self._coro.close()
             return
         me = cast("asyncio.Task[Any]", self._stand_in)
@@ -181,10 +186,13 @@ class _Resumed(collections.abc.Coroutine[Any, Any, _T]):
     def _resume(self, thrown: BaseException | None) -> Any:
         stand_in = self._stand_in
         assert stand_in.task is not None
-        with stand_in.current(stand_in.task.get_loop()):
-            if thrown is not None:
-                self._waits_on = self._coro.throw(thrown)
-            else:
-                self._waits_on = self._coro.send(None)  # StopIteration: the task's result
+        try:
+            self._waits_on = stand_in.step(self._coro, thrown)
+        except BaseException:  # StopIteration (the task's result) included: it is over
+            # The task holds this object, which holds the stand-in, which held the task: a
+            # cycle that kept the last future, and the message it carried, until a collection.
+            self._waits_on = None
+            stand_in.task = None
+            raise
         self._handed_out = False
         return self._hand_out()
