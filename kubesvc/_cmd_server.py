@@ -13,6 +13,7 @@ import server
 import server.api
 import wire
 
+from ._collector import manage_collector
 from ._logging import add_log_options, chosen_format, configure_logging
 from ._signals import run_until_signalled
 
@@ -59,11 +60,15 @@ def _main(args: argparse.Namespace) -> int:
     )
 
     async def main() -> int:
-        async with wire.open_loop():
-            return await run_until_signalled(
+        async with wire.open_loop(), trio.open_nursery() as nursery:
+            # A long-lived role with a large heap (caches, sessions): see kubesvc/_collector.py.
+            nursery.start_soon(manage_collector)
+            code = await run_until_signalled(
                 "server",
                 lambda stop: server.run_server(config, serve_api=server.api.serve_api, stop=stop),
             )
+            nursery.cancel_scope.cancel()
+            return code
 
     code: int = trio.run(main)
     return code

@@ -1,4 +1,5 @@
-"""CPython's cyclic garbage collector on a long-lived role's schedule (``kubesvc agent``).
+"""CPython's cyclic garbage collector on a long-lived role's schedule (``kubesvc agent``,
+``kubesvc server``).
 
 Why: an agent with 1,000 accounts holds ~12,000 watches (their tasks, HTTP/2 streams, cancel
 scopes and buffers) for as long as it runs. CPython's full collection traverses every tracked
@@ -6,7 +7,11 @@ object each time the heap has grown by a quarter since the last one: during benc
 initial sync of 1,000 clusters that was 15 full collections, 8.7 s of the agent's 49 s of CPU,
 each a pause of the whole event loop that grows with the heap.
 
-What: every ``freeze_seconds`` every tracked object is frozen (``gc.freeze``: moved where
+The server is such a role too (sessions of up to 1,000 agents, task and kind caches), and
+in bench_ops it made one or two full collections in a quarter of a minute, ~50 ms each.
+
+What: what the start made is frozen at once (modules, configuration: never garbage), and
+every ``freeze_seconds`` every tracked object is frozen (``gc.freeze``: moved where
 automatic collections do not look; a list splice, no traversal), so automatic collections
 only ever see what was allocated since. The young generations are collected by CPython as
 usual in between: what is frozen has survived them, or is at most a few hundred objects
@@ -38,6 +43,7 @@ async def manage_collector(*, freeze_seconds: float = 30.0, full_seconds: float 
         raise ValueError("manage_collector needs 0 < freeze_seconds <= full_seconds")
     try:
         next_full = trio.current_time() + full_seconds
+        gc.freeze()  # what the start made (modules, configuration) is never garbage
         while True:
             await trio.sleep(freeze_seconds)
             if trio.current_time() >= next_full:
