@@ -206,3 +206,29 @@ async def test_a_coroutine_that_waited_leaves_no_cycle_holding_what_it_received(
         gc.garbage.clear()
         gc.enable()
     assert not left
+
+
+@in_loop
+async def test_closing_the_rest_of_a_coroutine_runs_its_handlers_under_the_stand_in() -> None:
+    """A coroutine thrown away unfinished (its task never ran: ``close``) still exits
+    grpclib's Wrapper, which asserts that some task is current."""
+    from wire._bridge._crossing import _Resumed, _StandIn
+
+    loop = asyncio.get_running_loop()
+    wrapper = Wrapper()
+    exited: list[bool] = []
+
+    async def waits() -> None:
+        with wrapper:
+            try:
+                await loop.create_future()
+            finally:
+                exited.append(True)
+
+    coro = waits()
+    stand_in = _StandIn(loop)
+    pending = stand_in.step(coro, None)
+    rest: _Resumed[None] = _Resumed(coro, pending, stand_in)
+    rest.close()
+    assert exited == [True]
+    assert not wrapper._tasks
