@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import trio
-import trio_asyncio
 from grpclib.config import Configuration
 from grpclib.const import Cardinality
 from grpclib.const import Handler as GrpcHandler
@@ -35,6 +34,7 @@ from grpclib.server import Stream as GrpcStream
 
 from .._errors import MessageTooLarge, ProtocolViolation, RecordError, Refuse, WireError
 from ..messages import CONNECT_METHOD
+from ._crossing import cross
 from ._grpclib import Server, close_listener
 from ._loop import require_loop
 from ._options import (
@@ -137,9 +137,7 @@ class _ConnectService:
             # the crash cancels serve(), which would close the connection first.
             outcome = exc
             with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_SECONDS):
-                await trio_asyncio.aio_as_trio(stream._aio_end_call)(
-                    GrpcStatus.INTERNAL, "internal server error"
-                )
+                await cross(stream._aio_end_call(GrpcStatus.INTERNAL, "internal server error"))
             raise
         finally:
             stream._finished = True
@@ -194,18 +192,16 @@ async def serve(
     bound_port: int = sock.getsockname()[1]
     async with trio.open_nursery() as nursery:
         service = _ConnectService(handler, nursery, max_message_size)
-        server = await trio_asyncio.aio_as_trio(_aio_start)(
-            service, sock, ssl_context, configuration(keepalive)
-        )
+        server = await cross(_aio_start(service, sock, ssl_context, configuration(keepalive)))
         try:
             task_status.started(bound_port)
             if stop_listening is not None:
                 await stop_listening.wait()
-                await trio_asyncio.aio_as_trio(_aio_stop_listening)(server)
+                await cross(_aio_stop_listening(server))
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_SECONDS):
-                await trio_asyncio.aio_as_trio(_aio_stop)(server, service)
+                await cross(_aio_stop(server, service))
 
 
 async def _aio_start(
