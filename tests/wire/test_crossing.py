@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Generator
+from typing import Any
 
 import pytest
 import trio
@@ -181,14 +183,19 @@ async def test_a_wrapper_cancel_before_the_asyncio_task_starts_still_interrupts_
         await cross(waits())
 
 
+@pytest.mark.parametrize("ending", ["received", "cancelled"])
 @in_loop
-async def test_a_coroutine_that_waited_leaves_no_cycle_holding_what_it_received() -> None:
+async def test_a_coroutine_that_waited_leaves_no_cycle_holding_what_it_received(
+    ending: str,
+) -> None:
     """The asyncio task, the rest of the coroutine and the stand-in refer to each other while
-    the call runs; once it is over, none of them (nor what the coroutine received) waits for
-    a cyclic collection to be freed: that held every batch bench_wire's server read."""
+    the call runs, and a CancelledError thrown in holds the frames it passed; once the call
+    is over, none of them waits for a cyclic collection to be freed (that held every batch
+    bench_wire's server read)."""
     queue: asyncio.Queue[bytes] = asyncio.Queue()
 
     async def waits() -> int:  # as grpclib's Buffer.read waits for data
+        held = bytearray(100_000)  # noqa: F841  (what a cycle would keep)
         return len(await queue.get())
 
     gc.collect()
@@ -196,16 +203,60 @@ async def test_a_coroutine_that_waited_leaves_no_cycle_holding_what_it_received(
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         with trio.fail_after(5):
-            asyncio.get_running_loop().call_soon(queue.put_nowait, b"x" * 100_000)
-            assert await cross(waits()) == 100_000
+            if ending == "received":
+                asyncio.get_running_loop().call_soon(queue.put_nowait, b"x" * 100_000)
+                assert await cross(waits()) == 100_000
+            else:
+                with trio.move_on_after(0.01):
+                    await cross(waits())
             await trio.lowlevel.checkpoint()
         gc.collect()
-        left = {type(o).__name__ for o in gc.garbage} & {"_StandIn", "_Resumed", "Task"}
+        left = {type(o).__name__ for o in gc.garbage} & {
+            "_StandIn",
+            "_Resumed",
+            "Task",
+            "bytearray",
+        }
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
         gc.enable()
     assert not left
+
+
+@in_loop
+async def test_asyncio_timeout_works_inside_a_crossed_coroutine() -> None:
+    """asyncio.timeout cancels the current task and takes the cancel back (uncancel,
+    cancelling): the stand-in passes all of it to the task that runs the coroutine."""
+    loop = asyncio.get_running_loop()
+
+    async def times_out() -> str:
+        try:
+            async with asyncio.timeout(0.01):
+                await loop.create_future()
+        except TimeoutError:
+            return "timed out"
+        return "not reached"
+
+    with trio.fail_after(5):
+        assert await cross(times_out()) == "timed out"
+
+
+@in_loop
+async def test_a_bad_yield_is_thrown_into_the_coroutine_as_a_task_would() -> None:
+    class _Yields42:
+        def __await__(self) -> Generator[Any, None, None]:
+            yield 42
+
+    async def yields_badly() -> str:
+        try:
+            await _Yields42()
+        except RuntimeError as exc:
+            return str(exc)
+        return "not reached"
+
+    with trio.fail_after(5):
+        assert await cross(yields_badly()) == "Task got bad yield: 42"
 
 
 @in_loop

@@ -20,8 +20,13 @@ asyncio's ``_enter_task``/``_leave_task`` (what a task's own step calls) make it
 tests/wire/test_grpclib_seams.py checks that they still do.
 
 Trio's rules hold too: a cancelled caller raises Cancelled before the coroutine starts, and
-every call is a schedule point (a sender in a loop of calls that never wait still lets the
-other tasks run).
+every call that returns is a schedule point (a sender in a loop of calls that never wait
+still lets the other tasks run).
+
+No reference cycle outlives a call, whichever way it ends: the task, the rest of the
+coroutine and the stand-in refer to each other while it runs, and an exception thrown in
+holds the frames that hold it. Either would keep what the coroutine received (a whole
+batch) until a cyclic collection; the links are cut as the call ends.
 """
 
 from __future__ import annotations
@@ -43,18 +48,20 @@ _T = TypeVar("_T")
 async def cross(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run the asyncio coroutine ``coro`` to its end for the calling trio task; return its
     value or raise its exception. The caller must be inside the bridge's loop (open_loop)."""
+    loop = trio_asyncio.current_loop.get()
     try:
+        if loop is None:
+            raise RuntimeError("wire's bridge crossed with no loop: run it inside open_loop()")
         await trio.lowlevel.checkpoint_if_cancelled()
     except BaseException:
         coro.close()  # never started: close it, or Python warns it was never awaited
         raise
-    stand_in = _StandIn(asyncio.get_running_loop())
+    stand_in = _StandIn(loop)
     try:
         waits_on = stand_in.step(coro, None)
     except StopIteration as finished:
         value: _T = finished.value
     else:
-        loop = trio_asyncio.current_loop.get()
         result: _T = await loop.run_aio_coroutine(_Resumed(coro, waits_on, stand_in))
         return result
     await trio.lowlevel.cancel_shielded_checkpoint()
@@ -82,6 +89,20 @@ class _StandIn:
         self._pending_cancel = (msg,)
         return True
 
+    # What asyncio.timeout() and TaskGroup ask of the current task besides cancel() (grpclib
+    # uses neither today). Before there is a task, at most one cancel is pending.
+
+    def cancelling(self) -> int:
+        if self.task is not None:
+            return self.task.cancelling()
+        return 1 if self._pending_cancel is not None else 0
+
+    def uncancel(self) -> int:
+        if self.task is not None:
+            return self.task.uncancel()
+        self._pending_cancel = None
+        return 0
+
     def adopt(self, task: asyncio.Task[Any], *, apply_pending: bool) -> None:
         """From now on the coroutine runs in ``task``: cancels go to it, and one asked for
         before (``apply_pending``) lands at the coroutine's next wait, as asyncio's would."""
@@ -108,6 +129,9 @@ class _StandIn:
             _leave_task(loop, me)
             if running is not None:
                 _enter_task(loop, running)
+            # An exception leaving here holds this frame: let it not hold itself, the task
+            # or the stand-in (see the module docstring on cycles).
+            thrown = running = me = None  # type: ignore[assignment]
 
 
 class _Resumed(collections.abc.Coroutine[Any, Any, _T]):
@@ -138,20 +162,23 @@ class _Resumed(collections.abc.Coroutine[Any, Any, _T]):
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         exc = typ if isinstance(typ, BaseException) else typ() if val is None else val
-        if not self._handed_out:
-            # Cancelled before the task ever waited: as if it had, the future it would have
-            # waited on is cancelled too; a cancel the stand-in was asked for is moot now.
-            self._adopt(apply_pending=False)
-            future = self._waits_on
-            if isinstance(exc, asyncio.CancelledError) and future is not None:
-                future.cancel()
-        return self._resume(exc)
+        try:
+            if not self._handed_out:
+                # Cancelled before the task ever waited: as if it had, the future it would
+                # have waited on is cancelled too; a cancel the stand-in was asked for is moot.
+                self._adopt(apply_pending=False)
+                future = self._waits_on
+                if isinstance(exc, asyncio.CancelledError) and future is not None:
+                    future.cancel()
+            return self._resume(exc)
+        finally:
+            exc = typ = val = None  # not kept by the traceback of what it raises
 
     def close(self) -> None:
         """Close the inner coroutine (its task is being thrown away unfinished). Its handlers
         run with the stand-in current when no task is: grpclib's Wrapper asserts one is."""
         loop = self._stand_in.loop
-        if loop.is_closed() or asyncio.current_task(loop) is not None:
+        if asyncio.current_task(loop) is not None:
             self._coro.close()
             return
         me = cast("asyncio.Task[Any]", self._stand_in)
@@ -178,7 +205,11 @@ class _Resumed(collections.abc.Coroutine[Any, Any, _T]):
         self._adopt(apply_pending=True)
         self._handed_out = True
         future = self._waits_on
-        if future is None or future.done():
+        if getattr(future, "_asyncio_future_blocking", None) is None:
+            # A bare yield (None), or something no task can wait on: the task answers that
+            # with "bad yield", thrown into the coroutine, as it would have been.
+            return future
+        if future.done():
             return None
         future._asyncio_future_blocking = True  # what makes the task wait on it
         return future
@@ -194,5 +225,7 @@ class _Resumed(collections.abc.Coroutine[Any, Any, _T]):
             self._waits_on = None
             stand_in.task = None
             raise
+        finally:
+            thrown = None  # not kept by the traceback of what it raises
         self._handed_out = False
         return self._hand_out()
