@@ -456,29 +456,32 @@ class OperationService:
     async def _received(self, ended: Ending, waiting: Outstanding) -> OperationOutcome:
         result = waiting.result
         assert result is not None
+        # Each field read once: a betterproto attribute costs ~1.6 us here.
+        ok, result_json, code = result.ok, result.result_json, result.error_code
+        given_message = result.error_message
         elapsed_ms = int((trio.current_time() - waiting.sent_at) * 1000)
-        agent = parse_result(result.ok, result.result_json, result.error_message, result.error_code)
+        agent = parse_result(ok, result_json, given_message, code)
         if agent.problem:
             log.warning("operation %s: %s", result.id, agent.problem)
         await ended.update_cache(cache_records(ended.record.account, agent.objects, agent.deleted))
-        message = result.error_message or (agent.problem if not result.ok else "")
-        if not result.ok and not message:
-            message = f"the agent reported a failure with no message (code {result.error_code!r})"
+        message = given_message or (agent.problem if not ok else "")
+        if not ok and not message:
+            message = f"the agent reported a failure with no message (code {code!r})"
         await ended.write(
             replace(
                 ended.record,
-                state="SUCCEEDED" if result.ok else "FAILED",
+                state="SUCCEEDED" if ok else "FAILED",
                 updated_ms=self._now_ms(),
-                result_json=redacted_result_json(result.result_json),
+                result_json=redacted_result_json(result_json),
                 error_message=message,
-                error_code=result.error_code,
+                error_code=code,
             ),
             f"{waiting.sent_note}; result received after {elapsed_ms} ms: "
-            + ("ok" if result.ok else f"failed: {message}"),
+            + ("ok" if ok else f"failed: {message}"),
         )
-        if result.ok:
+        if ok:
             return OperationOutcome(True, agent)
-        return OperationOutcome(False, agent, error_name(result.error_code), message)
+        return OperationOutcome(False, agent, error_name(code), message)
 
     async def _update_cache(self, records: list[EventRecord]) -> None:
         """Write the objects the agent returned so /manifests shows them at once. The store
