@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 from typing import Any
 
 import trio
 
 import agent
-import wire
 
-from ._collector import manage_collector
 from ._logging import add_log_options, chosen_format, configure_logging
-from ._signals import run_until_signalled
+from ._signals import run_role
 
 
 def register(subparsers: Any) -> None:
@@ -47,12 +44,7 @@ def _main(args: argparse.Namespace) -> int:
     logging.getLogger("kubesvc").info("agent starting with %s", path)
 
     async def main() -> int:
-        async with wire.open_loop(), trio.open_nursery() as nursery:
-            # The agent holds thousands of long-lived watches: see kubesvc/_collector.py.
-            nursery.start_soon(manage_collector)
-            code = await run_until_signalled("agent", lambda stop: agent.run_agent(path, stop=stop))
-            nursery.cancel_scope.cancel()
-            return code
+        return await run_role("agent", lambda stop: agent.run_agent(path, stop=stop))
 
-    code: int = trio.run(functools.partial(main))
+    code: int = trio.run(main)
     return code

@@ -11,11 +11,9 @@ import trio
 
 import server
 import server.api
-import wire
 
-from ._collector import manage_collector
 from ._logging import add_log_options, chosen_format, configure_logging
-from ._signals import run_until_signalled
+from ._signals import run_role
 
 
 def register(subparsers: Any) -> None:
@@ -60,15 +58,10 @@ def _main(args: argparse.Namespace) -> int:
     )
 
     async def main() -> int:
-        async with wire.open_loop(), trio.open_nursery() as nursery:
-            # A long-lived role with a large heap (caches, sessions): see kubesvc/_collector.py.
-            nursery.start_soon(manage_collector)
-            code = await run_until_signalled(
-                "server",
-                lambda stop: server.run_server(config, serve_api=server.api.serve_api, stop=stop),
-            )
-            nursery.cancel_scope.cancel()
-            return code
+        return await run_role(
+            "server",
+            lambda stop: server.run_server(config, serve_api=server.api.serve_api, stop=stop),
+        )
 
     code: int = trio.run(main)
     return code

@@ -16,7 +16,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-__all__ = ["SIGNALS", "run_until_signalled"]
+import wire
+
+from ._collector import manage_collector
+
+__all__ = ["SIGNALS", "run_role", "run_until_signalled"]
 
 log = logging.getLogger("kubesvc")
 
@@ -52,3 +56,14 @@ async def run_until_signalled(role: str, run: Callable[[trio.Event], Awaitable[N
             await run(stop)
             nursery.cancel_scope.cancel()
     return code
+
+
+async def run_role(role: str, run: Callable[[trio.Event], Awaitable[None]]) -> int:
+    """A long-lived role's process around ``run``: the bridge's loop (wire.open_loop), the
+    collector schedule of long-lived roles (kubesvc/_collector.py) and the signals above.
+    Returns what :func:`run_until_signalled` returns."""
+    async with wire.open_loop(), trio.open_nursery() as nursery:
+        nursery.start_soon(manage_collector)
+        code = await run_until_signalled(role, run)
+        nursery.cancel_scope.cancel()
+        return code
