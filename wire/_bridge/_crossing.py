@@ -34,11 +34,13 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 from asyncio.tasks import _enter_task, _leave_task
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar, cast
 
 import trio
 import trio_asyncio
+
+from ._loop import require_loop
 
 __all__ = ["cross"]
 
@@ -48,14 +50,13 @@ _T = TypeVar("_T")
 async def cross(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run the asyncio coroutine ``coro`` to its end for the calling trio task; return its
     value or raise its exception. The caller must be inside the bridge's loop (open_loop)."""
-    loop = trio_asyncio.current_loop.get()
     try:
-        if loop is None:
-            raise RuntimeError("wire's bridge crossed with no loop: run it inside open_loop()")
+        require_loop("a call into grpclib")
         await trio.lowlevel.checkpoint_if_cancelled()
     except BaseException:
         coro.close()  # never started: close it, or Python warns it was never awaited
         raise
+    loop = trio_asyncio.current_loop.get()
     stand_in = _StandIn(loop)
     try:
         waits_on = stand_in.step(coro, None)
@@ -112,26 +113,37 @@ class _StandIn:
 
     def step(self, coro: Coroutine[Any, Any, Any], thrown: BaseException | None) -> Any:
         """One step of ``coro`` (``send(None)``, or ``throw(thrown)``) with the stand-in as its
-        loop's current task (the running task, if any, steps aside meanwhile). Returns what
-        it yielded; raises what it raised, StopIteration at its end.
+        loop's current task. Returns what it yielded; raises what it raised, StopIteration at
+        its end."""
+        try:
+            if thrown is not None:
+                return self.as_current(coro.throw, thrown)
+            return self.as_current(coro.send, None)
+        finally:
+            thrown = None  # an exception leaving here holds this frame: not itself too
 
-        A plain function, not a generator-based context manager: the StopIteration that ends
-        every call would leave that as a RuntimeError (PEP 479) for contextlib to unwrap."""
+    def as_current(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` with the stand-in as its loop's current task; the task that was
+        current (the one running the coroutine, or none in the trio task) steps aside
+        meanwhile. A plain function, not a generator-based context manager: the StopIteration
+        that ends every call would leave that as a RuntimeError (PEP 479) for contextlib to
+        unwrap."""
         loop = self.loop
-        running = self.task
+        running = asyncio.current_task(loop)
         me = cast("asyncio.Task[Any]", self)  # asyncio stores it and hands it out, no more
         if running is not None:
             _leave_task(loop, running)
         _enter_task(loop, me)
         try:
-            return coro.throw(thrown) if thrown is not None else coro.send(None)
+            return call(*args)
         finally:
             _leave_task(loop, me)
             if running is not None:
                 _enter_task(loop, running)
-            # An exception leaving here holds this frame: let it not hold itself, the task
-            # or the stand-in (see the module docstring on cycles).
-            thrown = running = me = None  # type: ignore[assignment]
+            # An exception leaving here holds this frame: let it not hold itself (in
+            # ``args``), the task or the stand-in (see the module docstring on cycles).
+            args = ()
+            running = me = None  # type: ignore[assignment]
 
 
 class _Resumed(collections.abc.Coroutine[Any, Any, _T]):
@@ -176,17 +188,8 @@ class _Resumed(collections.abc.Coroutine[Any, Any, _T]):
 
     def close(self) -> None:
         """Close the inner coroutine (its task is being thrown away unfinished). Its handlers
-        run with the stand-in current when no task is: grpclib's Wrapper asserts one is."""
-        loop = self._stand_in.loop
-        if asyncio.current_task(loop) is not None:
-            self._coro.close()
-            return
-        me = cast("asyncio.Task[Any]", self._stand_in)
-        _enter_task(loop, me)
-        try:
-            self._coro.close()
-        finally:
-            _leave_task(loop, me)
+        run with the stand-in current: grpclib's Wrapper asserts some task is."""
+        self._stand_in.as_current(self._coro.close)
 
     def __await__(self) -> Generator[Any, None, _T]:
         raise TypeError("_Resumed is driven by its asyncio task, not awaited")
