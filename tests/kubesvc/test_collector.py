@@ -23,15 +23,16 @@ async def test_survivors_are_frozen_and_frozen_cycles_are_collected_at_the_full_
 ) -> None:
     with trio.fail_after(3600):
         gc.unfreeze()
-        a, b = _Node(), _Node()
-        a.other, b.other = b, a  # a cycle: only the cyclic collector can free it
-        dead = weakref.ref(a)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: manage_collector(freeze_seconds=30, full_seconds=300))
-            await trio.sleep(1)
-            assert gc.get_freeze_count() > 0  # what the start made is frozen at once
-            await trio.sleep(30)
-            assert gc.get_freeze_count() > 0  # the cycle, among the rest, is frozen now
+            await trio.testing.wait_all_tasks_blocked()  # the collector sleeps: it has begun
+            at_start = gc.get_freeze_count()
+            assert at_start > 0  # what the start made is frozen at once
+            a, b = _Node(), _Node()
+            a.other, b.other = b, a  # a cycle: only the cyclic collector can free it
+            dead = weakref.ref(a)
+            await trio.sleep(31)  # past the first interval's freeze, not at the same instant
+            assert gc.get_freeze_count() > at_start  # the cycle, among the rest, frozen now
             del a, b
             gc.collect()
             assert dead() is not None  # frozen: the ordinary collections do not see it
