@@ -56,6 +56,7 @@ import yaml
 
 import kubesim
 import wire
+from agent.config._schema import DEFAULT_IDLE_COALESCE_MS
 from tests._procs import open_process
 from tests.bench.bench_agent import cpu_seconds, load_average, rss_kib, start_agent, stop_agent
 from wire import messages
@@ -209,10 +210,15 @@ def small_cluster_objects() -> list[dict[str, Any]]:
     return objects
 
 
-def make_cluster() -> kubesim.Cluster:
+def make_cluster(bookmark_interval: float = 60.0) -> kubesim.Cluster:
     """One small cluster: 2 namespaces and the objects of ``small_cluster_objects``."""
     cluster = kubesim.Cluster(
-        kubesim.SimConfig(namespaces=NAMESPACES, watch_history=1000, continue_ttl=600.0)
+        kubesim.SimConfig(
+            namespaces=NAMESPACES,
+            watch_history=1000,
+            continue_ttl=600.0,
+            bookmark_interval=bookmark_interval,
+        )
     )
     for obj in small_cluster_objects():
         cluster.create(obj)
@@ -280,7 +286,11 @@ class Receiver:
 
 
 def write_agent_config(
-    path: Path, kubeconfigs: list[Path], grpc_port: int, total_budget: int
+    path: Path,
+    kubeconfigs: list[Path],
+    grpc_port: int,
+    total_budget: int,
+    idle_coalesce_ms: int | None = None,
 ) -> None:
     config = {
         "clouddriver": {
@@ -300,6 +310,8 @@ def write_agent_config(
         "prometheus": {"enabled": False},
         "logging": {"level": os.environ.get("BENCH_AGENT_LOG", "WARN")},
     }
+    if idle_coalesce_ms is not None:  # else the agent's default (agent/_pacing.py)
+        config["idle"] = {"coalesceMs": idle_coalesce_ms}
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
 
 
@@ -325,12 +337,14 @@ async def churn(members: list[kubesim.Member], rate: float, seconds: float) -> i
     return done
 
 
-async def serve_sim(clusters: int, folder: Path, churn_rate: float, churn_s: float) -> None:
+async def serve_sim(
+    clusters: int, folder: Path, churn_rate: float, churn_s: float, bookmark_interval: float
+) -> None:
     """The kubesim process: build ``clusters`` clusters, serve them over TLS, write their
     kubeconfigs and ``sim.json`` (port, build time) into ``folder``; on SIGUSR1 churn, then
     write ``churn.json``. Runs until killed."""
     started = time.perf_counter()
-    built = [make_cluster() for _ in range(clusters)]
+    built = [make_cluster(bookmark_interval) for _ in range(clusters)]
     build_s = time.perf_counter() - started
     # What was built lives as long as the process: keep the collector from walking it.
     gc.freeze()
@@ -368,6 +382,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {
         "clusters": args.clusters,
         "total_budget": args.total_budget,
+        "idle_coalesce_ms": (
+            DEFAULT_IDLE_COALESCE_MS if args.idle_coalesce_ms is None else args.idle_coalesce_ms
+        ),
         "load_average_start": load_average(),
     }
     with tempfile.TemporaryDirectory(prefix="bench_fleet") as tmp:
@@ -387,7 +404,7 @@ async def _phases(
     receiver = Receiver()
     command = [sys.executable, "-m", "tests.bench.bench_fleet", "--sim", str(tmp_path)]
     command += ["--clusters", str(args.clusters), "--churn-rate", str(args.churn_rate)]
-    command += ["--churn-s", str(args.churn_s)]
+    command += ["--churn-s", str(args.churn_s), "--bookmark-interval", str(args.bookmark_interval)]
     # kubesim is killed and reaped on the way out, also when the bench fails or is interrupted
     with (tmp_path / "sim.log").open("ab") as sim_log:
         sim_process = open_process(
@@ -400,7 +417,9 @@ async def _phases(
             kubeconfigs = [tmp_path / f"kubeconfig-{index}" for index in range(args.clusters)]
             grpc_port = await nursery.start(wire.serve, receiver.handler, "127.0.0.1", 0)
             config = tmp_path / "agent.yaml"
-            write_agent_config(config, kubeconfigs, grpc_port, args.total_budget)
+            write_agent_config(
+                config, kubeconfigs, grpc_port, args.total_budget, args.idle_coalesce_ms
+            )
             await _run_agent(args, tmp_path, config, log, sim, receiver, results)
             nursery.cancel_scope.cancel()
 
@@ -521,10 +540,29 @@ def main() -> None:
     parser.add_argument("--churn-s", type=float, default=20.0)
     parser.add_argument("--sync-limit-s", type=float, default=600.0)
     parser.add_argument("--total-budget", type=int, default=50, help="tasks.totalBudget")
+    parser.add_argument(
+        "--bookmark-interval",
+        type=float,
+        default=60.0,
+        help="kubesim's seconds between a watch's bookmarks (kube-apiserver's: ~60)",
+    )
+    parser.add_argument(
+        "--idle-coalesce-ms",
+        type=int,
+        default=None,
+        help="the agent's idle.coalesceMs (default: the agent's own; 0: no idle pacing)",
+    )
     parser.add_argument("--sim", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sim:
-        trio.run(serve_sim, args.clusters, Path(args.sim), args.churn_rate, args.churn_s)
+        trio.run(
+            serve_sim,
+            args.clusters,
+            Path(args.sim),
+            args.churn_rate,
+            args.churn_s,
+            args.bookmark_interval,
+        )
         return
     report(trio.run(bench, args), args.json)
 
