@@ -12,8 +12,8 @@ Its parts, innermost first (import-linter keeps each from importing the ones aft
 Here, above them: the composition (``_app``: config -> budget -> accounts -> link, reload),
 the accounts (``_accounts``), the status, health and metrics endpoints (``_status``,
 ``_health``, ``_metrics``), and what every part shares: the one exception tree
-(``_errors``), ``Backoff`` (``_backoff``) and the account named in every log line
-(``_log_context``).
+(``_errors``), ``Backoff`` (``_backoff``), the account named in every log line
+(``_log_context``), coarse sleeps (``_coarse_sleep``) and idle pacing (``_pacing``).
 """
 
 from ._accounts import AccountSet, AccountState
@@ -52,6 +52,7 @@ from ._errors import (
 from ._health import health_app, metrics_app, serve_http
 from ._log_context import account_logs, log_context
 from ._metrics import metrics_registry
+from ._pacing import idle_pacing
 from ._status import AgentStatus, OperationRecord
 from .config import (
     AccountConfig,
@@ -189,6 +190,7 @@ __all__ = [
     "diff_targets",
     "discover",
     "health_app",
+    "idle_pacing",
     "link_settings",
     "load_config",
     "load_kubeconfig",

@@ -28,6 +28,7 @@ from ._errors import ConfigError
 from ._health import health_app, metrics_app, serve_http
 from ._log_context import account_logs, agent_logs
 from ._metrics import metrics_registry
+from ._pacing import unpaced
 from ._status import AgentStatus
 from .config import ClouddriverConfig, Config, load_config, watch_config
 from .link import Link, LinkSettings, ServerAddress, TokenSource
@@ -159,7 +160,15 @@ def build_agent(config: Config, *, environ: Mapping[str, str] = os.environ) -> A
 async def _run_operation(
     accounts: AccountSet, executor: OperationExecutor, operation: messages.Operation
 ) -> messages.OperationResult:
-    """Dynamic accounts are the agent's own business; everything else goes to Kubernetes."""
+    """Dynamic accounts are the agent's own business; everything else goes to Kubernetes.
+    Either way, not paced (agent/_pacing.py): an operation's steps are not delayed."""
+    with unpaced():
+        return await _run_unpaced(accounts, executor, operation)
+
+
+async def _run_unpaced(
+    accounts: AccountSet, executor: OperationExecutor, operation: messages.Operation
+) -> messages.OperationResult:
     if operation.type != DYNAMIC_ACCOUNT:
         with account_logs(operation.account):  # the operation's lines name its account
             return await executor(operation)

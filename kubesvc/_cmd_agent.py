@@ -44,7 +44,9 @@ def _main(args: argparse.Namespace) -> int:
     logging.getLogger("kubesvc").info("agent starting with %s", path)
 
     async def main() -> int:
-        return await run_role("agent", lambda stop: agent.run_agent(path, stop=stop))
+        # The whole process is paced when quiet, the bridge's loop included (agent/_pacing.py).
+        with agent.idle_pacing(config.idle.coalesce_ms / 1000):
+            return await run_role("agent", lambda stop: agent.run_agent(path, stop=stop))
 
     code: int = trio.run(main)
     return code

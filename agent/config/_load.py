@@ -29,6 +29,8 @@ import yaml
 from .._errors import ConfigError
 from ._schema import (
     DEFAULT_DRAIN_SECONDS,
+    DEFAULT_IDLE_COALESCE_MS,
+    MAX_IDLE_COALESCE_MS,
     SSA_MODES,
     AccountConfig,
     AuthConfig,
@@ -37,6 +39,7 @@ from ._schema import (
     ClouddriverConfig,
     Config,
     CustomResourceDefinition,
+    IdleConfig,
     KubernetesConfig,
     LoggingConfig,
     Permissions,
@@ -110,6 +113,7 @@ def parse_config(text: str | bytes, *, source: str = "<config>") -> Config:
     timeout_seconds = top.number("timeoutSeconds", 0.0)
     budget = _budget(top.section("budget"), ignored)
     shutdown = _shutdown(top.section("shutdown"), ignored)
+    idle = _idle(top.section("idle"), ignored)
     ignored.extend(top.unknown())
     if outer is not None:
         ignored.extend(outer.unknown())
@@ -123,6 +127,7 @@ def parse_config(text: str | bytes, *, source: str = "<config>") -> Config:
         timeout_seconds=timeout_seconds,
         budget=budget,
         shutdown=shutdown,
+        idle=idle,
         source=source,
         ignored_options=tuple(sorted(ignored)),
     )
@@ -536,6 +541,15 @@ def _budget(s: Section, ignored: list[str]) -> BudgetConfig:
     config = BudgetConfig(bytes=s.size("bytes", BudgetConfig().bytes))
     if config.bytes < 64 * 1024:
         raise s.error("bytes", f"expected at least 64Ki, got {config.bytes} bytes")
+    _done(s, ignored)
+    return config
+
+
+def _idle(s: Section, ignored: list[str]) -> IdleConfig:
+    config = IdleConfig(coalesce_ms=s.integer("coalesceMs", DEFAULT_IDLE_COALESCE_MS))
+    if (ms := config.coalesce_ms) > MAX_IDLE_COALESCE_MS:
+        limit = f"at most {MAX_IDLE_COALESCE_MS} ms (0 turns it off)"
+        raise s.error("coalesceMs", f"expected {limit}, got {ms}")
     _done(s, ignored)
     return config
 

@@ -21,6 +21,7 @@ __all__ = [
     "ClouddriverConfig",
     "Config",
     "CustomResourceDefinition",
+    "IdleConfig",
     "KubernetesConfig",
     "LoggingConfig",
     "Permissions",
@@ -41,6 +42,9 @@ __all__ = [
 DEFAULT_BUDGET_BYTES = 64 * 2**20
 #: Inside Kubernetes' default grace period of 30 s, with room for the stream's close.
 DEFAULT_DRAIN_SECONDS = 20.0
+#: The wait before a quiet agent handles what woke it, in ms (see agent/_pacing.py).
+DEFAULT_IDLE_COALESCE_MS = 20
+MAX_IDLE_COALESCE_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +303,13 @@ class ShutdownConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class IdleConfig:
+    """``idle.*`` (kubesvc's own): a quiet agent coalesces its wake-ups, read at start."""
+
+    coalesce_ms: int = DEFAULT_IDLE_COALESCE_MS  # 0: off
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole agent configuration.
 
@@ -315,6 +326,7 @@ class Config:
     timeout_seconds: float = 0.0  # Kubernetes request timeout; 0 = none
     budget: BudgetConfig = BudgetConfig()
     shutdown: ShutdownConfig = ShutdownConfig()
+    idle: IdleConfig = IdleConfig()
     source: str = field(default="", compare=False)
     ignored_options: tuple[str, ...] = field(default=(), compare=False)
 

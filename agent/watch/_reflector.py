@@ -52,6 +52,7 @@ from .._errors import (
     KubeUnauthorizedError,
     WatchDecodeError,
 )
+from .._pacing import busy
 from ..kube import KubeTransport
 from ._discovery import WatchTarget
 from ._kind_availability import AvailabilityLog, KindAvailability, Nudge
@@ -452,6 +453,7 @@ class Reflector:
     async def _list(self) -> None:
         """One full list between sync markers, under both initial-list caps."""
         async with self._caps.initial_list():
+            busy()  # a list's round trips are not paced
             self.state.lists += 1
             self._hooks.request(self.account, "list", self.target)
             await self._send.send(self._marker(EventType.SYNC_BEGIN, ""))
@@ -628,11 +630,13 @@ class Reflector:
         fixed = self._fixed_size + len(scope)
         in_initial = initial is not None and not initial.done
         initial_objects = 0
+        objects = 0
         for event in events:
             kinds = _ENTRY_KINDS.get(event.type)
             if kinds is not None:
                 if omit and event.namespace in omit:
                     continue
+                objects += 1
                 initial_objects += in_initial
                 # Ordinary objects were stripped by the decoder (it had the metadata at hand).
                 data = self._scrubber.secret(event.object) if self._is_secret else event.object
@@ -660,6 +664,8 @@ class Reflector:
             elif event.type == "ERROR":
                 break
             # Unknown event types are skipped: the API may grow new ones.
+        if objects:
+            busy()  # a change is flowing: the agent is not idle (agent/_pacing.py)
         self.state.events += len(entries)
         self.state.listed += initial_objects
         return entries

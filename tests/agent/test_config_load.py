@@ -258,6 +258,9 @@ def test_load_config_warns_about_ignored_options(
         # .nan passed every comparison: SIGTERM then raised in move_on_at (exit 1)
         ("shutdown: {drainSeconds: .nan}", "shutdown.drainSeconds", "a finite number"),
         ("shutdown: {drainSeconds: .inf}", "shutdown.drainSeconds", "a finite number"),
+        ("idle: {coalesceMs: -1}", "idle.coalesceMs", "expected an integer >= 0"),
+        ("idle: {coalesceMs: 1001}", "idle.coalesceMs", "at most 1000 ms (0 turns it off)"),
+        ("idle: {coalesceMs: 0.5}", "idle.coalesceMs", "expected an integer"),
         ("clouddriver: {backoff: {jitter: .nan}}", "clouddriver.backoff.jitter", "finite"),
         ("clouddriver: {backoff: {baseDelay: .nan}}", "clouddriver.backoff.baseDelay", "got nan"),
         ("clouddriver: {backoff: {maxDelay: .inf}}", "clouddriver.backoff.maxDelay", "got inf"),
@@ -351,6 +354,12 @@ def test_configs_compare_by_value_not_by_source() -> None:
     assert hash(a) == hash(b)
     assert a.account("prod") is not None
     assert a.account("nope") is None
+
+
+def test_idle_pacing_is_on_by_default_and_zero_turns_it_off() -> None:
+    assert parse_config("").idle.coalesce_ms == 20
+    assert parse_config("idle: {coalesceMs: 0}").idle.coalesce_ms == 0
+    assert parse_config("idle: {coalesceMs: 50}").idle.coalesce_ms == 50
 
 
 def test_the_drain_bound_defaults_inside_kubernetes_grace_period() -> None:
