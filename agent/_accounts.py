@@ -116,12 +116,15 @@ class AccountSet:
     async def update(self, config: Config) -> None:
         """Apply a reloaded config: start, stop and restart accounts, then tell the server."""
         diff = diff_config(self._config, config)
-        if (config.clouddriver, config.budget, config.tasks) != (
+        if (config.clouddriver, config.budget, config.tasks, config.idle) != (
             self._config.clouddriver,
             self._config.budget,
             self._config.tasks,
+            self._config.idle,
         ):
-            log.warning("clouddriver.*, budget.* and tasks.* changes apply at the next restart")
+            log.warning(
+                "clouddriver.*, budget.*, tasks.* and idle.* changes apply at the next restart"
+            )
         self._config = config
         self._settings = ReflectorSettings(
             strip_managed_fields=config.kubernetes.strip_managed_fields

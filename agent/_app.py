@@ -263,7 +263,8 @@ async def drain_agent(agent: Agent) -> None:
     bound = agent.config.shutdown.drain_seconds
     log.info("shutdown: draining (at most %g s)", bound)
     start = trio.current_time()
-    with trio.move_on_at(start + bound) as scope:
+    # Not paced (agent/_pacing.py): each of the drain's round trips would wait the delay.
+    with trio.move_on_at(start + bound) as scope, unpaced():
         await agent.link.drain(start + bound)
     if scope.cancelled_caught:
         unacked, running = agent.link.draining_statistics()

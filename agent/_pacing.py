@@ -14,6 +14,11 @@ and the watches): the first change after a quiet spell reaches the server up to 
 later, the ones after it and every operation's steps are not delayed. Timers and signals are
 late by at most ``delay`` too. Interrupt moderation, in a NIC's terms.
 
+The sleep runs inside trio's loop, where trio catches whatever an instrument raises (and drops
+the instrument): a signal handler that raises during it is lost. The agent's handlers do not
+raise (SIGTERM and SIGINT go through ``trio.open_signal_receiver``; trio postpones
+KeyboardInterrupt out of its loop).
+
 The pacer is a trio Instrument of the whole run, installed by the composition root
 (``kubesvc agent``) from ``idle.coalesceMs``; without one (tests, embedding) ``busy`` and
 ``unpaced`` do nothing.
@@ -21,10 +26,9 @@ The pacer is a trio Instrument of the whole run, installed by the composition ro
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import trio
 
@@ -37,7 +41,8 @@ QUIET_SECONDS = 1.0
 class Pacer(trio.abc.Instrument):
     """Sleeps ``delay`` seconds before each wait for I/O of a quiet run (see the module).
 
-    ``sleep`` is the blocking sleep (``time.sleep``; tests give a recorder)."""
+    ``sleep`` is the blocking sleep (``time.sleep``; tests give a recorder). Raises ValueError
+    unless ``delay`` > 0."""
 
     def __init__(
         self,
@@ -53,15 +58,17 @@ class Pacer(trio.abc.Instrument):
         self._sleep = sleep
         self.busy_until = -float("inf")  # trio.current_time() before which it is not paced
         self._holds = 0
-        self.paced = 0  # waits delayed so far (the status and tests)
+        self.paced = 0  # waits delayed so far (tests)
 
     def before_io_wait(self, timeout: float) -> None:
-        # timeout 0: tasks are runnable, the loop only polls. Busy or held: no delay at all.
-        if timeout <= 0 or self._holds or trio.current_time() < self.busy_until:
+        # ``timeout`` is how long the loop will block (trio works it out before calling us, and
+        # still waits all of it after our sleep). 0: tasks are runnable, the loop only polls.
+        # At most ``delay``: a timer is about to fire, and a sleep would only make it later.
+        # Busy or held: no delay at all. So a timer fires at most ``delay`` late.
+        if timeout <= self.delay or self._holds or trio.current_time() < self.busy_until:
             return
         self.paced += 1
-        # Never past the loop's own next deadline: a timer due sooner is not made later.
-        self._sleep(min(self.delay, timeout))
+        self._sleep(self.delay)
 
     def busy(self) -> None:
         """Something that wants no delay happened: no pacing for the next ``quiet`` seconds."""
@@ -86,19 +93,22 @@ def idle_pacing(
     delay: float, *, sleep: Callable[[float], None] = time.sleep
 ) -> Iterator[Pacer | None]:
     """Pace this trio run while the block runs (``delay`` seconds; 0: no pacing, yields None).
-    Call inside ``trio.run``, once, from the composition root."""
+    Call inside ``trio.run``, once, from the composition root: a second pacer in the same run
+    raises RuntimeError (two would each sleep, and ``busy`` could reach only one)."""
     if delay <= 0:
         yield None
         return
+    if _PACER.get() is not None:
+        raise RuntimeError("this trio run is paced already (idle_pacing is entered once)")
     pacer = Pacer(delay, sleep=sleep)
     trio.lowlevel.add_instrument(pacer)
-    _PACER.set(pacer)
+    token = _PACER.set(pacer)
     try:
         yield pacer
     finally:
-        _PACER.set(None)
+        _PACER.reset(token)
         # trio drops an instrument that raised (and logs it): then it is gone already.
-        with contextlib.suppress(KeyError):
+        with suppress(KeyError):
             trio.lowlevel.remove_instrument(pacer)
 
 

@@ -497,6 +497,7 @@ class Reflector:
         }
         initial: _Initial | None = None
         if streaming:
+            busy()  # a streaming list, as a list (_list): its round trips are not paced
             params["sendInitialEvents"] = "true"
             params["resourceVersionMatch"] = "NotOlderThan"
             initial = _Initial(self._caps)

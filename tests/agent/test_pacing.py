@@ -20,15 +20,17 @@ from wire import EventType
 from .test_reflector import PODS, open_env, pod
 
 
-async def test_a_quiet_loop_sleeps_the_delay_before_it_blocks_never_past_its_deadline(
+async def test_a_quiet_loop_sleeps_the_delay_before_it_blocks_unless_a_timer_is_due(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     slept: list[float] = []
     pacer = Pacer(0.02, sleep=slept.append)
     pacer.before_io_wait(0.0)  # tasks are runnable: the loop only polls
     pacer.before_io_wait(5.0)
-    pacer.before_io_wait(0.005)  # a timer is due sooner than the delay
-    assert slept == [0.02, 0.005]
+    pacer.before_io_wait(0.02)  # a timer fires within the delay: no later than it would
+    pacer.before_io_wait(0.005)
+    pacer.before_io_wait(0.03)
+    assert slept == [0.02, 0.02]
     assert pacer.paced == 2
 
 
@@ -79,6 +81,26 @@ async def test_without_a_pacer_busy_and_unpaced_do_nothing() -> None:
             busy()
 
 
+async def test_a_run_is_paced_once_and_unpaced_after() -> None:
+    # The real clock: an autojump clock tells trio's loop to block for 0 s, never paced.
+    slept: list[float] = []
+    with trio.fail_after(10), idle_pacing(0.002, sleep=slept.append) as pacer:
+        assert pacer is not None
+        with pytest.raises(RuntimeError, match="paced already"), idle_pacing(0.05):
+            pass
+        await trio.sleep(0.05)  # blocks for longer than the delay: paced (a recorded sleep)
+        paced = len(slept)
+        assert paced >= 1
+        with unpaced():  # still reaches the one pacer
+            await trio.sleep(0.05)
+        assert len(slept) == paced
+    with idle_pacing(0) as none:  # the run is free again; busy() reaches nothing
+        assert none is None
+        busy()
+        await trio.sleep(0.05)
+    assert len(slept) == paced
+
+
 async def test_a_paced_run_handles_what_arrives_in_few_passes() -> None:
     """The real thing: a socket written to every 2 ms from a thread, read by a trio task of a
     paced run. Unpaced, every message is a wake-up of its own; paced (50 ms), each pass of the
@@ -89,10 +111,13 @@ async def test_a_paced_run_handles_what_arrives_in_few_passes() -> None:
     written: list[float] = []
 
     def write() -> None:
+        # The span is taken around the sends: a read can only follow a send, and a second
+        # read within one pass needs a send after the pass began.
+        written.append(time.monotonic())
         for _ in range(messages):
             writer.send(b"x" * 100)
-            written.append(time.monotonic())
             time.sleep(gap)
+        written.append(time.monotonic())
 
     reads = 0
     received = 0
