@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -81,61 +79,56 @@ async def test_without_a_pacer_busy_and_unpaced_do_nothing() -> None:
             busy()
 
 
-async def test_a_run_is_paced_once_and_unpaced_after() -> None:
-    # The real clock: an autojump clock tells trio's loop to block for 0 s, never paced.
+@pytest.mark.timeout(10)  # the mock clock moves only if pacing works: fail fast if not
+async def test_a_run_is_paced_once_and_unpaced_after(mock_clock: trio.testing.MockClock) -> None:
+    """Through trio's loop, on a clock that moves only as the pacer sleeps: each of those
+    sleeps passes its time and wakes the loop (as the I/O that arrived meanwhile would)."""
     slept: list[float] = []
-    with trio.fail_after(10), idle_pacing(0.002, sleep=slept.append) as pacer:
+    token = trio.lowlevel.current_trio_token()
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        mock_clock.jump(seconds)
+        token.run_sync_soon(lambda: None)  # the loop's wait returns at once
+
+    with trio.fail_after(10), idle_pacing(0.01, sleep=sleep) as pacer:
         assert pacer is not None
         with pytest.raises(RuntimeError, match="paced already"), idle_pacing(0.05):
             pass
-        await trio.sleep(0.05)  # blocks for longer than the delay: paced (a recorded sleep)
+        await trio.sleep(0.05)  # nothing else to run: the loop blocks, paced, until it is due
+        assert len(slept) >= 5
+        assert set(slept) == {0.01}
         paced = len(slept)
-        assert paced >= 1
-        with unpaced():  # still reaches the one pacer
-            await trio.sleep(0.05)
+        with unpaced():  # the module's unpaced() reaches the run's one pacer
+            pacer.before_io_wait(5.0)  # what the loop would call now: held
         assert len(slept) == paced
-    with idle_pacing(0) as none:  # the run is free again; busy() reaches nothing
+    with pytest.raises(KeyError):  # the instrument is gone from the run
+        trio.lowlevel.remove_instrument(pacer)
+    with idle_pacing(0) as none:  # and the run is free for another; busy() reaches nothing
         assert none is None
         busy()
-        await trio.sleep(0.05)
-    assert len(slept) == paced
 
 
-async def test_a_paced_run_handles_what_arrives_in_few_passes() -> None:
-    """The real thing: a socket written to every 2 ms from a thread, read by a trio task of a
-    paced run. Unpaced, every message is a wake-up of its own; paced (50 ms), each pass of the
-    loop takes whatever arrived while it slept."""
-    messages, gap, delay = 25, 0.002, 0.05
+async def test_what_arrives_while_the_pacer_sleeps_is_read_in_one_pass() -> None:
+    """The mechanism, on a real socket: whatever arrives while the pacer sleeps (here, written
+    by the sleep itself: bursts of 5, 7 and 3 messages) is there when the loop waits, so one
+    wake-up reads each burst, where an unpaced reader could wake for every message."""
+    bursts = iter([5, 7, 3])
     reader, writer = socket.socketpair()
     reader.setblocking(False)
-    written: list[float] = []
 
-    def write() -> None:
-        # The span is taken around the sends: a read can only follow a send, and a second
-        # read within one pass needs a send after the pass began.
-        written.append(time.monotonic())
-        for _ in range(messages):
+    def sleep(seconds: float) -> None:
+        for _ in range(next(bursts, 0)):
             writer.send(b"x" * 100)
-            time.sleep(gap)
-        written.append(time.monotonic())
 
-    reads = 0
-    received = 0
-    with trio.fail_after(20), reader, writer, idle_pacing(delay) as pacer:
+    reads: list[int] = []
+    with trio.fail_after(10), reader, writer, idle_pacing(0.05, sleep=sleep) as pacer:
         assert pacer is not None
-        thread = threading.Thread(target=write)
-        thread.start()
-        try:
-            while received < messages * 100:
-                await trio.lowlevel.wait_readable(reader)
-                received += len(os.read(reader.fileno(), 65536))
-                reads += 1
-        finally:
-            thread.join()
-    span = written[-1] - written[0]
-    # One pass per delay the writing lasted, and one for the first message and the last.
-    assert reads <= 2 + span / delay, (reads, span)
-    assert pacer.paced >= 1
+        while sum(reads) < 15 * 100:
+            await trio.lowlevel.wait_readable(reader)
+            reads.append(len(os.read(reader.fileno(), 65536)))
+    assert reads == [500, 700, 300]
+    assert pacer.paced == 3
 
 
 async def test_object_events_mark_the_run_busy_and_bookmarks_do_not(tmp_path: Path) -> None:
