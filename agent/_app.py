@@ -160,17 +160,12 @@ def build_agent(config: Config, *, environ: Mapping[str, str] = os.environ) -> A
 async def _run_operation(
     accounts: AccountSet, executor: OperationExecutor, operation: messages.Operation
 ) -> messages.OperationResult:
-    """Dynamic accounts are the agent's own business; everything else goes to Kubernetes.
-    Either way, not paced (agent/_pacing.py): an operation's steps are not delayed."""
-    with unpaced():
-        return await _run_unpaced(accounts, executor, operation)
-
-
-async def _run_unpaced(
-    accounts: AccountSet, executor: OperationExecutor, operation: messages.Operation
-) -> messages.OperationResult:
+    """Dynamic accounts are the agent's own business; everything else goes to Kubernetes,
+    not paced (agent/_pacing.py): the operation's round trips are not delayed. (A dynamic
+    account makes none; its watches' lists are not paced either.)"""
     if operation.type != DYNAMIC_ACCOUNT:
-        with account_logs(operation.account):  # the operation's lines name its account
+        # The operation's lines name its account.
+        with account_logs(operation.account), unpaced():
             return await executor(operation)
     try:
         definition = json.loads(operation.payload_json)

@@ -321,6 +321,8 @@ class Reflector:
     async def _attempt(self) -> tuple[Retry, str] | None:
         """One list and/or watch; what to do next (None: go on at once), and why."""
         policy = self._retry
+        if self._tracker.needs_list:
+            busy()  # a list (streaming or paged): its round trips are not paced
         try:
             if self._tracker.needs_list and self._streaming:
                 stalled = await self._watch(streaming=True)
@@ -453,7 +455,6 @@ class Reflector:
     async def _list(self) -> None:
         """One full list between sync markers, under both initial-list caps."""
         async with self._caps.initial_list():
-            busy()  # a list's round trips are not paced
             self.state.lists += 1
             self._hooks.request(self.account, "list", self.target)
             await self._send.send(self._marker(EventType.SYNC_BEGIN, ""))
@@ -497,7 +498,6 @@ class Reflector:
         }
         initial: _Initial | None = None
         if streaming:
-            busy()  # a streaming list, as a list (_list): its round trips are not paced
             params["sendInitialEvents"] = "true"
             params["resourceVersionMatch"] = "NotOlderThan"
             initial = _Initial(self._caps)

@@ -56,7 +56,7 @@ import yaml
 
 import kubesim
 import wire
-from agent.config._schema import DEFAULT_IDLE_COALESCE_MS
+from agent import parse_config
 from tests._procs import open_process
 from tests.bench.bench_agent import cpu_seconds, load_average, rss_kib, start_agent, stop_agent
 from wire import messages
@@ -383,7 +383,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "clusters": args.clusters,
         "total_budget": args.total_budget,
         "idle_coalesce_ms": (
-            DEFAULT_IDLE_COALESCE_MS if args.idle_coalesce_ms is None else args.idle_coalesce_ms
+            parse_config("").idle.coalesce_ms  # the agent's default
+            if args.idle_coalesce_ms is None
+            else args.idle_coalesce_ms
         ),
         "load_average_start": load_average(),
     }
