@@ -24,7 +24,8 @@ from ._kind_availability import AvailabilityLog, Nudge
 from ._lines import WatchDecoder, WatchEvent, decode_list_page
 from ._list_caps import AccountListCaps, ListCaps
 from ._notices import KindNotice, Notice, ScopeNotice, notice_messages
-from ._reflector import BookmarkKey, Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
+from ._reflector import Reflector
+from ._reflector_values import BookmarkKey, ReflectorHooks, ReflectorSettings, ReflectorState
 from ._scrub import Scrubber
 from ._sync_progress import sync_progress
 

@@ -41,7 +41,8 @@ from ._discovery import (
 from ._kind_availability import AvailabilityLog, Nudge, target_key
 from ._list_caps import ListCaps
 from ._notices import GONE_FROM_DISCOVERY, KindNotice, ScopeNotice, notice_entry
-from ._reflector import Reflector, ReflectorHooks, ReflectorSettings, ReflectorState
+from ._reflector import Reflector
+from ._reflector_values import ReflectorHooks, ReflectorSettings, ReflectorState
 from ._retry import LogLimiter
 from ._stall import StallWatchdog
 from ._sync_progress import SyncProgress, report_sync_progress

@@ -32,7 +32,7 @@ from ._discovery import WatchTarget
 from ._notices import KindNotice, notice_entry
 
 if TYPE_CHECKING:  # the reflector imports this module
-    from ._reflector import ReflectorHooks, ReflectorState
+    from ._reflector_values import ReflectorHooks, ReflectorState
 
 __all__ = ["AvailabilityLog", "KindAvailability", "Nudge", "target_key"]
 

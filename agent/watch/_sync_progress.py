@@ -26,7 +26,7 @@ import trio
 
 if TYPE_CHECKING:
     from ._account import AccountWatchStatus
-    from ._reflector import ReflectorState
+    from ._reflector_values import ReflectorState
 
 __all__ = ["SyncProgress", "report_sync_progress", "sync_progress"]
 

@@ -17,9 +17,9 @@ from agent._metrics import metrics_registry
 from agent._status import AgentStatus
 from agent.config._schema import ServerSslConfig
 from agent.link._link import LinkStatus
+from agent.watch import ReflectorState
 from agent.watch._account import AccountWatchStatus
 from agent.watch._discovery import KindInfo, WatchTarget
-from agent.watch._reflector import ReflectorState
 from budget import ByteBudget
 
 from ._kube_edge import make_pki

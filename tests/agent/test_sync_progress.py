@@ -99,7 +99,7 @@ async def test_progress_shows_while_a_list_is_held_and_the_end_says_how_long(
 
 def test_a_kind_is_done_when_all_its_watches_are_synced_or_unavailable() -> None:
     from agent import KindInfo, WatchTarget
-    from agent.watch._reflector import ReflectorState
+    from agent.watch import ReflectorState
 
     def state(kind: str, namespace: str, *, synced: bool, available: bool = True) -> Any:
         info = KindInfo(
