@@ -21,7 +21,6 @@ RBAC came back is watched again at once rather than at its next retry.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -30,9 +29,7 @@ from budget import EventSender
 from .._errors import KubeStatusError
 from ._discovery import WatchTarget
 from ._notices import KindNotice, notice_entry
-
-if TYPE_CHECKING:  # the reflector imports this module
-    from ._reflector_values import ReflectorHooks, ReflectorState
+from ._reflector_values import ReflectorHooks, ReflectorState
 
 __all__ = ["AvailabilityLog", "KindAvailability", "Nudge", "target_key"]
 

@@ -1,8 +1,9 @@
 """What a reflector is told and what it reports: its settings, its state (read by /watches,
 /ready and the metrics), the metric hooks it calls, and the key bookmarks coalesce by.
 
-Plain values with no behaviour, apart from the reflector itself (``_reflector``), so that
-the account, the health views and the sync progress can name them without the watch loop.
+Plain values with no behaviour (and ``NoHooks``, the hooks of a reflector nobody measures),
+kept apart from the watch loop (``_reflector``) so that the account, the health views and
+the sync progress can name them without it.
 """
 
 from __future__ import annotations

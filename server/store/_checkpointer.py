@@ -38,10 +38,12 @@ log = logging.getLogger("server.store")
 
 # The log's bound: 160 MiB of frames (pages). Each time a busy writer reaches it, the writer
 # waits for the last pass to copy everything (and sync the file) before the log restarts,
-# ~35 ms here. At 40 MiB (SQLite's automatic threshold, 10,000 pages, which this store used
-# before) that wait came every ~10 batches of 500 x 4.4 KB pods: 2.8-3.4 s of a 200k-event
-# ingest at 700k-900k objects, against 0.55-0.77 s at 160 MiB (BENCHMARKS.md, session 13).
-# The price: up to 160 MiB more disk for the log, and as much to replay after a crash.
+# ~35 ms here. At 40 MiB (the 10,000 pages of _sqlite_core.AUTOCHECKPOINT_PAGES, the bound
+# this store used before) that wait came every ~10 batches of 500 x 4.4 KB pods: 2.8-3.4 s of
+# a 200k-event ingest at 700k-900k objects, against 0.55-0.77 s at 160 MiB (BENCHMARKS.md,
+# session 13). The price: up to 160 MiB of disk for the log (120 more than before) plus one
+# write group past it, and as much to replay after a crash. AUTOCHECKPOINT_PAGES stays
+# 10,000 on purpose: it serves only while the upkeep is not running.
 MAX_LOG_BYTES = 160 * 2**20
 MIN_INTERVAL = 0.05  # seconds between passes for a writer of small transactions
 HURRY_BYTES = 2**20  # written since the last pass: a busy writer, checkpoint now
