@@ -38,8 +38,11 @@ class SqliteStore(ThreadedStore[SqliteCore]):
     """
 
     def __init__(self, core: SqliteCore) -> None:
-        # The core's methods, unbound, take the core as their handle (one connection).
-        super().__init__(SqliteCore, WorkerThreads(lambda: core, SqliteCore.close, 1))
+        # The core's methods, unbound, take the core as their handle (one connection). It is
+        # idle from the start, so closing the store closes it even if no call ever ran: left
+        # open, it was closed by whichever thread collected the store, at any later moment
+        # (a test's own sqlite3 connection to the file then crashed the process, SIGBUS).
+        super().__init__(SqliteCore, WorkerThreads(lambda: core, SqliteCore.close, 1, idle=[core]))
         self._core = core
         # While run_upkeep runs, writes go in groups (``_sqlite_groups``), admitted by the
         # checkpointer a group at a time: against the log's size once the group before has

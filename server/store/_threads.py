@@ -10,7 +10,7 @@ never left half done, and a connection is never used by two threads at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Concatenate, Generic, ParamSpec, TypeVar
 
 import trio
@@ -29,6 +29,8 @@ class WorkerThreads(Generic[R]):
     from ``open_connection``, called in that thread). At most ``size`` calls run at once;
     the others wait in line (trio.CapacityLimiter, FIFO). After a call, a connection that
     ``is_broken`` says is unusable is closed instead of reused (the next call opens a new one).
+    ``idle``: connections opened already, used first and closed by ``aclose`` like the
+    others, whether or not a call ever used them.
     """
 
     def __init__(
@@ -38,15 +40,18 @@ class WorkerThreads(Generic[R]):
         size: int,
         *,
         is_broken: Callable[[R], bool] = lambda _conn: False,
+        idle: Sequence[R] = (),
     ) -> None:
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
+        if len(idle) > size:
+            raise ValueError(f"{len(idle)} idle connections for a size of {size}")
         self._open = open_connection
         self._close = close_connection
         self._is_broken = is_broken
         self._size = size
         self._limiter = trio.CapacityLimiter(size)
-        self._idle: list[R] = []  # at most size: one per call that returned
+        self._idle: list[R] = list(idle)  # at most size: one per call that returned
         self._closed = False
 
     @property

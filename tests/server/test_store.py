@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 from pathlib import Path
 
+import apsw
 import pytest
 import trio
 
@@ -360,11 +360,25 @@ async def test_a_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
     with trio.fail_after(10):
         async with open_sqlite_store(path):
             pass
-    conn = sqlite3.connect(path)
+    # apsw, the store's own SQLite: two copies of SQLite in one process on one file undo
+    # each other's locks (sqlite.org/howtocorrupt.html, 2.2.1).
+    conn = apsw.Connection(path)
     try:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA journal_mode").get == "wal"
     finally:
         conn.close()
+
+
+async def test_closing_a_store_no_call_used_closes_its_connection(tmp_path: Path) -> None:
+    """The writer's connection is closed by ``aclose`` itself, the log copied into the file
+    and removed, even when no call ever ran on it (it was left to the garbage collector)."""
+    path = tmp_path / "cache.db"
+    with trio.fail_after(10):
+        async with open_sqlite_store(str(path)) as store:
+            assert (tmp_path / "cache.db-wal").exists()
+        # The store is still referenced here: only its own close can have closed the file.
+        assert store is not None
+        assert sorted(p.name for p in await trio.Path(tmp_path).iterdir()) == ["cache.db"]
 
 
 async def test_a_newer_schema_is_refused(store_backend: StoreBackend) -> None:
