@@ -105,9 +105,21 @@ class SqliteCore(RecordTables):
 
     def __init__(self, path: str, now_ms: Callable[[], int]) -> None:
         self._now_ms = now_ms
+        self.path = path
         try:
-            self.path = path
             self._conn = apsw.Connection(path)
+        except apsw.Error as exc:
+            raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from exc
+        try:
+            self._set_up(now_ms)
+        except BaseException:
+            # Closed here, not left to whichever thread collects this object (SqliteStore).
+            self._conn.close()
+            raise
+
+    def _set_up(self, now_ms: Callable[[], int]) -> None:
+        path = self.path
+        try:
             # First: another process (a second server) may be opening the same file.
             self._conn.execute("PRAGMA busy_timeout=5000")
             mode = _wal_mode(self._conn)

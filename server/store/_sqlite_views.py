@@ -36,11 +36,15 @@ class ViewReader:
         self._clusters = ClusterKeys()  # this connection's, between its searches
         try:
             self._conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
+        except apsw.Error as exc:
+            raise StoreError(f"cannot open a reader of the SQLite store {path!r}: {exc}") from exc
+        try:
             self._conn.execute("PRAGMA busy_timeout=5000")
             self._conn.execute("PRAGMA query_only=1")
             self._conn.execute(f"PRAGMA mmap_size={READER_MMAP_BYTES}")  # its share
             self._conn.execute("PRAGMA cache_size=-32768")
         except apsw.Error as exc:
+            self._conn.close()  # now, not whenever this object is collected (SqliteStore)
             raise StoreError(f"cannot open a reader of the SQLite store {path!r}: {exc}") from exc
 
     def close(self) -> None:

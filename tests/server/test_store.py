@@ -392,6 +392,24 @@ async def test_a_newer_schema_is_refused(store_backend: StoreBackend) -> None:
             pass
 
 
+async def test_a_refused_sqlite_open_closes_its_connection(tmp_path: Path) -> None:
+    """An open that fails after the file was opened (here: a newer schema) closes it before
+    raising, not whenever the half-made store is collected."""
+    path = tmp_path / "cache.db"
+    with trio.fail_after(10):
+        async with open_sqlite_store(str(path)):
+            pass
+    conn = apsw.Connection(str(path))
+    conn.execute("INSERT INTO schema_version VALUES (99, 0, 'from the future')")
+    conn.close()
+    with trio.fail_after(10), pytest.raises(SchemaError, match="version 99") as refused:
+        async with open_sqlite_store(str(path)):
+            pass
+    # The traceback still holds the half-made store: only the open itself can have closed it.
+    assert refused.tb is not None
+    assert sorted(p.name for p in await trio.Path(tmp_path).iterdir()) == ["cache.db"]
+
+
 async def test_replicas_starting_together_migrate_once(store_backend: StoreBackend) -> None:
     # Four servers opening one new database at the same moment: each step is applied by
     # exactly one of them (SQLite: under BEGIN IMMEDIATE; PostgreSQL: under an advisory
