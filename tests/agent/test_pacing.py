@@ -85,19 +85,20 @@ async def test_a_run_is_paced_once_and_unpaced_after(mock_clock: trio.testing.Mo
     sleeps passes its time and wakes the loop (as the I/O that arrived meanwhile would)."""
     slept: list[float] = []
     token = trio.lowlevel.current_trio_token()
+    paced_five = trio.Event()
 
     def sleep(seconds: float) -> None:
         slept.append(seconds)
         mock_clock.jump(seconds)
-        token.run_sync_soon(lambda: None)  # the loop's wait returns at once
+        # The loop's wait returns at once; after the fifth pacing, the test goes on.
+        token.run_sync_soon(paced_five.set if len(slept) == 5 else lambda: None)
 
     with trio.fail_after(10), idle_pacing(0.01, sleep=sleep) as pacer:
         assert pacer is not None
         with pytest.raises(RuntimeError, match="paced already"), idle_pacing(0.05):
             pass
-        await trio.sleep(0.05)  # nothing else to run: the loop blocks, paced, until it is due
-        assert len(slept) >= 5
-        assert set(slept) == {0.01}
+        await paced_five.wait()  # nothing else to run: every wait of the loop is paced
+        assert slept == [0.01] * 5
         paced = len(slept)
         with unpaced():  # the module's unpaced() reaches the run's one pacer
             pacer.before_io_wait(5.0)  # what the loop would call now: held
