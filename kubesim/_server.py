@@ -32,6 +32,7 @@ from kubesim._certs import CertificateAuthority, KeyPair
 from kubesim._cluster import Cluster
 from kubesim._errors import KubesimError
 from kubesim._faults import Faults, RequestCounters, WriteLog
+from kubesim._h2_server import H2Connection, serve_h2
 from kubesim._http import Receive, Scope, Send, respond_error
 from kubesim._hypercorn import ConnectionServer
 from kubesim._member import PREFIX, Member, split_member_path, write_kubeconfig
@@ -71,7 +72,7 @@ class Server:
         self.port = 0
         self._peer_names: dict[tuple[str, int], str] = {}
         self._sockets: dict[tuple[str, int], trio.socket.SocketType] = {}
-        self._servers: dict[tuple[str, int], ConnectionServer] = {}
+        self._servers: dict[tuple[str, int], ConnectionServer | H2Connection] = {}
         self.members: dict[str, Member] = {}  # clusters under /clusters/{name}
         self.app = ApiApp(
             cluster,
@@ -264,15 +265,34 @@ class Server:
                 self._peer_names[peer] = name
             connection = tls
         self._sockets[peer] = stream.socket
-        server = self._servers[peer] = ConnectionServer(
-            app, config, context, ConnectionState({}), connection
-        )
         try:
+            if (
+                isinstance(connection, trio.SSLStream)
+                and connection.selected_alpn_protocol() == "h2"
+            ):
+                await self._serve_h2(connection, peer, stream)
+                return
+            server = self._servers[peer] = ConnectionServer(
+                app, config, context, ConnectionState({}), connection
+            )
             await server
         finally:
             self._peer_names.pop(peer, None)
             self._sockets.pop(peer, None)
             self._servers.pop(peer, None)
+
+    async def _serve_h2(
+        self, tls: trio.SSLStream[trio.SocketStream], peer: tuple[str, int], raw: trio.SocketStream
+    ) -> None:
+        """HTTP/2 (ALPN "h2"): kubesim's own (kubesim._h2_server), not Hypercorn's."""
+        local = raw.socket.getsockname()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._servers[peer] = await nursery.start(
+                    serve_h2, tls, self._route, peer, (str(local[0]), int(local[1]))
+                )
+        finally:
+            await trio.aclose_forcefully(tls)
 
     def cut(self, seconds: float = 0.0) -> None:
         """Cut the link: reset every open client connection now, and every connection
