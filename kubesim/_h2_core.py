@@ -41,7 +41,8 @@ _PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 0x5, 0x6, 0x7, 0x
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
-FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x6, 0x7, 0x8, 0x9
+STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 0x5, 0x6, 0x7, 0x8
+COMPRESSION_ERROR = 0x9
 
 _HEADER_TABLE_SIZE, _MAX_CONCURRENT, _INITIAL_WINDOW, _MAX_FRAME = 0x1, 0x3, 0x4, 0x5
 _DEFAULT_WINDOW = 65_535
@@ -111,6 +112,7 @@ class H2ServerCore:
         self._recv_window = CONNECTION_WINDOW
         self._recv_owed = 0
         self.goaway_received = False
+        self._table_size_update = False  # the client set its table size: say ours is 0
         settings = b"".join(
             key.to_bytes(2, "big") + value.to_bytes(4, "big")
             for key, value in (
@@ -146,6 +148,9 @@ class H2ServerCore:
         if stream.reset:
             return
         block = encode_headers(status, headers)
+        if self._table_size_update:  # RFC 7541 4.2: first in the next block after a change
+            block = b"\x20" + block  # a dynamic table size update to 0 (we never index)
+            self._table_size_update = False
         flags = _END_HEADERS | (_END_STREAM if end else 0)
         limit = self._peer_max_frame
         if len(block) <= limit:
@@ -200,12 +205,16 @@ class H2ServerCore:
         taken = len(data)
         if taken:
             self._credit(taken)
-            if not stream.ended and not stream.reset:
-                stream.owed += taken
-                if stream.owed >= STREAM_WINDOW // 2:
-                    self._out += _window_update(stream.id, stream.owed)
-                    stream.owed = 0
+            self._stream_credit(stream, taken)
         return data
+
+    def _stream_credit(self, stream: Stream, length: int) -> None:
+        if stream.ended or stream.reset:
+            return  # the client sends no more on it
+        stream.owed += length
+        if stream.owed >= STREAM_WINDOW // 2:
+            self._out += _window_update(stream.id, stream.owed)
+            stream.owed = 0
 
     def _credit(self, length: int) -> None:
         self._recv_owed += length
@@ -309,13 +318,14 @@ class H2ServerCore:
             self._credit(length)  # a stream already over: its bytes are dropped
             return
         body = _unpadded(payload) if flags & _PADDED else payload
-        if len(stream.body) + stream.owed + len(body) > STREAM_WINDOW:
+        if len(stream.body) + stream.owed + length > STREAM_WINDOW:
             raise H2Error(f"the client overran stream {stream_id}'s window", FLOW_CONTROL_ERROR)
         stream.body += body
-        if length != len(body):
-            self._credit(length - len(body))  # padding is flow-controlled but never read
         if flags & _END_STREAM:
             self._end(stream)
+        if length != len(body):  # padding is flow-controlled but never read: credit it now
+            self._credit(length - len(body))
+            self._stream_credit(stream, length - len(body))
 
     def _on_headers(
         self, flags: int, stream_id: int, payload: memoryview, opened: list[Stream]
@@ -352,9 +362,14 @@ class H2ServerCore:
             raise H2Error(f"undecodable header block: {exc}", COMPRESSION_ERROR) from exc
         if stream_id <= self._last_id:
             stream = self.streams.get(stream_id)
-            if stream is None or not self._block_ends:
-                raise H2Error(f"HEADERS on stream {stream_id}, which is already used")
-            self._end(stream)  # trailers: the request's end
+            if stream is None:
+                return  # a stream we reset or refused: what was in flight is ignored (5.1)
+            if stream.ended:
+                self.reset_stream(stream, STREAM_CLOSED)  # HEADERS after the request's end
+            elif not self._block_ends:
+                raise H2Error(f"a second HEADERS on stream {stream_id} that is not trailers")
+            else:
+                self._end(stream)  # trailers: the request's end
             return
         self._last_id = stream_id
         if len(self.streams) >= MAX_STREAMS or self.goaway_received:
@@ -375,6 +390,13 @@ class H2ServerCore:
         if len(payload) != 4:
             raise H2Error("a WINDOW_UPDATE that is not 4 bytes", FRAME_SIZE_ERROR)
         increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+        if increment == 0:
+            if stream_id == 0:
+                raise H2Error("a WINDOW_UPDATE of 0 for the connection")
+            stream = self.streams.get(stream_id)
+            if stream is not None:
+                self.reset_stream(stream, PROTOCOL_ERROR)
+            return stream is not None
         if stream_id == 0:
             self._send_window += increment
             if self._send_window > _MAX_WINDOW:
@@ -416,12 +438,15 @@ class H2ServerCore:
                 self._peer_initial = value
                 for stream in self.streams.values():
                     stream.send_window += delta
+                    if stream.send_window > _MAX_WINDOW:
+                        raise H2Error("a stream window grew past 2^31-1", FLOW_CONTROL_ERROR)
                 woke = woke or delta > 0
             elif key == _MAX_FRAME:
                 if not 16_384 <= value <= 2**24 - 1:
                     raise H2Error(f"a SETTINGS_MAX_FRAME_SIZE of {value}", PROTOCOL_ERROR)
                 self._peer_max_frame = value
-            # HEADER_TABLE_SIZE needs no answer: our encoder never indexes (encode_headers).
+            elif key == _HEADER_TABLE_SIZE:
+                self._table_size_update = True
         self._out += _frame(_SETTINGS, _ACK, 0)
         return woke
 
@@ -446,8 +471,8 @@ def _unpadded(payload: memoryview) -> memoryview:
 # -- HPACK for answers ---------------------------------------------------------------------
 # Stateless: every field a literal without indexing (RFC 7541 6.2.2), its name from the static
 # table where it is there, ``:status`` indexed where the static table has it. The dynamic
-# table stays empty, so a client's SETTINGS_HEADER_TABLE_SIZE needs no answer and each field's
-# bytes can be cached.
+# table stays empty (after a client's SETTINGS_HEADER_TABLE_SIZE the next block says its size
+# is 0: ``send_headers``), and each field's bytes can be cached.
 
 _STATIC_NAMES: dict[bytes, int] = {}
 for _index, (_name, _value) in enumerate(HeaderTable.STATIC_TABLE, start=1):

@@ -19,12 +19,23 @@ tasks of its requests are cancelled.
 from __future__ import annotations
 
 import logging
+import time
+from email.utils import formatdate
 from typing import Any
 from urllib.parse import unquote
 
 import trio
 
-from kubesim._h2_core import INTERNAL_ERROR, NO_ERROR, H2Error, H2ServerCore, Stream
+from kubesim._h2_core import (
+    CANCEL,
+    INTERNAL_ERROR,
+    MAX_STREAMS,
+    NO_ERROR,
+    REFUSED_STREAM,
+    H2Error,
+    H2ServerCore,
+    Stream,
+)
 from kubesim._http import Message, Scope
 
 __all__ = ["H2Connection", "serve_h2"]
@@ -33,6 +44,7 @@ _log = logging.getLogger("kubesim")
 
 _READ = 65_536
 _MAX_QUEUED = 256 * 1024  # bytes a sender may leave unsent before it waits for the writer
+_GOAWAY_SECONDS = 5.0  # how long a GOAWAY after a protocol error may take to go out
 _App = Any  # an ASGI app: await app(scope, receive, send)
 
 
@@ -54,6 +66,7 @@ class H2Connection:
         self._taken = trio.Event()  # set (and replaced) each time the writer takes the output
         self._writing = False
         self._closed = False
+        self._handlers = 0  # requests whose app is running (a reset stream's may still be)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -87,9 +100,14 @@ class H2Connection:
             except H2Error as exc:
                 _log.debug("kubesim: HTTP/2 connection from %s ended: %s", self._client, exc)
                 self._wake_writer.set()
-                await self.flushed()  # the GOAWAY
+                with trio.move_on_after(_GOAWAY_SECONDS):
+                    await self.flushed()  # the GOAWAY
                 return
             for stream in opened:
+                if self._handlers >= MAX_STREAMS:  # streams reset early still count here
+                    core.reset_stream(stream, REFUSED_STREAM)
+                    continue
+                self._handlers += 1
                 nursery.start_soon(self._answer, stream)
             if woke:
                 self._window.set()
@@ -102,6 +120,10 @@ class H2Connection:
                     self._resets.pop(stream_id).set()
             if core.has_output:
                 self._wake_writer.set()
+                # Answers to a client that sends but never reads (PINGs, SETTINGS) are bounded
+                # too: reading waits for the writer.
+                while core.queued_bytes > _MAX_QUEUED and not self._closed:
+                    await self._taken.wait()
 
     def _has_body(self, stream_id: int) -> bool:
         stream = self._core.streams.get(stream_id)
@@ -155,10 +177,16 @@ class H2Connection:
         core = self._core
         view = memoryview(body)
         sent = core.send_data(stream, view, end)
-        while sent < len(view) and not stream.reset and not self._closed:
-            self._wake_writer.set()
-            await self._window.wait()
-            sent += core.send_data(stream, view[sent:], end)
+        try:
+            while sent < len(view) and not stream.reset and not self._closed:
+                self._wake_writer.set()
+                await self._window.wait()
+                sent += core.send_data(stream, view[sent:], end)
+        except trio.Cancelled:
+            if sent:  # part of a write is out: ending the stream cleanly would cut it short
+                core.reset_stream(stream, CANCEL)
+                self._wake_writer.set()
+            raise
         await self._queued()
 
     # -- one request -----------------------------------------------------------------------
@@ -174,6 +202,7 @@ class H2Connection:
         else:
             exchange.finished()
         finally:
+            self._handlers -= 1
             self._bodies.pop(stream.id, None)
             self._resets.pop(stream.id, None)
         if self._core.has_output:
@@ -232,8 +261,8 @@ class _Exchange:
     async def receive(self) -> Message:
         conn, stream = self._conn, self._stream
         while True:
-            if stream.reset or conn._closed:
-                return {"type": "http.disconnect"}
+            if stream.reset or conn._closed or (self._done and stream.answered):
+                return {"type": "http.disconnect"}  # (Hypercorn's too once the answer ended)
             if not self._done and (stream.body or stream.ended):
                 body = conn._core.take_body(stream)
                 if conn._core.has_output:
@@ -254,7 +283,7 @@ class _Exchange:
             if self._started:
                 raise RuntimeError("kubesim: http.response.start sent twice")
             self._started = True
-            headers = list(message.get("headers", ()))
+            headers = [*message.get("headers", ()), (b"date", _date())]
             conn._core.send_headers(stream, int(message["status"]), headers, end=False)
             conn._wake_writer.set()  # the body usually follows before the writer runs
         elif kind == "http.response.body":
@@ -277,7 +306,7 @@ class _Exchange:
 
     def failed(self) -> None:
         core, stream = self._conn._core, self._stream
-        if stream.reset:
+        if stream.reset or stream.answered:
             return
         if self._started:
             core.reset_stream(stream, INTERNAL_ERROR)
@@ -285,6 +314,19 @@ class _Exchange:
             core.send_headers(stream, 500, [(b"content-length", b"0")], end=True)
             if not stream.ended:
                 core.reset_stream(stream, NO_ERROR)
+
+
+_dated: tuple[int, bytes] = (0, b"")
+
+
+def _date() -> bytes:
+    """The ``date`` header's value (as Hypercorn and the API server send it), made once a
+    second."""
+    global _dated
+    now = int(time.time())
+    if _dated[0] != now:
+        _dated = (now, formatdate(now, usegmt=True).encode())
+    return _dated[1]
 
 
 async def serve_h2(

@@ -14,6 +14,7 @@ import pytest
 from kubesim._h2_core import (
     FLOW_CONTROL_ERROR,
     MAX_STREAMS,
+    NO_ERROR,
     STREAM_WINDOW,
     H2Error,
     H2ServerCore,
@@ -197,3 +198,28 @@ def test_answer_heads_decode_as_sent() -> None:
         headers = [(b"content-type", b"application/json"), (b"x-odd", b"a" * 300)]
         block = encode_headers(status, headers)
         assert decoder.decode(block, raw=True) == [(b":status", str(status).encode()), *headers]
+
+
+def test_frames_in_flight_for_a_stream_we_reset_are_ignored() -> None:
+    core, client = H2ServerCore(), _client()
+    stream = _open(core, client)
+    watch = _open(core, client, end_stream=True)
+    core.reset_stream(stream, NO_ERROR)  # answered early: the client may still be sending
+    client.send_data(stream.id, b"rest of the body")
+    client.send_headers(stream.id, [("x-trailer", "t")], end_stream=True)  # trailers
+    opened, _ = core.receive_data(client.data_to_send())
+    assert not opened
+    assert watch.id in core.streams  # the connection and its other streams go on
+
+
+def test_padding_is_credited_to_its_stream_too() -> None:
+    core, client = H2ServerCore(), _client()
+    stream = _open(core, client)
+    sent = 0
+    while sent < 4 * STREAM_WINDOW:  # far more than a window, in padded frames
+        client.send_data(stream.id, b"p" * 1000, pad_length=255)
+        core.receive_data(client.data_to_send())
+        core.take_body(stream)
+        _events(client, core)
+        sent += 1000
+    assert client.local_flow_control_window(stream.id) > STREAM_WINDOW // 2

@@ -15,6 +15,7 @@ import h2.settings
 import trio
 import trio.testing
 
+from kubesim._h2_core import MAX_STREAMS
 from kubesim._h2_server import serve_h2
 
 PEER = ("127.0.0.1", 50000)
@@ -204,3 +205,57 @@ async def test_the_handlers_of_a_closed_connection_are_cancelled() -> None:
             await trio.testing.wait_all_tasks_blocked()
             await client_end.aclose()
             await cancelled.wait()  # and serve_h2 returns, so the nursery ends
+
+
+async def test_a_write_cut_short_by_cancellation_resets_the_stream() -> None:
+    # A watch's timeoutSeconds cancels its write while the client's window holds part of an
+    # event: a clean end after half an event would read as a whole, shorter answer.
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        with trio.move_on_after(1):
+            await send({"type": "http.response.body", "body": b"e" * 3000, "more_body": True})
+        with trio.CancelScope(shield=True):
+            await send({"type": "http.response.body", "body": b""})
+
+    async with _serving(app, initial_window=1000) as client:
+        client.h2.send_headers(1, _request(), end_stream=True)
+        await client.flush()
+        events = await client.read_until(lambda _: client.ended(1))
+    assert any(isinstance(e, h2.events.StreamReset) for e in events)
+    assert not any(isinstance(e, h2.events.StreamEnded) for e in events)
+
+
+async def test_receive_after_a_finished_answer_is_a_disconnect() -> None:
+    said: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await _answer(send, 200, b"done")
+        said.append((await receive())["type"])
+
+    async with _serving(app) as client:
+        client.h2.send_headers(1, _request(), end_stream=True)
+        await client.flush()
+        await client.read_until(lambda _: client.ended(1))
+        await trio.testing.wait_all_tasks_blocked()
+    assert said == ["http.disconnect"]
+
+
+async def test_streams_reset_at_once_still_count_against_the_limit() -> None:
+    started = 0
+    release = trio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal started
+        started += 1
+        await release.wait()  # (running on after its stream was reset)
+
+    async with _serving(app) as client:
+        for _ in range(MAX_STREAMS + 5):
+            stream_id = client.h2.get_next_available_stream_id()
+            client.h2.send_headers(stream_id, _request(), end_stream=True)
+            client.h2.reset_stream(stream_id)
+        await client.flush()
+        await trio.testing.wait_all_tasks_blocked()
+        assert started == MAX_STREAMS
+        release.set()
