@@ -210,9 +210,11 @@ async def test_the_handlers_of_a_closed_connection_are_cancelled() -> None:
 async def test_a_write_cut_short_by_cancellation_resets_the_stream() -> None:
     # A watch's timeoutSeconds cancels its write while the client's window holds part of an
     # event: a clean end after half an event would read as a whole, shorter answer.
+    timeout = trio.CancelScope()
+
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
-        with trio.move_on_after(1):
+        with timeout:
             await send({"type": "http.response.body", "body": b"e" * 3000, "more_body": True})
         with trio.CancelScope(shield=True):
             await send({"type": "http.response.body", "body": b""})
@@ -220,6 +222,8 @@ async def test_a_write_cut_short_by_cancellation_resets_the_stream() -> None:
     async with _serving(app, initial_window=1000) as client:
         client.h2.send_headers(1, _request(), end_stream=True)
         await client.flush()
+        await client.read_until(lambda _: len(client.body(1)) == 1000)  # the window's worth
+        timeout.cancel()
         events = await client.read_until(lambda _: client.ended(1))
     assert any(isinstance(e, h2.events.StreamReset) for e in events)
     assert not any(isinstance(e, h2.events.StreamEnded) for e in events)
