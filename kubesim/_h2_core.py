@@ -113,6 +113,7 @@ class H2ServerCore:
         self._recv_owed = 0
         self.goaway_received = False
         self._table_size_update = False  # the client set its table size: say ours is 0
+        self._reset_here = False  # receive_data reset a stream itself
         settings = b"".join(
             key.to_bytes(2, "big") + value.to_bytes(4, "big")
             for key, value in (
@@ -195,6 +196,7 @@ class H2ServerCore:
         if not stream.reset:
             self._out += _frame(_RST_STREAM, 0, stream.id, code.to_bytes(4, "big"))
             stream.reset = True
+            self._reset_here = True  # (receive_data reports it: its handler must look)
         self._forget(stream)
 
     def take_body(self, stream: Stream) -> bytes:
@@ -256,7 +258,9 @@ class H2ServerCore:
                     raise H2Error("the connection did not start with the HTTP/2 preface")
                 del self._inbound[: len(PREFACE)]
                 self._preface_seen = True
+            self._reset_here = False
             used, woke = self._frames(opened)
+            woke = woke or self._reset_here
         except H2Error as exc:
             self.close(exc.code)
             raise

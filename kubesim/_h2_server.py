@@ -67,6 +67,7 @@ class H2Connection:
         self._writing = False
         self._closed = False
         self._handlers = 0  # requests whose app is running (a reset stream's may still be)
+        self._replies = 0  # bytes reading queued since the writer last took the output
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -95,6 +96,7 @@ class H2Connection:
                 return
             if not data:
                 return
+            before = core.queued_bytes
             try:
                 opened, woke = core.receive_data(data)
             except H2Error as exc:
@@ -120,10 +122,13 @@ class H2Connection:
                     self._resets.pop(stream_id).set()
             if core.has_output:
                 self._wake_writer.set()
-                # Answers to a client that sends but never reads (PINGs, SETTINGS) are bounded
-                # too: reading waits for the writer.
-                while core.queued_bytes > _MAX_QUEUED and not self._closed:
-                    await self._taken.wait()
+            # What reading itself queues (acks of PINGs and SETTINGS, window updates, resets)
+            # is bounded too: past _MAX_QUEUED of it unsent, reading waits for the writer.
+            # Only that: answers are bounded by the client's windows, and a reader waiting
+            # for them to drain could deadlock with a client that reads only between writes.
+            self._replies += max(0, core.queued_bytes - before)
+            while self._replies > _MAX_QUEUED and not self._closed:
+                await self._taken.wait()
 
     def _has_body(self, stream_id: int) -> bool:
         stream = self._core.streams.get(stream_id)
@@ -150,6 +155,7 @@ class H2Connection:
                     self._wake_writer = trio.Event()
                     continue
                 data = core.data_to_send()
+                self._replies = 0
                 self._writing = True
                 self._taken.set()
                 self._taken = trio.Event()
@@ -306,7 +312,11 @@ class _Exchange:
 
     def failed(self) -> None:
         core, stream = self._conn._core, self._stream
-        if stream.reset or stream.answered:
+        if stream.reset:
+            return
+        if stream.answered:  # answered in full, then failed: only stop an unfinished upload
+            if not stream.ended:
+                core.reset_stream(stream, NO_ERROR)
             return
         if self._started:
             core.reset_stream(stream, INTERNAL_ERROR)

@@ -263,3 +263,80 @@ async def test_streams_reset_at_once_still_count_against_the_limit() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert started == MAX_STREAMS
         release.set()
+
+
+async def test_a_client_that_writes_before_it_reads_is_not_deadlocked_by_a_long_answer() -> None:
+    # No socket buffering (lockstep): while a long answer waits for the client to read, the
+    # client writes an upload first. Reading must go on, or all three wait on each other.
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/big":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for _ in range(8):
+                await send({"type": "http.response.body", "body": b"x" * 2**19, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        size = 0
+        while True:
+            message = await receive()
+            size += len(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        await _answer(send, 200, str(size).encode())
+
+    client_end, server_end = trio.testing.lockstep_stream_pair()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_h2, server_end, app, PEER, LOCAL)
+            client = _Client(client_end, 16 * 2**20)  # windows that never hold the answer
+            client.h2.increment_flow_control_window(2**30)
+            await client.flush()
+            await client.read_until(
+                lambda events: any(isinstance(e, h2.events.RemoteSettingsChanged) for e in events)
+            )
+            client.h2.send_headers(1, _request(path="/big"), end_stream=True)
+            await client.flush()
+            await trio.testing.wait_all_tasks_blocked()  # the answer is queued, unread
+            client.h2.send_headers(3, _request("POST", "/upload"))
+            client.h2.send_data(3, b"y" * 16384 * 40, end_stream=True)
+            await client.flush()  # (this write hung when reading waited for the writer)
+
+            await client.read_until(lambda _: client.ended(1) and client.ended(3))
+            nursery.cancel_scope.cancel()
+    assert client.body(3) == str(16384 * 40).encode()
+    assert len(client.body(1)) == 8 * 2**19
+
+
+async def test_a_stream_the_server_resets_wakes_its_handler() -> None:
+    said: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        said.append((await receive())["type"])  # a watch waiting for its client to go
+
+    async with _serving(app) as client:
+        client.h2.send_headers(1, _request(), end_stream=True)
+        await client.flush()
+        await trio.testing.wait_all_tasks_blocked()
+        # HEADERS after the request's end: the server resets the stream (STREAM_CLOSED).
+        frame = b"\x00\x00\x01\x01\x05\x00\x00\x00\x01\x82"  # END_STREAM|END_HEADERS, ":method GET"
+        await client.stream.send_all(frame)
+        await client.read_until(lambda _: client.ended(1))
+        await trio.testing.wait_all_tasks_blocked()
+    assert said == ["http.disconnect"]
+
+
+async def test_a_handler_failing_after_its_answer_stops_an_unfinished_upload() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await _answer(send, 200, b"early")
+        raise ValueError("a kubesim bug, after the answer")
+
+    async with _serving(app) as client:
+        client.h2.send_headers(1, _request("POST"))
+        client.h2.send_data(1, b"part of the body")
+        await client.flush()
+        events = await client.read_until(
+            lambda events: any(isinstance(e, h2.events.StreamReset) for e in events)
+        )
+    reset = next(e for e in events if isinstance(e, h2.events.StreamReset))
+    assert reset.error_code == h2.errors.ErrorCodes.NO_ERROR
+    assert client.body(1) == b"early"
