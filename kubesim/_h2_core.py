@@ -79,13 +79,12 @@ class Stream:
     owed: int = 0  # body bytes taken whose credit is not yet returned
 
 
+def _head(length: int, kind: int, flags: int, stream_id: int) -> bytes:
+    return length.to_bytes(3, "big") + bytes((kind, flags)) + stream_id.to_bytes(4, "big")
+
+
 def _frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview = b"") -> bytes:
-    return (
-        len(payload).to_bytes(3, "big")
-        + bytes((kind, flags))
-        + stream_id.to_bytes(4, "big")
-        + bytes(payload)
-    )
+    return _head(len(payload), kind, flags, stream_id) + bytes(payload)
 
 
 def _window_update(stream_id: int, increment: int) -> bytes:
@@ -111,7 +110,7 @@ class H2ServerCore:
         self._peer_max_frame = 16_384
         self._recv_window = CONNECTION_WINDOW
         self._recv_owed = 0
-        self.goaway_received = False
+        self._goaway_received = False
         self._table_size_update = False  # the client set its table size: say ours is 0
         self._reset_here = False  # receive_data reset a stream itself
         settings = b"".join(
@@ -179,9 +178,9 @@ class H2ServerCore:
             if room <= 0:
                 return sent
             last = end and sent + room == size
-            self._out += _frame(
-                _DATA, _END_STREAM if last else 0, stream.id, data[sent : sent + room]
-            )
+            # Head, then the payload straight from the caller's buffer: one copy of the bytes.
+            self._out += _head(room, _DATA, _END_STREAM if last else 0, stream.id)
+            self._out += data[sent : sent + room]
             self._send_window -= room
             stream.send_window -= room
             sent += room
@@ -303,7 +302,7 @@ class H2ServerCore:
                     elif kind == _PING:
                         self._on_ping(flags, stream_id, payload)
                     elif kind == _GOAWAY:
-                        self.goaway_received = True
+                        self._goaway_received = True
                     elif kind == _PUSH_PROMISE:
                         raise H2Error("a client sent PUSH_PROMISE")
                     # PRIORITY and unknown frame types are ignored (section 5.5).
@@ -376,7 +375,7 @@ class H2ServerCore:
                 self._end(stream)  # trailers: the request's end
             return
         self._last_id = stream_id
-        if len(self.streams) >= MAX_STREAMS or self.goaway_received:
+        if len(self.streams) >= MAX_STREAMS or self._goaway_received:
             self._out += _frame(_RST_STREAM, 0, stream_id, REFUSED_STREAM.to_bytes(4, "big"))
             return
         stream = Stream(stream_id, [(bytes(n), bytes(v)) for n, v in headers], self._peer_initial)

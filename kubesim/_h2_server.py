@@ -9,7 +9,9 @@ client stops reading stops in its ``send``. One writer task sends what the outpu
 it in one TLS write per turn (an answer's HEADERS and DATA, and every other stream's answers
 queued meanwhile). A sender waits while more than ``_MAX_QUEUED`` bytes are unsent; below that
 its ``send`` returns without a schedule point, as a memory channel's ``send_nowait`` would (a
-watch yields while it waits for the next event, a long list once the queue is full).
+watch yields while it waits for the next event, a long list once the queue is full). Reading
+waits only on what it queued itself (acks, window updates, resets) past ``_MAX_QUEUED``, never
+on answers: a client that writes before it reads must not deadlock with a long answer.
 
 A client that resets a stream (or goes away) ends that request: its ``receive`` answers
 ``http.disconnect`` and its ``send`` drops what it is given; when the connection ends, the
@@ -170,9 +172,7 @@ class H2Connection:
     async def _queued(self) -> None:
         """Have the writer send what the core holds; wait while too much is unsent."""
         self._wake_writer.set()
-        while self._core.has_output and not self._closed:
-            if self._core.queued_bytes <= _MAX_QUEUED:
-                return
+        while self._core.queued_bytes > _MAX_QUEUED and not self._closed:
             await self._taken.wait()
 
     async def _send_body(self, stream: Stream, body: bytes, end: bool) -> None:
@@ -199,9 +199,10 @@ class H2Connection:
 
     async def _answer(self, stream: Stream) -> None:
         """Run the app for ``stream``'s request, and see the answer ended whatever it did."""
-        exchange = _Exchange(self, stream)
+        scope = self._scope(stream)
+        exchange = _Exchange(self, stream, head_only=scope["method"] == "HEAD")
         try:
-            await self._app(self._scope(stream), exchange.receive, exchange.send)
+            await self._app(scope, exchange.receive, exchange.send)
         except Exception:
             # A bug in a handler: the app logged it; the client gets a 500 or a reset.
             exchange.failed()
@@ -257,12 +258,12 @@ class _Exchange:
 
     __slots__ = ("_conn", "_done", "_head_only", "_started", "_stream")
 
-    def __init__(self, conn: H2Connection, stream: Stream) -> None:
+    def __init__(self, conn: H2Connection, stream: Stream, *, head_only: bool) -> None:
         self._conn = conn
         self._stream = stream
         self._started = False
         self._done = False
-        self._head_only = any(n == b":method" and v == b"HEAD" for n, v in stream.headers)
+        self._head_only = head_only  # HEAD: the answer's head goes out, its body does not
 
     async def receive(self) -> Message:
         conn, stream = self._conn, self._stream
