@@ -22,9 +22,9 @@ ACCOUNT = "bench"
 _MIXED_PAD = base64.b64encode(random.Random(7).randbytes(OBJECT_BYTES)).decode()
 
 
-def pod_record(i: int, rv: int, *, mixed: bool = False) -> EventRecord:
-    """Pod number ``i`` (``pod-{i:07d}`` in namespace ``ns-{i % 50}``) at version ``rv``:
-    ADDED when ``rv == i``, MODIFIED otherwise."""
+def pod_record(i: int, rv: int, *, mixed: bool = False, account: str = ACCOUNT) -> EventRecord:
+    """Pod number ``i`` (``pod-{i:07d}`` in namespace ``ns-{i % 50}``) of ``account`` at
+    version ``rv``: ADDED when ``rv == i``, MODIFIED otherwise."""
     name = f"pod-{i:07d}"
     body = {
         "apiVersion": "v1",
@@ -44,7 +44,7 @@ def pod_record(i: int, rv: int, *, mixed: bool = False) -> EventRecord:
     raw = raw[:-1] + b',"status":{"pad":"' + pad.encode() + b'"}}'
     etype = EventType.ADDED if rv == i else EventType.MODIFIED
     return EventRecord(
-        int(etype), ACCOUNT, "v1", "Pod", pod_namespace(i), name, f"uid-{i}", str(rv), raw, ""
+        int(etype), account, "v1", "Pod", pod_namespace(i), name, f"uid-{i}", str(rv), raw, ""
     )
 
 

@@ -13,9 +13,14 @@ with N objects in its SQLite file, and at ``--compare-at`` first): see ``_store_
 (alternating, ``--rounds`` each, the best of each kept), and prints the ratio: the server is
 a throwaway one started from this machine's binaries (tests/server/_postgres.py) with its
 durable defaults (fsync, synchronous_commit on: every batch's commit waits for its WAL
-flush), on a unix socket; or the database at ``--pg-url``. JSON keys:
-``pg_ingest_events_per_s``, ``sqlite_ingest_events_per_s``, ``pg_to_sqlite``. Goal: >= 20,000
-events/s and >= 0.6x SQLite.
+flush), on a unix socket; or the database at ``--pg-url``. Each store is measured in two
+shapes: ``--sessions`` sessions at once (default 4: agents of their own accounts, as a server
+that serves a fleet writes, through the store's default pool of 4 connections), and one
+session alone (one agent's burst: PostgreSQL's statements and the session's Python then run
+one after the other, so this shape shows its per-event cost). JSON keys, from the first
+shape: ``pg_ingest_events_per_s``, ``sqlite_ingest_events_per_s``, ``pg_to_sqlite``; from the
+second: ``pg_one_session_events_per_s``, ``sqlite_one_session_events_per_s``,
+``pg_to_sqlite_one_session``. Goal (issue 13): >= 20,000 events/s and >= 0.6x SQLite.
 
 Ingest: N events of ~4.4 KB Pod objects, in batches of 500 encoded with ``wire.encode_events``,
 through what a gRPC session does with each batch (decode, Secret scrub, one store transaction)
@@ -69,7 +74,7 @@ import wire
 from server.store import Store, open_postgres_store, open_sqlite_store
 from tests.server._postgres import TempPostgres
 
-from ._pods import decoded, pod_record
+from ._pods import ACCOUNT, decoded, pod_record
 from ._store_scale import run_scale
 
 BENCH_NAMESPACE = "bench"
@@ -78,12 +83,16 @@ BENCH_NAMESPACE = "bench"
 POLL_SECONDS = 0.005
 
 
-def _payloads(events: int, batch: int, *, mixed: bool = False) -> list[bytes]:
+def _payloads(
+    events: int, batch: int, *, mixed: bool = False, account: str = ACCOUNT
+) -> list[bytes]:
     distinct = events // 2
     payloads = []
     for start in range(0, events, batch):
         records = [
-            pod_record(n % distinct, n if n < distinct else n + distinct, mixed=mixed)
+            pod_record(
+                n % distinct, n if n < distinct else n + distinct, mixed=mixed, account=account
+            )
             for n in range(start, min(events, start + batch))
         ]
         payloads.append(wire.encode_events(records))
@@ -103,18 +112,30 @@ async def measure_ingest(
     open_store: Callable[[], AbstractAsyncContextManager[Store]] = _sqlite_file,
     *,
     mixed: bool = False,
+    sessions: int = 1,
 ) -> float:
     """Events per second through a session's batch path (decode, scrub, one transaction per
-    batch) into a new store (by default a new SQLite file)."""
-    payloads = _payloads(events, batch, mixed=mixed)
+    batch) into a new store (by default a new SQLite file). ``sessions`` > 1: as many
+    sessions at once (agents of their own accounts), ``events`` split among them."""
+    accounts = [ACCOUNT] if sessions == 1 else [f"{ACCOUNT}-{k}" for k in range(sessions)]
+    work = [
+        (account, _payloads(events // sessions, batch, mixed=mixed, account=account))
+        for account in accounts
+    ]
+
+    async def session(account: str, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            await store.apply_batch(account, decoded(payload))
+
     async with open_store() as store, trio.open_nursery() as nursery:
         await nursery.start(store.run_upkeep)  # as the server runs it
         began = time.perf_counter()
-        for payload in payloads:
-            await store.apply_batch("bench", decoded(payload))
+        async with trio.open_nursery() as sessions_:
+            for account, payloads in work:
+                sessions_.start_soon(session, account, payloads)
         elapsed = time.perf_counter() - began
         nursery.cancel_scope.cancel()
-    return events / elapsed
+    return (events // sessions) * sessions / elapsed
 
 
 @contextlib.contextmanager
@@ -125,7 +146,7 @@ def _postgres(url: str | None) -> Iterator[Callable[[], AbstractAsyncContextMana
 
         @contextlib.asynccontextmanager
         async def existing() -> AsyncIterator[Store]:
-            async with open_postgres_store(url, max_connections=1) as store:
+            async with open_postgres_store(url) as store:
                 yield store
             with psycopg.connect(url, autocommit=True) as conn:
                 for table in ("objects", "resource_versions", "sync_state"):
@@ -139,7 +160,7 @@ def _postgres(url: str | None) -> Iterator[Callable[[], AbstractAsyncContextMana
         async def fresh() -> AsyncIterator[Store]:
             name = server.create_database()
             try:
-                async with open_postgres_store(server.url(name), max_connections=1) as store:
+                async with open_postgres_store(server.url(name)) as store:
                     yield store
             finally:
                 server.drop_database(name)
@@ -148,27 +169,46 @@ def _postgres(url: str | None) -> Iterator[Callable[[], AbstractAsyncContextMana
 
 
 async def compare_ingest(args: argparse.Namespace) -> dict[str, object]:
-    """PostgreSQL against SQLite, alternating rounds in one run; the best of each."""
-    pg_rates: list[float] = []
-    sqlite_rates: list[float] = []
+    """PostgreSQL against SQLite, alternating rounds in one run, the best of each: with
+    ``--sessions`` sessions at once (the issue's keys) and with one."""
+    mixed = args.bodies == "mixed"
+    shapes = (args.sessions, 1) if args.sessions > 1 else (1,)
+    rates: dict[tuple[str, int], list[float]] = {}
     with _postgres(args.pg_url) as open_pg:
         for _ in range(args.rounds):
-            mixed = args.bodies == "mixed"
-            sqlite_rates.append(await measure_ingest(args.events, args.batch, mixed=mixed))
-            pg_rates.append(await measure_ingest(args.events, args.batch, open_pg, mixed=mixed))
-    pg, sqlite = max(pg_rates), max(sqlite_rates)
+            for sessions in shapes:
+                for name, opener in (("sqlite", _sqlite_file), ("pg", open_pg)):
+                    rate = await measure_ingest(
+                        args.events, args.batch, opener, mixed=mixed, sessions=sessions
+                    )
+                    rates.setdefault((name, sessions), []).append(rate)
+    best = {key: max(values) for key, values in rates.items()}
     print(
         f"ingest: {args.events} events of ~4.4 KB ({args.bodies} bodies), batches of "
-        f"{args.batch}, best of {args.rounds} alternating rounds:\n"
-        f"  PostgreSQL {pg:,.0f} events/s (rounds: {', '.join(f'{r:,.0f}' for r in pg_rates)})\n"
-        f"  SQLite     {sqlite:,.0f} events/s (rounds: "
-        f"{', '.join(f'{r:,.0f}' for r in sqlite_rates)})\n"
-        f"  PostgreSQL / SQLite = {pg / sqlite:.2f}"
+        f"{args.batch}, best of {args.rounds} alternating rounds (2 cores shared by the bench, "
+        "its store threads and PostgreSQL):"
     )
+    for sessions in shapes:
+        pg, sqlite = best[("pg", sessions)], best[("sqlite", sessions)]
+        print(
+            f"  {sessions} session{'s' if sessions > 1 else ''} at once"
+            f"{' (agents of their own accounts)' if sessions > 1 else ''}:\n"
+            f"    PostgreSQL {pg:,.0f} events/s (rounds: "
+            f"{', '.join(f'{r:,.0f}' for r in rates[('pg', sessions)])})\n"
+            f"    SQLite     {sqlite:,.0f} events/s (rounds: "
+            f"{', '.join(f'{r:,.0f}' for r in rates[('sqlite', sessions)])})\n"
+            f"    PostgreSQL / SQLite = {pg / sqlite:.2f}"
+        )
+    pg, sqlite = best[("pg", shapes[0])], best[("sqlite", shapes[0])]
+    one_pg, one_sqlite = best[("pg", 1)], best[("sqlite", 1)]
     return {
         "pg_ingest_events_per_s": round(pg),
         "sqlite_ingest_events_per_s": round(sqlite),
         "pg_to_sqlite": round(pg / sqlite, 3),
+        "sessions": shapes[0],
+        "pg_one_session_events_per_s": round(one_pg),
+        "sqlite_one_session_events_per_s": round(one_sqlite),
+        "pg_to_sqlite_one_session": round(one_pg / one_sqlite, 3),
         "events": args.events,
         "batch": args.batch,
         "bodies": args.bodies,
@@ -535,6 +575,13 @@ def main() -> None:
     )
     parser.add_argument("--pg-url", default=None, help="an existing PostgreSQL database to use")
     parser.add_argument("--rounds", type=int, default=2, help="--store postgresql: rounds each")
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=4,
+        help="--store postgresql: sessions writing at once (agents of their own accounts), "
+        "measured beside one session",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
     args = parser.parse_args()
     result = trio.run(main_async, args)
