@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._leases import Exec
+from ._okey import GROUP_KIND_NAMESPACE
+from ._queries import SqlDialect, under
 from ._records import (
     AccountScope,
     AvailabilityOutcome,
@@ -65,7 +67,7 @@ def unavailable_kinds(x: Exec, account: str | None = None) -> list[UnavailableKi
 
 
 def apply_kind_changes(
-    x: Exec, kind_col: str, changes: Sequence[KindChange], now_ms: int
+    x: Exec, d: SqlDialect, changes: Sequence[KindChange], now_ms: int
 ) -> AvailabilityOutcome:
     """Apply a KindStatus's entries in order (see the module docstring)."""
     swept: list[ObjectRef] = []
@@ -80,7 +82,7 @@ def apply_kind_changes(
                 x(f"DELETE FROM unavailable_kinds WHERE {_MARK_KEY}", key)
                 cleared.append(old)
             continue
-        swept += _remove(x, kind_col, change)
+        swept += _remove(x, d, change)
         since = old.since_ms if old is not None else now_ms
         x(_UPSERT_MARK, (*key, change.api_version, change.kind, change.code, change.reason, since))
         if old is None or (old.code, old.reason) != (change.code, change.reason):
@@ -98,14 +100,13 @@ def apply_kind_changes(
     return AvailabilityOutcome(tuple(swept), tuple(marked), tuple(cleared))
 
 
-def _remove(x: Exec, kind_col: str, change: KindChange) -> list[ObjectRef]:
+def _remove(x: Exec, d: SqlDialect, change: KindChange) -> list[ObjectRef]:
     """Delete the objects and resume points of an unavailable (account, kind, scope)."""
     group, kind = group_of(change.api_version), change.kind.lower()
-    where = f"account=? AND grp=? AND {kind_col}=?"
-    params: list[Any] = [change.account, group, kind]
+    coordinates = [change.account, group, kind]
     if change.scope:
-        where += " AND namespace=?"
-        params.append(change.scope)
+        coordinates.append(change.scope)
+    where, params = under(d, coordinates, "?")
     rows = x(f"DELETE FROM objects WHERE {where} {_OBJECT_REF}", params)
     for api_version, stored_kind, scope in x(
         "SELECT api_version, kind, scope FROM resource_versions WHERE account=? AND lower(kind)=?",
@@ -116,7 +117,7 @@ def _remove(x: Exec, kind_col: str, change: KindChange) -> list[ObjectRef]:
     return [ObjectRef(*row) for row in rows]
 
 
-def apply_account_scope(x: Exec, kind_col: str, scope: AccountScope) -> AvailabilityOutcome:
+def apply_account_scope(x: Exec, d: SqlDialect, scope: AccountScope) -> AvailabilityOutcome:
     """Delete the account's objects, resume points and marks outside ``scope`` (for a
     shard's scope: those inside the shard and outside ``scope``)."""
     account = scope.account
@@ -130,15 +131,12 @@ def apply_account_scope(x: Exec, kind_col: str, scope: AccountScope) -> Availabi
     swept: list[ObjectRef] = []
     # One pass over the account's index entries (the objects' key starts with account, grp,
     # kind, namespace), then one delete per (kind, namespace) found outside.
-    for group, kind, namespace in x(
-        f"SELECT DISTINCT grp, {kind_col}, namespace FROM objects WHERE account=?", (account,)
-    ):
+    where, params = under(d, [account], "?")
+    found = GROUP_KIND_NAMESPACE if d.name == "postgresql" else f"grp, {d.kind_key}, namespace"
+    for group, kind, namespace in x(f"SELECT DISTINCT {found} FROM objects WHERE {where}", params):
         if not holds(group, kind, namespace):
-            rows = x(
-                f"DELETE FROM objects WHERE account=? AND grp=? AND {kind_col}=?"
-                f" AND namespace=? {_OBJECT_REF}",
-                (account, group, kind.lower(), namespace),
-            )
+            inside, params = under(d, [account, group, kind.lower(), namespace], "?")
+            rows = x(f"DELETE FROM objects WHERE {inside} {_OBJECT_REF}", params)
             swept += [ObjectRef(*row) for row in rows]
     for api_version, kind, where in x(
         "SELECT api_version, kind, scope FROM resource_versions WHERE account=?", (account,)

@@ -34,6 +34,7 @@ from wire import EventRecord
 
 from .._errors import StoreError
 from ._changes import change_message, read_change_message
+from ._okey import okey_of
 from ._queries import OBJECT_COLUMNS
 from ._records import Change, ChangeCursor, ChangePage, ObjectRef, StoredObject, group_of
 
@@ -98,8 +99,8 @@ _GET_OBJECTS = (
     + ", ".join(f"o.{c.strip()}" for c in OBJECT_COLUMNS.split(","))
     + " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
     " AS k(account, grp, kind_key, namespace, name)"
-    " JOIN objects o ON o.account = k.account AND o.grp = k.grp AND o.kind_key = k.kind_key"
-    " AND o.namespace = k.namespace AND o.name = k.name"
+    " JOIN objects o ON o.okey = "
+    + okey_of("k.account", "k.grp", "k.kind_key", "k.namespace", "k.name")
 )
 
 

@@ -9,6 +9,7 @@ GIL handoffs costing more than the overlap saved.)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,9 @@ _ADDED, _MODIFIED, _DELETED = int(EventType.ADDED), int(EventType.MODIFIED), int
 _KNOWN = frozenset(int(t) for t in EventType)
 # API groups repeat in every batch; a bounded memo saves the parse (~1 us an event).
 _GROUPS: dict[str, str] = {}
+# No Kubernetes name holds a control character, and PostgreSQL's key of an object joins its
+# coordinates with \x01 (``_okey``; a NUL it cannot store at all): refused in every one.
+_CONTROL = re.compile("[\x00-\x1f]")
 _MAX_GROUPS = 4096
 
 
@@ -137,9 +141,29 @@ def prepare_events(records: Sequence[EventRecord], account: str | None) -> Prepa
         else:
             if t == _DELETED and not (r.account and r.kind and r.name):
                 raise InvalidRecord(f"record {index}: account, kind and name are required")
+            check_coordinates(index, r)
             rows.append(None)
             views.append(None)
     return PreparedEvents(records, groups, rows, views)
+
+
+def check_coordinates(index: int, r: EventRecord) -> None:
+    """Raise InvalidRecord if a coordinate of record ``index`` (account, apiVersion, kind,
+    namespace, name) holds a control character."""
+    if _CONTROL.search(f"{r.account}{r.api_version}{r.kind}{r.namespace}{r.name}") is None:
+        return
+    for what, value in (
+        ("account", r.account),
+        ("apiVersion", r.api_version),
+        ("kind", r.kind),
+        ("namespace", r.namespace),
+        ("name", r.name),
+    ):
+        if _CONTROL.search(value):
+            raise InvalidRecord(
+                f"record {index}: its {what} {value!r} holds a control character (no"
+                " Kubernetes name does)"
+            )
 
 
 def _group(api_version: str) -> str:
@@ -188,6 +212,7 @@ def upsert_row_and_view(
     index: int, r: EventRecord, group: str, epoch: int | None = None, now: int | None = None
 ) -> tuple[list[Any], tuple[str, ...] | None]:
     """``upsert_row``'s row and, for an object Deck's views show, its view_index row."""
+    check_coordinates(index, r)
     body = r.object
     if r.kind == "Secret" and group == "":
         # Defence in depth: the ingest paths scrub Secrets already (server/_grpc.py,

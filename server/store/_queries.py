@@ -12,8 +12,9 @@ from wire import EventRecord, EventType
 
 from ._ingest import ObjectKey
 from ._labels import Dialect, selector_sql
+from ._okey import OBJECTS_PER_KIND, okey_equals, okey_of, okey_range, okey_range_params
 from ._paging import check_limit, make_token, read_token
-from ._prepared import upsert_row_and_view
+from ._prepared import check_coordinates, upsert_row_and_view
 from ._records import KindOverview, ObjectPage, StoredObject, group_of
 
 _DELETED = int(EventType.DELETED)
@@ -40,13 +41,35 @@ SQLITE = SqlDialect("sqlite", "?", "kind", "kind=?", "1")  # kind is COLLATE NOC
 POSTGRESQL = SqlDialect("postgresql", "%s", "kind_key", "kind_key=lower(%s)", "TRUE")
 
 
+def key_match(d: SqlDialect, mark: str | None = None, row: str = "") -> str:
+    """The condition "the object row is the one of the next five parameters (account, grp,
+    kind, namespace, name)": on PostgreSQL one seek of its key column (``_okey``).
+    ``mark``: the placeholder (the dialect's by default); ``row``: an alias and its dot."""
+    m = mark or d.mark
+    if d.name == "postgresql":
+        return okey_equals(m, row)
+    return (
+        f"{row}account={m} AND {row}grp={m} AND {row}kind={m} AND {row}namespace={m}"
+        f" AND {row}name={m}"
+    )
+
+
+def under(
+    d: SqlDialect, coordinates: Sequence[Any], mark: str | None = None
+) -> tuple[str, list[Any]]:
+    """The condition "the object's leading coordinates (account, then grp, kind, namespace:
+    one to four of them) are ``coordinates``" and its parameters; on PostgreSQL a range of its
+    key column (``_okey``), on SQLite equalities on the key's leading columns."""
+    m = mark or d.mark
+    if d.name == "postgresql":
+        return okey_range([m] * len(coordinates)), okey_range_params(coordinates)
+    columns = ("account", "grp", "kind", "namespace")[: len(coordinates)]
+    return " AND ".join(f"{c}={m}" for c in columns), list(coordinates)
+
+
 def get_object_sql(d: SqlDialect) -> str:
     """One object by (account, grp, kind, namespace, name), ``OBJECT_COLUMNS`` in order."""
-    m = d.mark
-    return (
-        f"SELECT {OBJECT_COLUMNS} FROM objects WHERE account={m} AND grp={m}"
-        f" AND {d.kind_match} AND namespace={m} AND name={m}"
-    )
+    return f"SELECT {OBJECT_COLUMNS} FROM objects WHERE {key_match(d)}"
 
 
 @dataclass(frozen=True)
@@ -73,6 +96,8 @@ def query_sql(d: SqlDialect, q: ObjectQuery) -> tuple[str, list[Any]]:
     after the equalities that fix the key's leading columns, and on SQLite an equality
     past an unconstrained column is a filter (see below)."""
     check_limit(q.limit)
+    if d.name == "postgresql":
+        return _pg_query_sql(d, q)
     m = d.mark
     sqlite = d.name == "sqlite"
     key = ["account", "grp", d.kind_key, "namespace", "name"]
@@ -125,6 +150,47 @@ def query_sql(d: SqlDialect, q: ObjectQuery) -> tuple[str, list[Any]]:
     return sql, [*params, q.limit + 1]
 
 
+def _pg_query_sql(d: SqlDialect, q: ObjectQuery) -> tuple[str, list[Any]]:
+    """``query_sql`` on PostgreSQL: the equalities that fix the key's leading coordinates
+    are one range of its key column (``_okey``), the others filters; the token starts the
+    walk after its object's key; the page is that column's order."""
+    m = d.mark
+    leading: list[str] = []
+    where: list[str] = []
+    params: list[Any] = []
+    equalities = (
+        (f"account={m}", q.account),
+        (f"grp={m}", q.group),
+        (d.kind_match, q.kind),
+        (f"namespace={m}", q.namespace),
+    )
+    gap = False  # past a coordinate the query leaves open, equalities are filters
+    for clause, value in equalities:
+        if value is None:
+            gap = True
+        elif not gap:
+            leading.append(value)
+        else:
+            where.append(clause)
+            params.append(value)
+    if leading:
+        clause, values = under(d, leading)
+        where.insert(0, clause)
+        params[:0] = values
+    if q.label_selector:
+        clause, values = selector_sql(q.label_selector, d.name)
+        where.append(clause)
+        params.extend(values)
+    if q.continue_token:
+        where.append(f"okey > {okey_of(m, m, m, m, m)}")
+        params.extend(read_token(q.continue_token))
+    sql = (
+        f"SELECT {OBJECT_COLUMNS}, grp, {d.kind_key} FROM objects"
+        f" WHERE {' AND '.join(where) or d.true} ORDER BY okey LIMIT {m}"
+    )
+    return sql, [*params, q.limit + 1]
+
+
 def _after(
     d: SqlDialect, key: list[str], fixed: list[str], token: list[str]
 ) -> tuple[str, list[Any]]:
@@ -170,8 +236,8 @@ def count_sql(d: SqlDialect, account: str | None, kind: str | None) -> tuple[str
     where: list[str] = []
     params: list[Any] = []
     if account is not None:
-        where.append(f"account={d.mark}")
-        params.append(account)
+        clause, params = under(d, [account])
+        where.append(clause)
     if kind is not None:
         where.append(d.kind_match)
         params.append(kind)
@@ -183,7 +249,9 @@ def kind_overview_sql(d: SqlDialect) -> tuple[str, str]:
     on the coordinates' index (no body is read), and the resume points per (account,
     apiVersion, kind); merge their rows with ``kind_overview``."""
     objects = (
-        f"SELECT account, grp, min(kind), count(*) FROM objects GROUP BY account, grp, {d.kind_key}"
+        OBJECTS_PER_KIND
+        if d.name == "postgresql"
+        else "SELECT account, grp, min(kind), count(*) FROM objects GROUP BY account, grp, kind"
     )
     watches = (
         "SELECT account, api_version, kind, count(*), max(updated_at_ms) FROM resource_versions"
@@ -224,13 +292,9 @@ def stale_objects_where(
 ) -> tuple[str, list[Any]]:
     """The objects a sync bracket's end deletes: those of its kind (and namespace, for a
     namespaced watch) not written since the bracket began."""
-    m = d.mark
-    where = f"account={m} AND grp={m} AND {d.kind_match} AND epoch<{m}"
-    params: list[Any] = [r.account, group, r.kind, begin_epoch]
-    if r.scope:
-        where += f" AND namespace={m}"
-        params.append(r.scope)
-    return where, params
+    coordinates = [r.account, group, r.kind, r.scope] if r.scope else [r.account, group, r.kind]
+    where, params = under(d, coordinates)
+    return f"{where} AND epoch<{d.mark}", [*params, begin_epoch]
 
 
 def operation_rows(
@@ -244,6 +308,7 @@ def operation_rows(
     views: list[list[Any]] = []
     for i, r in enumerate(records):
         if r.type == _DELETED:
+            check_coordinates(i, r)
             continue
         group = group_of(r.api_version)
         row, view = upsert_row_and_view(i, r, group, epoch, now_ms)

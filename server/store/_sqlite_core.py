@@ -25,6 +25,7 @@ from ._queries import (
     ObjectQuery,
     count_sql,
     get_object_sql,
+    key_match,
     kind_overview,
     kind_overview_sql,
     operation_rows,
@@ -88,7 +89,7 @@ _DELETE_UID = (
 )
 _UPSERT_VIEW = upsert_view_sql("?")
 
-_UPSERT_VIEW_IF_CURRENT = upsert_view_if_current_sql("?", "kind=?")
+_UPSERT_VIEW_IF_CURRENT = upsert_view_if_current_sql("?", key_match(SQLITE))
 AUTOCHECKPOINT_PAGES = 10_000
 # The memory the store's file may take in the server, whatever its size: each connection
 # maps at most this much of the file (the rest is read into its page cache, ``cache_size``).
@@ -163,8 +164,7 @@ class SqliteCore(RecordTables):
         return build_views(
             lambda sql, params: self._conn.execute(sql, params).fetchall(),
             lambda rows: self._conn.executemany(_UPSERT_VIEW, rows),
-            "?",
-            "kind",
+            SQLITE,
             missing_only=missing_only,
         )
 
@@ -261,15 +261,13 @@ class SqliteCore(RecordTables):
 
     def apply_kind_changes(self, changes: Sequence[KindChange]) -> AvailabilityOutcome:
         outcome: AvailabilityOutcome = self._write(
-            lambda: availability.apply_kind_changes(
-                self._exec, SQLITE.kind_key, changes, self._now_ms()
-            )
+            lambda: availability.apply_kind_changes(self._exec, SQLITE, changes, self._now_ms())
         )
         return outcome
 
     def apply_account_scope(self, scope: AccountScope) -> AvailabilityOutcome:
         outcome: AvailabilityOutcome = self._write(
-            lambda: availability.apply_account_scope(self._exec, SQLITE.kind_key, scope)
+            lambda: availability.apply_account_scope(self._exec, SQLITE, scope)
         )
         return outcome
 

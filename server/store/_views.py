@@ -37,6 +37,7 @@ from ..views import (
     cluster_key,
     index_entry_of,
 )
+from ._okey import okey_of
 
 if TYPE_CHECKING:
     from ._queries import SqlDialect
@@ -291,17 +292,27 @@ def upsert_view_sql(mark: str) -> str:
     )
 
 
-def upsert_view_if_current_sql(mark: str, kind_match: str) -> str:
+def upsert_view_if_current_sql(mark: str, key_match: str) -> str:
     """Like ``upsert_view_sql``, only where the object row holds the given resourceVersion
-    (parameters: the view row, then account, grp, kind, namespace, name, resourceVersion)."""
+    (parameters: the view row, then account, grp, kind, namespace, name, resourceVersion;
+    ``key_match`` the condition on the five, ``_queries.key_match``)."""
     marks = ",".join([mark] * len(VIEW_COLUMNS))
     updated = VIEW_COLUMNS[5:]
     m = mark
     return (
         f"INSERT INTO view_index({', '.join(VIEW_COLUMNS)}) SELECT {marks}"
-        f" WHERE EXISTS (SELECT 1 FROM objects WHERE account={m} AND grp={m} AND {kind_match}"
-        f" AND namespace={m} AND name={m} AND resource_version={m})"
+        f" WHERE EXISTS (SELECT 1 FROM objects WHERE {key_match} AND resource_version={m})"
         f" ON CONFLICT ({_KEY}) DO UPDATE SET " + ", ".join(f"{c}=excluded.{c}" for c in updated)
+    )
+
+
+def _object_of_view(d: SqlDialect) -> str:
+    """The join condition of a view row ``v`` and its object ``o``."""
+    if d.name == "postgresql":
+        return f"o.okey={okey_of('v.account', 'v.grp', 'v.kind_key', 'v.namespace', 'v.name')}"
+    return (
+        f"o.account=v.account AND o.grp=v.grp AND o.{d.kind_key}=v.kind_key"
+        " AND o.namespace=v.namespace AND o.name=v.name"
     )
 
 
@@ -485,8 +496,7 @@ def view_sql(d: SqlDialect, q: ViewQuery) -> tuple[str, list[Any]]:
     elif q.bodies:
         sql = (
             f"SELECT {_ROW_COLUMNS}, o.api_version, o.uid, o.resource_version, o.body"
-            f" FROM view_index v JOIN objects o ON o.account=v.account AND o.grp=v.grp"
-            f" AND o.{d.kind_key}=v.kind_key AND o.namespace=v.namespace AND o.name=v.name"
+            f" FROM view_index v JOIN objects o ON {_object_of_view(d)}"
             f" WHERE {where} ORDER BY v.account, v.namespace, v.kind_key, v.name"
         )
     else:

@@ -7,13 +7,17 @@ writing their rows."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..views import VIEW_KINDS
+from ._okey import okey_of
 from ._prepared import view_of_body
 from ._views import object_key_sql
+
+if TYPE_CHECKING:
+    from ._queries import SqlDialect
 
 __all__ = ["build_views"]
 
@@ -23,20 +27,24 @@ _PAGE = 1000
 def build_views(
     read: Callable[[str, Sequence[Any]], list[Any]],
     write: Callable[[list[tuple[str, ...]]], object],
-    mark: str,
-    kind_key: str,
+    d: SqlDialect,
     *,
     missing_only: bool = False,
     lock: str = "",
 ) -> int:
-    """Page through the stored objects of the views' kinds with ``read`` (SQL with ``mark``
-    placeholders; ``kind_key`` the objects' case-insensitive kind column) and ``write`` their
-    view_index rows, inside the caller's transaction. Returns how many rows it wrote.
-    ``missing_only``: only the objects without a row; ``lock``: a locking clause for the
-    objects read (PostgreSQL's ``FOR KEY SHARE``: a deletion waits for the transaction, so
-    that its trigger removes the row written here instead of leaving it behind)."""
+    """Page through the stored objects of the views' kinds with ``read`` (SQL in the dialect
+    ``d``) and ``write`` their view_index rows, inside the caller's transaction. Returns how
+    many rows it wrote. ``missing_only``: only the objects without a row; ``lock``: a
+    locking clause for the objects read (PostgreSQL's ``FOR KEY SHARE``: a deletion waits
+    for the transaction, so that its trigger removes the row written here instead of
+    leaving it behind)."""
     kinds = sorted(VIEW_KINDS)
-    key = f"account, grp, {kind_key}, namespace, name"
+    mark, kind_key = d.mark, d.kind_key
+    if d.name == "postgresql":  # its objects' key is one column (``_okey``)
+        key, after_key = "okey", f"okey > {okey_of(mark, mark, mark, mark, mark)}"
+    else:
+        key = f"account, grp, {kind_key}, namespace, name"
+        after_key = f"({key}) > ({','.join([mark] * 5)})"
     sql = (
         f"SELECT account, grp, kind, namespace, name, body, {kind_key} FROM objects"
         f" WHERE lower(kind) IN ({','.join([mark] * len(kinds))})"
@@ -49,7 +57,7 @@ def build_views(
     after: tuple[Any, ...] | None = None
     written = 0
     while True:
-        page_sql = sql + (f" AND ({key}) > ({','.join([mark] * 5)})" if after else "")
+        page_sql = sql + (f" AND {after_key}" if after else "")
         page_sql += f" ORDER BY {key} LIMIT {_PAGE}" + (f" {lock}" if lock else "")
         rows = read(page_sql, [*kinds, *(after or ())])
         views = []
