@@ -358,7 +358,7 @@ def pg_views_in() -> tuple[str, str, str]:
     create = (
         "CREATE TEMPORARY TABLE views_in("
         + ", ".join(f"{c} text" for c in VIEW_COLUMNS)
-        + ") ON COMMIT DELETE ROWS"
+        + ")"  # emptied by the writer, as objects_in (``_pg_core``)
     )
     copy = f"COPY views_in ({', '.join(VIEW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
     updated = VIEW_COLUMNS[5:]

@@ -138,3 +138,28 @@ def test_a_transaction_aborted_for_a_deadlock_runs_again(pg_backend: StoreBacken
         with pytest.raises(StoreError, match="failed 3 times in a row"):
             core._tx(conn, write)
         assert pg_backend.sql("SELECT count(*) FROM agents") == [(1,)]
+
+
+def test_the_ingest_tables_stay_one_batch_large(pg_backend: StoreBackend) -> None:
+    # The COPY's temporary tables are emptied by the writer and their space reclaimed after
+    # each batch (not truncated at every commit: _pg_core's _RECLAIM_IN): many batches
+    # leave them no larger than one batch made them, and empty.
+    core = PgCore(wall_clock_ms)
+    batch = [obj(f"web-{i}", rv=str(i), extra={"pad": "x" * 2000}) for i in range(200)]
+
+    def size(conn: psycopg.Connection[tuple[int]]) -> int:
+        row = conn.execute(
+            "SELECT pg_total_relation_size('objects_in') + pg_total_relation_size('views_in')"
+        ).fetchone()
+        return int(row[0]) if row else -1
+
+    with connect(pg_backend.url, "") as conn:
+        core.migrate(conn)
+        core.apply_events(conn, batch, ACCOUNT)
+        first = size(conn)
+        for _ in range(30):
+            core.apply_events(conn, batch, ACCOUNT)
+        assert size(conn) <= first
+        assert conn.execute("SELECT count(*) FROM objects_in").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM views_in").fetchone() == (0,)
+    assert pg_backend.sql("SELECT count(*) FROM objects") == [(200,)]

@@ -11,6 +11,7 @@ import trio
 
 from server import InvalidRecord
 from server.store._okey import OBJECTS_PER_KIND, okey_of
+from server.store._paging import make_token
 from server.store._pg_changes import _GET_OBJECTS
 from server.store._pg_schema import PG_MIGRATIONS, migrate_pg
 from server.store._queries import (
@@ -21,7 +22,6 @@ from server.store._queries import (
     query_sql,
     stale_objects_where,
 )
-from server.store._paging import make_token
 from wire import EventType
 
 from ._stores import StoreBackend
@@ -42,7 +42,8 @@ async def test_a_database_migrated_with_objects_keeps_them_under_the_new_key(
     with trio.fail_after(30):
         async with pg_backend.open() as store:
             found = await store.get_object(ACCOUNT, "v1", "pod", "default", "web-1")
-            assert found is not None and found.resource_version == "5"
+            assert found is not None
+            assert found.resource_version == "5"
             # An update of the migrated row lands on it (the key is computed for old rows).
             await store.apply_batch(ACCOUNT, [obj("web-1", rv="6", etype=EventType.MODIFIED)])
             page = await store.query_objects(account=ACCOUNT, kind="Pod")
@@ -80,7 +81,9 @@ async def test_every_page_walks_the_key_in_order(
         pass  # migrated
     sql, params = query_sql(POSTGRESQL, query)
     plan = _plan(pg_backend, sql, params)
-    assert "objects_pkey" in plan and "Sort" not in plan and "Seq Scan" not in plan, plan
+    assert "objects_pkey" in plan, plan
+    assert "Sort" not in plan, plan
+    assert "Seq Scan" not in plan, plan
 
 
 async def test_object_reads_and_deletes_seek_the_key(pg_backend: StoreBackend) -> None:
@@ -105,7 +108,8 @@ async def test_object_reads_and_deletes_seek_the_key(pg_backend: StoreBackend) -
         (OBJECTS_PER_KIND, []),  # the status page's, every few seconds
     ):
         plan = _plan(pg_backend, sql, list(params))
-        assert "objects_pkey" in plan and "Seq Scan on objects" not in plan, (sql, plan)
+        assert "objects_pkey" in plan, (sql, plan)
+        assert "Seq Scan on objects" not in plan, (sql, plan)
 
 
 @pytest.mark.parametrize("where", ["name", "namespace", "kind", "account"])
@@ -121,9 +125,9 @@ async def test_a_control_character_in_a_coordinate_is_refused(
     }[where]
     with trio.fail_after(20):
         async with store_backend.open() as store:
-            with pytest.raises(InvalidRecord, match=f"record 0: its {where} .* control"):
+            with pytest.raises(InvalidRecord, match=rf"record 0: its {where} .* control"):
                 await store.apply_events([record])
             deleted = obj(bad, etype=EventType.DELETED)
-            with pytest.raises(InvalidRecord, match="record 0: its name .* control"):
+            with pytest.raises(InvalidRecord, match=r"record 0: its name .* control"):
                 await store.apply_events([deleted])
             assert (await store.query_objects()).objects == []
