@@ -7,6 +7,7 @@ JSON in URL-safe base64: opaque to clients, checked when it comes back.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Sequence
 
 import msgspec
@@ -20,6 +21,18 @@ def check_limit(limit: int) -> None:
     """Raises InvalidQuery unless 1 <= limit <= MAX_QUERY_LIMIT."""
     if not 1 <= limit <= MAX_QUERY_LIMIT:
         raise InvalidQuery(f"limit {limit} is outside 1..{MAX_QUERY_LIMIT}")
+
+
+_CONTROL = re.compile("[\x00-\x1f]")
+
+
+def check_query_coordinates(**given: str | None) -> None:
+    """Raises InvalidQuery when a coordinate asked for (account, group, kind, namespace)
+    holds a control character: no stored object has one (``_prepared``), and on PostgreSQL
+    one would reach into the key's next coordinate (``_okey``)."""
+    for what, value in given.items():
+        if value is not None and _CONTROL.search(value):
+            raise InvalidQuery(f"{what} {value!r} holds a control character")
 
 
 def make_token(key: Sequence[str]) -> str:

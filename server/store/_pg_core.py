@@ -86,6 +86,7 @@ from ._views import (
     search_hits,
     upsert_view_if_current_sql,
     upsert_view_sql,
+    view_key,
 )
 from ._views_build import build_views
 
@@ -143,25 +144,33 @@ _IN_COLUMNS = {
     "body": "bytea",
 }
 assert tuple(_IN_COLUMNS) == UPSERT_COLUMNS
-_IN_TYPES = list(_IN_COLUMNS.values())
+# ord: the row's place in the COPY, which writes them in key order (``_Writer.upsert``).
+_IN_TYPES = [*_IN_COLUMNS.values(), "integer"]
 _CREATE_IN = (
     "CREATE TEMPORARY TABLE objects_in("
     + ", ".join(f"{c} {t}" for c, t in _IN_COLUMNS.items())
-    + ")"
+    + ", ord integer)"
 )
-# Not ON COMMIT DELETE ROWS: that truncates the tables' files (heap, TOAST, its index) at
-# every commit, ~10 % of a batch's time in bench_server (one session, alternating: 10.0-11.5k
-# against 9.2-10.6k events/s; "DataFileTruncate" in pg_stat_activity). The writer deletes the
-# rows it read instead, and this VACUUM, which keeps the files' pages (TRUNCATE false) and
-# makes them free for the next COPY, holds each table at about one batch's size.
+# From PostgreSQL 14 the ingest tables have no ON COMMIT action: ON COMMIT DELETE ROWS
+# truncates their files (heap, TOAST, its index) at every commit, ~10 % of a batch's time in
+# bench_server (one session, alternating: 10.0-11.5k against 9.2-10.6k events/s;
+# "DataFileTruncate" in pg_stat_activity). The writer deletes the rows it read instead, and
+# this VACUUM, which keeps the files' pages (TRUNCATE false) and makes them free for the next
+# COPY, holds each table at about one batch's size. From 16 it skips the database-wide
+# frozen-xid update (a lock all VACUUMs of the database take in turn). Before 14 a VACUUM of a
+# temporary table cannot reclaim rows that any other session's snapshot might still see, so a
+# long one (a backup) would let the tables grow: there they are emptied at each commit.
+_VACUUM_FROM = 140000
+_SKIP_DATABASE_STATS_FROM = 160000
 _RECLAIM_IN = "VACUUM (TRUNCATE false) objects_in, views_in"
-_COPY_IN = f"COPY objects_in ({', '.join(UPSERT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+_RECLAIM_IN_16 = "VACUUM (TRUNCATE false, SKIP_DATABASE_STATS true) objects_in, views_in"
+_COPY_IN = f"COPY objects_in ({', '.join(UPSERT_COLUMNS)}, ord) FROM STDIN (FORMAT BINARY)"
 _UPSERT_FROM_IN = (
     f"INSERT INTO objects({', '.join(UPSERT_COLUMNS)})"
     f" SELECT {', '.join(c + '::jsonb' if c == 'labels' else c for c in UPSERT_COLUMNS)}"
-    # Written in key order (``_Writer.upsert``) and read back in it: writers that overlap
-    # lock their rows in the same order (fewer deadlocks; an ORDER BY here cost more).
-    " FROM objects_in"
+    # In key order: writers that overlap lock their rows in the same order (fewer deadlocks).
+    # A heap read alone is not always that order: the COPY fills pages a VACUUM freed.
+    " FROM objects_in ORDER BY ord"
     " ON CONFLICT (okey) DO UPDATE SET"
     " api_version=excluded.api_version, uid=excluded.uid,"
     " resource_version=excluded.resource_version, epoch=excluded.epoch,"
@@ -207,8 +216,10 @@ def connect(
         try:
             if ingest:
                 _prefer_lz4(conn)
-                conn.execute(_CREATE_IN)  # this connection's own, for batch ingest
-                conn.execute(_CREATE_VIEWS_IN)
+                # This connection's own, for batch ingest.
+                on_commit = " ON COMMIT DELETE ROWS" if not _vacuums_ingest(conn) else ""
+                conn.execute(_CREATE_IN + on_commit)
+                conn.execute(_CREATE_VIEWS_IN + on_commit)
         except psycopg.Error:
             conn.close()
             raise
@@ -234,14 +245,21 @@ def _prefer_lz4(conn: Conn) -> None:
         log.info("PostgreSQL store: no lz4 compression here, pglz it is (%s)", exc)
 
 
+def _vacuums_ingest(conn: Conn) -> bool:
+    """Whether this server's ingest tables are vacuumed after each batch (``_RECLAIM_IN``),
+    not emptied at each commit."""
+    return conn.info.server_version >= _VACUUM_FROM
+
+
 def _reclaim_ingest_tables(conn: Conn) -> None:
     """Free the space of the rows a batch left dead in the connection's temporary tables
     (``_RECLAIM_IN``), committed or rolled back. A failure is logged, not raised: the batch's
     outcome stands, and a broken connection is the pool's to replace."""
-    if is_broken(conn):
+    if is_broken(conn) or not _vacuums_ingest(conn):
         return
+    new = conn.info.server_version >= _SKIP_DATABASE_STATS_FROM
     try:
-        conn.execute(_RECLAIM_IN)
+        conn.execute(_RECLAIM_IN_16 if new else _RECLAIM_IN)
     except psycopg.Error as exc:
         log.warning("PostgreSQL store: could not reclaim the ingest tables' space: %s", exc)
 
@@ -531,8 +549,9 @@ class _Writer:
         cur = self._cur
         with cur.copy(_COPY_IN) as copy:
             copy.set_types(_IN_TYPES)
-            for key in sorted(last):  # the coordinates' order is the key's (``_okey``)
-                copy.write_row(last[key])
+            # The coordinates' order is the key's (``_okey``).
+            for ord_, key in enumerate(sorted(last)):
+                copy.write_row([*last[key], ord_])
         cur.execute(_UPSERT_FROM_IN)
         # Emptied now: a batch whose upserts a deletion splits runs this again in the same
         # transaction, and the rows of the run before would be written again (a deleted
@@ -542,11 +561,14 @@ class _Writer:
     def upsert_views(self, rows: list[tuple[str, ...]]) -> None:
         """As ``upsert``: COPY into ``views_in``, then one INSERT ... SELECT ... ON CONFLICT
         (a row per statement would halve the ingest rate)."""
+        # The last row of a key wins (one statement may not update a row twice), in key
+        # order as the objects' (``upsert``).
+        last = {view_key(row): row for row in rows}
         cur = self._cur
         with cur.copy(_COPY_VIEWS_IN) as copy:
-            copy.set_types(["text"] * len(VIEW_COLUMNS))
-            for row in rows:
-                copy.write_row(row)
+            copy.set_types([*["text"] * len(VIEW_COLUMNS), "integer"])
+            for ord_, key in enumerate(sorted(last)):
+                copy.write_row([*last[key], ord_])
         cur.execute(_UPSERT_VIEWS_FROM_IN)
         cur.execute("DELETE FROM views_in")  # as objects_in (``upsert``)
 

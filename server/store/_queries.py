@@ -13,7 +13,7 @@ from wire import EventRecord, EventType
 from ._ingest import ObjectKey
 from ._labels import Dialect, selector_sql
 from ._okey import OBJECTS_PER_KIND, okey_equals, okey_of, okey_range, okey_range_params
-from ._paging import check_limit, make_token, read_token
+from ._paging import check_limit, check_query_coordinates, make_token, read_token
 from ._prepared import check_coordinates, upsert_row_and_view
 from ._records import KindOverview, ObjectPage, StoredObject, group_of
 
@@ -96,6 +96,7 @@ def query_sql(d: SqlDialect, q: ObjectQuery) -> tuple[str, list[Any]]:
     after the equalities that fix the key's leading columns, and on SQLite an equality
     past an unconstrained column is a filter (see below)."""
     check_limit(q.limit)
+    check_query_coordinates(account=q.account, group=q.group, kind=q.kind, namespace=q.namespace)
     if d.name == "postgresql":
         return _pg_query_sql(d, q)
     m = d.mark
@@ -233,6 +234,7 @@ def page_of(rows: Sequence[Sequence[Any]], limit: int) -> ObjectPage:
 
 def count_sql(d: SqlDialect, account: str | None, kind: str | None) -> tuple[str, list[Any]]:
     """How many objects match, as one ``count(*)`` and its parameters."""
+    check_query_coordinates(account=account, kind=kind)
     where: list[str] = []
     params: list[Any] = []
     if account is not None:

@@ -51,6 +51,7 @@ __all__ = [
     "ViewRow",
     "object_key_sql",
     "search_hits",
+    "view_key",
     "view_row",
     "view_sql",
 ]
@@ -351,21 +352,29 @@ class IndexedRows:
         self._written.clear()
 
 
+_KEY_SLOTS = tuple(VIEW_COLUMNS.index(c) for c in _KEY.split(", "))
+
+
+def view_key(row: Sequence[str]) -> tuple[str, ...]:
+    """The view index's key of a ``VIEW_COLUMNS`` row."""
+    return tuple(row[i] for i in _KEY_SLOTS)
+
+
 def pg_views_in() -> tuple[str, str, str]:
     """PostgreSQL's batch write of view rows, as its objects' (``_pg_core``): the temporary
-    table of a connection, the COPY into it, and the upsert from it (the last row of a key
-    wins; a row that changed nothing is not written)."""
+    table of a connection (emptied by the writer, as objects_in), the COPY into it (one row
+    per key, each with its place in the COPY, ``ord``: ``view_key``), and the upsert from it
+    in that order (a row that changed nothing is not written)."""
     create = (
         "CREATE TEMPORARY TABLE views_in("
         + ", ".join(f"{c} text" for c in VIEW_COLUMNS)
-        + ")"  # emptied by the writer, as objects_in (``_pg_core``)
+        + ", ord integer)"
     )
-    copy = f"COPY views_in ({', '.join(VIEW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+    copy = f"COPY views_in ({', '.join(VIEW_COLUMNS)}, ord) FROM STDIN (FORMAT BINARY)"
     updated = VIEW_COLUMNS[5:]
     upsert = (
         f"INSERT INTO view_index({', '.join(VIEW_COLUMNS)})"
-        f" SELECT DISTINCT ON ({_KEY}) {', '.join(VIEW_COLUMNS)} FROM views_in"
-        f" ORDER BY {_KEY}, ctid DESC"
+        f" SELECT {', '.join(VIEW_COLUMNS)} FROM views_in ORDER BY ord"
         f" ON CONFLICT ({_KEY}) DO UPDATE SET "
         + ", ".join(f"{c}=excluded.{c}" for c in updated)
         + " WHERE "

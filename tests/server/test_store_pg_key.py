@@ -9,10 +9,12 @@ import psycopg
 import pytest
 import trio
 
-from server import InvalidRecord
+from server import InvalidQuery, InvalidRecord
+from server.store import Migration
 from server.store._okey import OBJECTS_PER_KIND, okey_of
 from server.store._paging import make_token
 from server.store._pg_changes import _GET_OBJECTS
+from server.store._pg_core import connect
 from server.store._pg_schema import PG_MIGRATIONS, migrate_pg
 from server.store._queries import (
     POSTGRESQL,
@@ -31,14 +33,23 @@ from .test_store import ACCOUNT, obj
 async def test_a_database_migrated_with_objects_keeps_them_under_the_new_key(
     pg_backend: StoreBackend,
 ) -> None:
+    body = b'{"kind":"Pod","metadata":{"name":"web-1","namespace":"default"}}'
     with psycopg.connect(pg_backend.url, autocommit=True) as conn:
         assert migrate_pg(conn, 0, PG_MIGRATIONS[:6]) == 6  # the five-column key
-        conn.execute(
-            "INSERT INTO objects(account, grp, kind, namespace, name, api_version, uid,"
-            " resource_version, epoch, updated_at_ms, labels, body) VALUES"
-            " (%s, '', 'Pod', 'default', 'web-1', 'v1', 'u1', '5', 0, 0, NULL, %s)",
-            (ACCOUNT, b'{"kind":"Pod","metadata":{"name":"web-1","namespace":"default"}}'),
-        )
+        for account, group, name in (
+            (ACCOUNT, "", "web-1"),
+            # Control characters, which the code before accepted: two that would collide
+            # under the new key, and one that would break its order. They go.
+            ("a\x01b", "c", "x"),
+            ("a", "b\x01c", "x"),
+            (ACCOUNT, "", "odd\x02name"),
+        ):
+            conn.execute(
+                "INSERT INTO objects(account, grp, kind, namespace, name, api_version, uid,"
+                " resource_version, epoch, updated_at_ms, labels, body) VALUES"
+                " (%s, %s, 'Pod', 'default', %s, 'v1', 'u1', '5', 0, 0, NULL, %s)",
+                (account, group, name, body),
+            )
     with trio.fail_after(30):
         async with pg_backend.open() as store:
             found = await store.get_object(ACCOUNT, "v1", "pod", "default", "web-1")
@@ -50,6 +61,16 @@ async def test_a_database_migrated_with_objects_keeps_them_under_the_new_key(
             assert [(o.name, o.resource_version) for o in page.objects] == [("web-1", "6")]
     keys = pg_backend.sql("SELECT okey FROM objects")
     assert keys == [(f"{ACCOUNT}\x01\x01pod\x01default\x01web-1",)]
+
+
+def test_a_migration_is_not_cut_short_by_the_statement_timeout(pg_backend: StoreBackend) -> None:
+    # Migration 7 rewrites the objects table (minutes for millions of objects), on a
+    # connection whose statement_timeout is the store's (60 s by default).
+    slow = Migration(99, "a step slower than the timeout", ("SELECT pg_sleep(0.3)",))
+    with connect(pg_backend.url, "", ingest=False, statement_timeout_ms=100) as conn:
+        assert migrate_pg(conn, 0, (*PG_MIGRATIONS, slow)) == 99
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute("SELECT pg_sleep(0.3)")  # the timeout still holds outside them
 
 
 def _plan(backend: StoreBackend, sql: str, params: list[object]) -> str:
@@ -131,3 +152,16 @@ async def test_a_control_character_in_a_coordinate_is_refused(
             with pytest.raises(InvalidRecord, match=r"record 0: its name .* control"):
                 await store.apply_events([deleted])
             assert (await store.query_objects()).objects == []
+
+
+async def test_a_query_for_a_coordinate_with_a_control_character_is_refused(
+    store_backend: StoreBackend,
+) -> None:
+    # On PostgreSQL "deployment\x01prod" as a kind would otherwise reach into the key's
+    # next coordinate (a namespace prod) through the key's range.
+    with trio.fail_after(20):
+        async with store_backend.open() as store:
+            with pytest.raises(InvalidQuery, match=r"kind 'deployment\\x01prod' holds a control"):
+                await store.query_objects(account=ACCOUNT, group="apps", kind="deployment\x01prod")
+            with pytest.raises(InvalidQuery, match="account"):
+                await store.count_objects(account="prod\x01")

@@ -313,3 +313,28 @@ async def test_objects_without_a_row_are_indexed_by_a_fill(store_backend: StoreB
             if store_backend.name != "sqlite":
                 store_backend.sql(missing)  # while this replica runs
                 assert await store.fill_views() == 2
+
+
+async def test_the_last_row_of_an_object_in_a_batch_wins(store_backend: StoreBackend) -> None:
+    # An object twice in one batch (a change and the next): its view row is the later one's,
+    # batch after batch. (On PostgreSQL the writer keeps the last row of each key itself: the
+    # COPY's table reuses pages a VACUUM freed, so the rows' physical order need not be the
+    # order they were written in, and no statement may pick "the last" by it.)
+    def moved(n: int) -> list[EventRecord]:
+        notes = {APP: "shop", CLUSTER: f"replicaSet shop-{n}"}
+        filler = [rec("Pod", f"pod-{n}-{i}", rv=str(n), owner=("ReplicaSet", "x"))
+                  for i in range(40)]  # fmt: skip
+        return [
+            *filler[:20],
+            rec("ReplicaSet", "shop-web", api="apps/v1", rv=f"{n}0", annotations=notes),
+            *filler[20:],
+            rec("ReplicaSet", "shop-web", api="apps/v1", rv=f"{n}1",
+                annotations={**notes, CLUSTER: f"replicaSet shop-{n}-later"}),
+        ]  # fmt: skip
+
+    with trio.fail_after(60):
+        async with store_backend.open() as store:
+            for n in range(1, 13):
+                await store.apply_batch(ACCOUNT, moved(n))
+                (rows,) = await store.read_views([ViewQuery(kinds=("ReplicaSet",))])
+                assert [r.cluster for r in rows] == [f"replicaSet shop-{n}-later"], n
