@@ -15,11 +15,23 @@ the key is computed by PostgreSQL, the same way as the generated column.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 # Coordinates in the key's order; the kind's is lower-cased where the key is made.
 KIND_INDEX = 2
+# No Kubernetes name holds one, and the key joins the coordinates with one (\x01; a NUL
+# PostgreSQL cannot store at all): refused in a stored object's and in a query's.
+CONTROL = re.compile("[\x00-\x1f]")
+
+
+def with_control(coordinates: Iterable[tuple[str, str | None]]) -> tuple[str, str] | None:
+    """The first (what, value) of ``coordinates`` whose value holds a control character."""
+    for what, value in coordinates:
+        if value is not None and CONTROL.search(value):
+            return what, value
+    return None
 
 
 def okey_of(account: str, grp: str, kind: str, namespace: str, name: str) -> str:

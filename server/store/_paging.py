@@ -7,12 +7,12 @@ JSON in URL-safe base64: opaque to clients, checked when it comes back.
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Sequence
 
 import msgspec
 
 from .._errors import InvalidQuery
+from ._okey import with_control
 
 MAX_QUERY_LIMIT = 10_000
 
@@ -23,16 +23,13 @@ def check_limit(limit: int) -> None:
         raise InvalidQuery(f"limit {limit} is outside 1..{MAX_QUERY_LIMIT}")
 
 
-_CONTROL = re.compile("[\x00-\x1f]")
-
-
 def check_query_coordinates(**given: str | None) -> None:
     """Raises InvalidQuery when a coordinate asked for (account, group, kind, namespace)
     holds a control character: no stored object has one (``_prepared``), and on PostgreSQL
     one would reach into the key's next coordinate (``_okey``)."""
-    for what, value in given.items():
-        if value is not None and _CONTROL.search(value):
-            raise InvalidQuery(f"{what} {value!r} holds a control character")
+    found = with_control(given.items())
+    if found is not None:
+        raise InvalidQuery(f"{found[0]} {found[1]!r} holds a control character")
 
 
 def make_token(key: Sequence[str]) -> str:

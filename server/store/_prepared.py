@@ -9,7 +9,6 @@ GIL handoffs costing more than the overlap saved.)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from wire import EventRecord, EventType
 
 from .._errors import InvalidRecord
 from ..views import role_of
+from ._okey import CONTROL, with_control
 from ._records import group_of
 from ._secrets import scrub_secret_body
 from ._sqlite_records import encode
@@ -29,9 +29,6 @@ _ADDED, _MODIFIED, _DELETED = int(EventType.ADDED), int(EventType.MODIFIED), int
 _KNOWN = frozenset(int(t) for t in EventType)
 # API groups repeat in every batch; a bounded memo saves the parse (~1 us an event).
 _GROUPS: dict[str, str] = {}
-# No Kubernetes name holds a control character, and PostgreSQL's key of an object joins its
-# coordinates with \x01 (``_okey``; a NUL it cannot store at all): refused in every one.
-_CONTROL = re.compile("[\x00-\x1f]")
 _MAX_GROUPS = 4096
 
 
@@ -150,20 +147,17 @@ def prepare_events(records: Sequence[EventRecord], account: str | None) -> Prepa
 def check_coordinates(index: int, r: EventRecord) -> None:
     """Raise InvalidRecord if a coordinate of record ``index`` (account, apiVersion, kind,
     namespace, name) holds a control character."""
-    if _CONTROL.search(f"{r.account}{r.api_version}{r.kind}{r.namespace}{r.name}") is None:
-        return
-    for what, value in (
-        ("account", r.account),
-        ("apiVersion", r.api_version),
-        ("kind", r.kind),
-        ("namespace", r.namespace),
-        ("name", r.name),
-    ):
-        if _CONTROL.search(value):
-            raise InvalidRecord(
-                f"record {index}: its {what} {value!r} holds a control character (no"
-                " Kubernetes name does)"
-            )
+    if CONTROL.search(f"{r.account}{r.api_version}{r.kind}{r.namespace}{r.name}") is None:
+        return  # the common case, in one search
+    found = with_control(
+        (("account", r.account), ("apiVersion", r.api_version), ("kind", r.kind),
+         ("namespace", r.namespace), ("name", r.name))
+    )  # fmt: skip
+    if found is not None:
+        raise InvalidRecord(
+            f"record {index}: its {found[0]} {found[1]!r} holds a control character (no"
+            " Kubernetes name does)"
+        )
 
 
 def _group(api_version: str) -> str:
