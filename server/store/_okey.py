@@ -2,12 +2,12 @@
 group, kind lower-cased, namespace, name) joined by ``\\x01`` (migration 7 says why).
 
 The join keeps the coordinates' order. No coordinate holds a character below ``\\x20``
-(``_prepared.check_key`` refuses them), so comparing two keys byte by byte (the column is
-``COLLATE "C"``) compares the coordinates in turn, a shorter one first, as the five-column
-key did. So one key is one b-tree seek, a continue token is ``okey > token``, and the
-objects under leading coordinates (an account; an account's group; its kind; a namespace of
-that kind) are one range of keys: from the coordinates joined and followed by ``\\x01``, up to
-the same followed by ``\\x02``.
+(``with_control``: records and queries holding one are refused), so comparing two keys
+byte by byte (the column is ``COLLATE "C"``) compares the coordinates in turn, a shorter
+one first, as the five-column key did. So one key is one b-tree seek, a continue token is
+``okey > token``, and the objects under leading coordinates (an account; an account's
+group; its kind; a namespace of that kind) are one range of keys: from the coordinates
+joined and followed by ``\\x01``, up to the same followed by ``\\x02``.
 
 Every statement here takes its coordinates as SQL expressions (placeholders or columns), so
 the key is computed by PostgreSQL, the same way as the generated column.
