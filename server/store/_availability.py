@@ -26,8 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._leases import Exec
-from ._okey import GROUP_KIND_NAMESPACE
-from ._queries import SqlDialect, under
+from ._queries import SqlDialect
 from ._records import (
     AccountScope,
     AvailabilityOutcome,
@@ -106,7 +105,7 @@ def _remove(x: Exec, d: SqlDialect, change: KindChange) -> list[ObjectRef]:
     coordinates = [change.account, group, kind]
     if change.scope:
         coordinates.append(change.scope)
-    where, params = under(d, coordinates, "?")
+    where, params = d.objects_under(coordinates, "?")
     rows = x(f"DELETE FROM objects WHERE {where} {_OBJECT_REF}", params)
     for api_version, stored_kind, scope in x(
         "SELECT api_version, kind, scope FROM resource_versions WHERE account=? AND lower(kind)=?",
@@ -131,11 +130,11 @@ def apply_account_scope(x: Exec, d: SqlDialect, scope: AccountScope) -> Availabi
     swept: list[ObjectRef] = []
     # One pass over the account's index entries (the objects' key starts with account, grp,
     # kind, namespace), then one delete per (kind, namespace) found outside.
-    where, params = under(d, [account], "?")
-    found = GROUP_KIND_NAMESPACE if d.name == "postgresql" else f"grp, {d.kind_key}, namespace"
+    where, params = d.objects_under([account], "?")
+    found = d.group_kind_namespace()
     for group, kind, namespace in x(f"SELECT DISTINCT {found} FROM objects WHERE {where}", params):
         if not holds(group, kind, namespace):
-            inside, params = under(d, [account, group, kind.lower(), namespace], "?")
+            inside, params = d.objects_under([account, group, kind.lower(), namespace], "?")
             rows = x(f"DELETE FROM objects WHERE {inside} {_OBJECT_REF}", params)
             swept += [ObjectRef(*row) for row in rows]
     for api_version, kind, where in x(

@@ -39,10 +39,10 @@ def okey_of(account: str, grp: str, kind: str, namespace: str, name: str) -> str
     return _joined([account, grp, kind, namespace, name], last="")
 
 
-def okey_equals(mark: str, row: str = "") -> str:
+def okey_equals(mark: str) -> str:
     """The condition "the row's key is that of the next five parameters (account, grp,
-    kind, namespace, name)"; ``row``: the row's alias with its dot (``o.``)."""
-    return f"{row}okey={okey_of(mark, mark, mark, mark, mark)}"
+    kind, namespace, name)"."""
+    return f"okey={okey_of(mark, mark, mark, mark, mark)}"
 
 
 def okey_range(parts: Sequence[str], row: str = "") -> str:

@@ -51,7 +51,6 @@ from ._queries import (
     ObjectQuery,
     count_sql,
     get_object_sql,
-    key_match,
     kind_overview,
     kind_overview_sql,
     operation_rows,
@@ -176,12 +175,12 @@ _UPSERT_FROM_IN = (
     " resource_version=excluded.resource_version, epoch=excluded.epoch,"
     " updated_at_ms=excluded.updated_at_ms, labels=excluded.labels, body=excluded.body"
 )
-_DELETE = f"DELETE FROM objects WHERE {key_match(POSTGRESQL)}"
+_DELETE = f"DELETE FROM objects WHERE {POSTGRESQL.key_match()}"
 # A watch's DELETED removes only the object of its uid (_ingest: "Deletions by uid").
 _DELETE_UID = _DELETE + " AND (%s = '' OR uid = '' OR uid = %s)"
 _UPSERT_VIEW = upsert_view_sql("%s")
 _CREATE_VIEWS_IN, _COPY_VIEWS_IN, _UPSERT_VIEWS_FROM_IN = pg_views_in()
-_UPSERT_VIEW_IF_CURRENT = upsert_view_if_current_sql("%s", key_match(POSTGRESQL))
+_UPSERT_VIEW_IF_CURRENT = upsert_view_if_current_sql("%s", POSTGRESQL.key_match())
 # The view index is built from the objects once (``_views``), by one replica at a time.
 _VIEWS_LOCK = 0x6B75_6265_7376_64
 

@@ -12,7 +12,14 @@ from wire import EventRecord, EventType
 
 from ._ingest import ObjectKey
 from ._labels import Dialect, selector_sql
-from ._okey import OBJECTS_PER_KIND, okey_equals, okey_of, okey_range, okey_range_params
+from ._okey import (
+    GROUP_KIND_NAMESPACE,
+    OBJECTS_PER_KIND,
+    okey_equals,
+    okey_of,
+    okey_range,
+    okey_range_params,
+)
 from ._paging import check_limit, check_query_coordinates, make_token, read_token
 from ._prepared import check_coordinates, upsert_row_and_view
 from ._records import KindOverview, ObjectPage, StoredObject, group_of
@@ -28,7 +35,9 @@ OBJECT_COLUMNS = (
 class SqlDialect:
     """What differs in the shared statements: ``mark`` the placeholder; ``kind_key`` the
     column a kind is keyed by (case-insensitive) and ``kind_match`` the condition matching it
-    to a parameter; ``true`` an always-true condition."""
+    to a parameter; ``true`` an always-true condition. And how the objects are keyed: by
+    their five coordinates on SQLite, by one column of them joined on PostgreSQL (``_okey``);
+    the methods below are every condition that differs for it, so no caller asks which."""
 
     name: Dialect
     mark: str
@@ -36,40 +45,70 @@ class SqlDialect:
     kind_match: str
     true: str
 
+    @property
+    def one_key(self) -> bool:
+        """Whether objects are keyed by one column, ``okey`` (PostgreSQL)."""
+        return self.name == "postgresql"
+
+    def key_match(self) -> str:
+        """The condition "the object row is the one of the next five parameters (account,
+        grp, kind, namespace, name)"."""
+        m = self.mark
+        if self.one_key:
+            return okey_equals(m)
+        return f"account={m} AND grp={m} AND kind={m} AND namespace={m} AND name={m}"
+
+    def objects_under(
+        self, coordinates: Sequence[Any], mark: str | None = None
+    ) -> tuple[str, list[Any]]:
+        """The condition "the object's leading coordinates (account, then grp, kind,
+        namespace: one to four of them) are ``coordinates``" and its parameters (``mark``:
+        another placeholder than the dialect's)."""
+        m = mark or self.mark
+        if self.one_key:
+            return okey_range([m] * len(coordinates)), okey_range_params(coordinates)
+        columns = ("account", "grp", "kind", "namespace")[: len(coordinates)]
+        return " AND ".join(f"{c}={m}" for c in columns), list(coordinates)
+
+    def key_order(self) -> str:
+        """The ORDER BY of objects in their key's order."""
+        return "okey" if self.one_key else f"account, grp, {self.kind_key}, namespace, name"
+
+    def after_key(self) -> str:
+        """The condition "the object comes after the next five parameters' key"."""
+        m = self.mark
+        if self.one_key:
+            return f"okey > {okey_of(m, m, m, m, m)}"
+        return f"({self.key_order()}) > ({','.join([m] * 5)})"
+
+    def group_kind_namespace(self) -> str:
+        """An object's group, kind key and namespace, as a select list (on PostgreSQL read
+        from its key alone: a scan of the key's index needs no row)."""
+        return GROUP_KIND_NAMESPACE if self.one_key else f"grp, {self.kind_key}, namespace"
+
+    def object_of_view(self) -> str:
+        """The join condition of a view row ``v`` and its object ``o``."""
+        if self.one_key:
+            return "o.okey=" + okey_of("v.account", "v.grp", "v.kind_key", "v.namespace", "v.name")
+        return (
+            f"o.account=v.account AND o.grp=v.grp AND o.{self.kind_key}=v.kind_key"
+            " AND o.namespace=v.namespace AND o.name=v.name"
+        )
+
+    def objects_per_kind(self) -> str:
+        """Objects per (account, grp, kind): the kind as stored, and how many."""
+        if self.one_key:
+            return OBJECTS_PER_KIND
+        return "SELECT account, grp, min(kind), count(*) FROM objects GROUP BY account, grp, kind"
+
 
 SQLITE = SqlDialect("sqlite", "?", "kind", "kind=?", "1")  # kind is COLLATE NOCASE there
 POSTGRESQL = SqlDialect("postgresql", "%s", "kind_key", "kind_key=lower(%s)", "TRUE")
 
 
-def key_match(d: SqlDialect, mark: str | None = None, row: str = "") -> str:
-    """The condition "the object row is the one of the next five parameters (account, grp,
-    kind, namespace, name)": on PostgreSQL one seek of its key column (``_okey``).
-    ``mark``: the placeholder (the dialect's by default); ``row``: an alias and its dot."""
-    m = mark or d.mark
-    if d.name == "postgresql":
-        return okey_equals(m, row)
-    return (
-        f"{row}account={m} AND {row}grp={m} AND {row}kind={m} AND {row}namespace={m}"
-        f" AND {row}name={m}"
-    )
-
-
-def under(
-    d: SqlDialect, coordinates: Sequence[Any], mark: str | None = None
-) -> tuple[str, list[Any]]:
-    """The condition "the object's leading coordinates (account, then grp, kind, namespace:
-    one to four of them) are ``coordinates``" and its parameters; on PostgreSQL a range of its
-    key column (``_okey``), on SQLite equalities on the key's leading columns."""
-    m = mark or d.mark
-    if d.name == "postgresql":
-        return okey_range([m] * len(coordinates)), okey_range_params(coordinates)
-    columns = ("account", "grp", "kind", "namespace")[: len(coordinates)]
-    return " AND ".join(f"{c}={m}" for c in columns), list(coordinates)
-
-
 def get_object_sql(d: SqlDialect) -> str:
     """One object by (account, grp, kind, namespace, name), ``OBJECT_COLUMNS`` in order."""
-    return f"SELECT {OBJECT_COLUMNS} FROM objects WHERE {key_match(d)}"
+    return f"SELECT {OBJECT_COLUMNS} FROM objects WHERE {d.key_match()}"
 
 
 @dataclass(frozen=True)
@@ -97,7 +136,7 @@ def query_sql(d: SqlDialect, q: ObjectQuery) -> tuple[str, list[Any]]:
     past an unconstrained column is a filter (see below)."""
     check_limit(q.limit)
     check_query_coordinates(account=q.account, group=q.group, kind=q.kind, namespace=q.namespace)
-    if d.name == "postgresql":
+    if d.one_key:  # another walk of another key
         return _pg_query_sql(d, q)
     m = d.mark
     sqlite = d.name == "sqlite"
@@ -175,7 +214,7 @@ def _pg_query_sql(d: SqlDialect, q: ObjectQuery) -> tuple[str, list[Any]]:
             where.append(clause)
             params.append(value)
     if leading:
-        clause, values = under(d, leading)
+        clause, values = d.objects_under(leading)
         where.insert(0, clause)
         params[:0] = values
     if q.label_selector:
@@ -183,11 +222,11 @@ def _pg_query_sql(d: SqlDialect, q: ObjectQuery) -> tuple[str, list[Any]]:
         where.append(clause)
         params.extend(values)
     if q.continue_token:
-        where.append(f"okey > {okey_of(m, m, m, m, m)}")
+        where.append(d.after_key())
         params.extend(read_token(q.continue_token))
     sql = (
         f"SELECT {OBJECT_COLUMNS}, grp, {d.kind_key} FROM objects"
-        f" WHERE {' AND '.join(where) or d.true} ORDER BY okey LIMIT {m}"
+        f" WHERE {' AND '.join(where) or d.true} ORDER BY {d.key_order()} LIMIT {m}"
     )
     return sql, [*params, q.limit + 1]
 
@@ -238,7 +277,7 @@ def count_sql(d: SqlDialect, account: str | None, kind: str | None) -> tuple[str
     where: list[str] = []
     params: list[Any] = []
     if account is not None:
-        clause, params = under(d, [account])
+        clause, params = d.objects_under([account])
         where.append(clause)
     if kind is not None:
         where.append(d.kind_match)
@@ -250,11 +289,7 @@ def kind_overview_sql(d: SqlDialect) -> tuple[str, str]:
     """The two reads of ``Store.kind_overview``: objects per (account, group, kind), counted
     on the coordinates' index (no body is read), and the resume points per (account,
     apiVersion, kind); merge their rows with ``kind_overview``."""
-    objects = (
-        OBJECTS_PER_KIND
-        if d.name == "postgresql"
-        else "SELECT account, grp, min(kind), count(*) FROM objects GROUP BY account, grp, kind"
-    )
+    objects = d.objects_per_kind()
     watches = (
         "SELECT account, api_version, kind, count(*), max(updated_at_ms) FROM resource_versions"
         " GROUP BY account, api_version, kind"
@@ -295,7 +330,7 @@ def stale_objects_where(
     """The objects a sync bracket's end deletes: those of its kind (and namespace, for a
     namespaced watch) not written since the bracket began."""
     coordinates = [r.account, group, r.kind, r.scope] if r.scope else [r.account, group, r.kind]
-    where, params = under(d, coordinates)
+    where, params = d.objects_under(coordinates)
     return f"{where} AND epoch<{d.mark}", [*params, begin_epoch]
 
 

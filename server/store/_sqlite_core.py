@@ -25,7 +25,6 @@ from ._queries import (
     ObjectQuery,
     count_sql,
     get_object_sql,
-    key_match,
     kind_overview,
     kind_overview_sql,
     operation_rows,
@@ -89,7 +88,7 @@ _DELETE_UID = (
 )
 _UPSERT_VIEW = upsert_view_sql("?")
 
-_UPSERT_VIEW_IF_CURRENT = upsert_view_if_current_sql("?", key_match(SQLITE))
+_UPSERT_VIEW_IF_CURRENT = upsert_view_if_current_sql("?", SQLITE.key_match())
 AUTOCHECKPOINT_PAGES = 10_000
 # The memory the store's file may take in the server, whatever its size: each connection
 # maps at most this much of the file (the rest is read into its page cache, ``cache_size``).

@@ -37,7 +37,6 @@ from ..views import (
     cluster_key,
     index_entry_of,
 )
-from ._okey import okey_of
 
 if TYPE_CHECKING:
     from ._queries import SqlDialect
@@ -296,7 +295,7 @@ def upsert_view_sql(mark: str) -> str:
 def upsert_view_if_current_sql(mark: str, key_match: str) -> str:
     """Like ``upsert_view_sql``, only where the object row holds the given resourceVersion
     (parameters: the view row, then account, grp, kind, namespace, name, resourceVersion;
-    ``key_match`` the condition on the five, ``_queries.key_match``)."""
+    ``key_match`` the condition on the five, ``SqlDialect.key_match``)."""
     marks = ",".join([mark] * len(VIEW_COLUMNS))
     updated = VIEW_COLUMNS[5:]
     m = mark
@@ -304,16 +303,6 @@ def upsert_view_if_current_sql(mark: str, key_match: str) -> str:
         f"INSERT INTO view_index({', '.join(VIEW_COLUMNS)}) SELECT {marks}"
         f" WHERE EXISTS (SELECT 1 FROM objects WHERE {key_match} AND resource_version={m})"
         f" ON CONFLICT ({_KEY}) DO UPDATE SET " + ", ".join(f"{c}=excluded.{c}" for c in updated)
-    )
-
-
-def _object_of_view(d: SqlDialect) -> str:
-    """The join condition of a view row ``v`` and its object ``o``."""
-    if d.name == "postgresql":
-        return f"o.okey={okey_of('v.account', 'v.grp', 'v.kind_key', 'v.namespace', 'v.name')}"
-    return (
-        f"o.account=v.account AND o.grp=v.grp AND o.{d.kind_key}=v.kind_key"
-        " AND o.namespace=v.namespace AND o.name=v.name"
     )
 
 
@@ -505,7 +494,7 @@ def view_sql(d: SqlDialect, q: ViewQuery) -> tuple[str, list[Any]]:
     elif q.bodies:
         sql = (
             f"SELECT {_ROW_COLUMNS}, o.api_version, o.uid, o.resource_version, o.body"
-            f" FROM view_index v JOIN objects o ON {_object_of_view(d)}"
+            f" FROM view_index v JOIN objects o ON {d.object_of_view()}"
             f" WHERE {where} ORDER BY v.account, v.namespace, v.kind_key, v.name"
         )
     else:

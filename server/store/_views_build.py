@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..views import VIEW_KINDS
-from ._okey import okey_of
 from ._prepared import view_of_body
 from ._views import object_key_sql
 
@@ -40,11 +39,6 @@ def build_views(
     leaving it behind)."""
     kinds = sorted(VIEW_KINDS)
     mark, kind_key = d.mark, d.kind_key
-    if d.name == "postgresql":  # its objects' key is one column (``_okey``)
-        key, after_key = "okey", f"okey > {okey_of(mark, mark, mark, mark, mark)}"
-    else:
-        key = f"account, grp, {kind_key}, namespace, name"
-        after_key = f"({key}) > ({','.join([mark] * 5)})"
     sql = (
         f"SELECT account, grp, kind, namespace, name, body, {kind_key} FROM objects"
         f" WHERE lower(kind) IN ({','.join([mark] * len(kinds))})"
@@ -57,8 +51,8 @@ def build_views(
     after: tuple[Any, ...] | None = None
     written = 0
     while True:
-        page_sql = sql + (f" AND {after_key}" if after else "")
-        page_sql += f" ORDER BY {key} LIMIT {_PAGE}" + (f" {lock}" if lock else "")
+        page_sql = sql + (f" AND {d.after_key()}" if after else "")
+        page_sql += f" ORDER BY {d.key_order()} LIMIT {_PAGE}" + (f" {lock}" if lock else "")
         rows = read(page_sql, [*kinds, *(after or ())])
         views = []
         for account, group, kind, namespace, name, body, _ in rows:
